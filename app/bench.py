@@ -1,0 +1,201 @@
+"""The speed benchmark: for each prompt, the main model alone and then speculative decoding, greedy,
+in the same process, so the ratio is measured side by side."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from .core.engine import Engine
+from .core.events import Summary
+from .core.params import SamplingParams, SpeculationParams
+
+
+@dataclass
+class PromptResult:
+    prompt_id: str
+    prompt_tokens: int
+    base_tps: float
+    spec_tps: float
+    speedup: float
+    acceptance: float
+    mean_accepted_length: float
+    tokens_per_round: float
+    drafted: int
+    accepted: int
+    rounds: int
+    drafting_rounds: int
+    mean_draft_length: float
+    draft_ms_per_round: float
+    verify_ms_per_round: float
+    base_tokens: int
+    spec_tokens: int
+    identical: bool
+    first_difference: int | None = None
+    difference_margin: float | None = None
+    llama_tps: float | None = None
+    engine_vs_llama: float | None = None
+
+
+@dataclass
+class BenchReport:
+    settings: dict
+    results: list[PromptResult] = field(default_factory=list)
+
+    def medians(self) -> dict:
+        def med(values: Iterable[float | None]) -> float | None:
+            vals = [v for v in values if v is not None]
+            return statistics.median(vals) if vals else None
+        r = self.results
+        return {
+            "base_tps": med(x.base_tps for x in r),
+            "spec_tps": med(x.spec_tps for x in r),
+            "speedup": med(x.speedup for x in r),
+            "min_speedup": min((x.speedup for x in r), default=None),
+            "acceptance": med(x.acceptance for x in r),
+            "mean_accepted_length": med(x.mean_accepted_length for x in r),
+            "mean_draft_length": med(x.mean_draft_length for x in r),
+            "identical": sum(x.identical for x in r),
+            "llama_tps": med(x.llama_tps for x in r),
+            "engine_vs_llama": med(x.engine_vs_llama for x in r),
+        }
+
+    def to_json(self) -> dict:
+        return {"settings": self.settings, "results": [asdict(x) for x in self.results],
+                "medians": self.medians()}
+
+
+def load_prompts(paths: Sequence[str | Path]) -> list[tuple[str, list[dict]]]:
+    """(id, messages) from JSONL files: {"id": ..., "messages": [...]} or {"prompt": "..."} lines."""
+    prompts = []
+    for path in paths:
+        for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            item = json.loads(line)
+            messages = item.get("messages") or [{"role": "user", "content": item["prompt"]}]
+            prompts.append((str(item.get("id", f"{Path(path).stem}-{n}")), messages))
+    return prompts
+
+
+def run_one(engine: Engine, tokens: list[int], drafter: str, n_predict: int,
+            speculation: SpeculationParams) -> Summary:
+    engine.forget_cache()
+    sampling = SamplingParams(temperature=0.0, max_tokens=n_predict)
+    summary = None
+    for event in engine.generate(prompt=tokens, sampling=sampling, speculation=speculation, drafter=drafter):
+        summary = event
+    assert isinstance(summary, Summary)
+    return summary
+
+
+def bench_prompt(engine: Engine, prompt_id: str, messages: list[dict], n_predict: int,
+                 speculation: SpeculationParams, drafter: str,
+                 llama_baseline: Callable[[list[int], int], float] | None = None) -> PromptResult:
+    tokens = engine.tokenize_messages(messages)
+    base = run_one(engine, tokens, "none", n_predict, speculation)
+    spec = run_one(engine, tokens, drafter, n_predict, speculation)
+    diff = first_difference(base.token_ids, spec.token_ids)
+    margin = None
+    if diff is not None and diff < len(base.token_ids):
+        margin = engine.logit_margin(tokens + list(base.token_ids[:diff])).margin
+    llama_tps = llama_baseline(tokens, n_predict) if llama_baseline else None
+    rounds = max(spec.rounds, 1)
+    return PromptResult(
+        prompt_id=prompt_id,
+        prompt_tokens=len(tokens),
+        base_tps=base.generation_tps,
+        spec_tps=spec.generation_tps,
+        speedup=spec.generation_tps / base.generation_tps if base.generation_tps else 0.0,
+        acceptance=spec.acceptance_rate,
+        mean_accepted_length=spec.mean_accepted_length,
+        tokens_per_round=spec.tokens_per_round,
+        drafted=spec.drafted,
+        accepted=spec.accepted,
+        rounds=spec.rounds,
+        drafting_rounds=spec.drafting_rounds,
+        mean_draft_length=spec.drafted / rounds,
+        draft_ms_per_round=1000 * spec.draft_s / rounds,
+        verify_ms_per_round=1000 * spec.verify_s / rounds,
+        base_tokens=base.generated_tokens,
+        spec_tokens=spec.generated_tokens,
+        identical=diff is None,
+        first_difference=diff,
+        difference_margin=margin,
+        llama_tps=llama_tps,
+        engine_vs_llama=base.generation_tps / llama_tps if llama_tps else None,
+    )
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def make_llama_baseline(model_path: str, n_ctx: int, n_threads: int | None, n_gpu_layers: int):
+    """llama-cpp-python's own high-level ``Llama`` greedy loop, timed like our engine (tokens after
+    the first, per second), to show what our Python loop costs."""
+    import llama_cpp
+    from llama_cpp import Llama
+
+    from .core.llama import default_threads
+
+    llm = Llama(model_path=model_path, n_ctx=n_ctx, n_threads=n_threads or default_threads(),
+                n_threads_batch=n_threads or default_threads(), n_gpu_layers=n_gpu_layers, verbose=False)
+
+    def run(tokens: list[int], n_predict: int) -> float:
+        llm.reset()
+        count, t_first = 0, 0.0
+        for token in llm.generate(tokens, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):
+            count += 1
+            if count == 1:
+                t_first = time.perf_counter()
+            if count >= n_predict or llama_cpp.llama_vocab_is_eog(llm._model.vocab, token):
+                break
+        elapsed = time.perf_counter() - t_first
+        return (count - 1) / elapsed if count > 1 and elapsed > 0 else 0.0
+
+    return run
+
+
+def format_table(report: BenchReport) -> str:
+    has_llama = any(r.llama_tps for r in report.results)
+    head = ["prompt", "tok", "base t/s", "spec t/s", "speedup", "accept", "acc len", "draft len",
+            "0-draft", "draft ms", "verify ms", "same"]
+    if has_llama:
+        head += ["llama t/s", "ours/llama"]
+    rows = [head]
+    for r in report.results:
+        same = "yes" if r.identical else f"@{r.first_difference}" + (
+            f" (margin {r.difference_margin:.3f})" if r.difference_margin is not None else "")
+        row = [r.prompt_id, str(r.spec_tokens), f"{r.base_tps:.2f}", f"{r.spec_tps:.2f}", f"{r.speedup:.2f}x",
+               f"{100 * r.acceptance:.0f}%", f"{r.mean_accepted_length:.2f}", f"{r.mean_draft_length:.2f}",
+               str(r.rounds - r.drafting_rounds), f"{r.draft_ms_per_round:.1f}", f"{r.verify_ms_per_round:.1f}", same]
+        if has_llama:
+            row += [f"{r.llama_tps:.2f}" if r.llama_tps else "-",
+                    f"{r.engine_vs_llama:.3f}" if r.engine_vs_llama else "-"]
+        rows.append(row)
+    m = report.medians()
+    med = ["median", "", _f(m["base_tps"]), _f(m["spec_tps"]), _f(m["speedup"], "x"),
+           _f(m["acceptance"] and 100 * m["acceptance"], "%", 0), _f(m["mean_accepted_length"]),
+           _f(m["mean_draft_length"]), "", "", "", f"{m['identical']}/{len(report.results)}"]
+    if has_llama:
+        med += [_f(m["llama_tps"]), _f(m["engine_vs_llama"], "", 3)]
+    rows.append(med)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    lines.insert(len(lines) - 1, "-" * len(lines[0]))
+    if m["min_speedup"] is not None:
+        lines.append(f"slowest prompt: {m['min_speedup']:.2f}x of the main model alone")
+    return "\n".join(lines)
+
+
+def _f(value: float | None, suffix: str = "", digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}{suffix}"

@@ -1,0 +1,270 @@
+"""quickdraft: the headless command line, on the same engine as the app.
+
+    quickdraft generate --main M [--draft D] -p PROMPT
+    quickdraft bench --main M --draft D --prompts FILE...
+    quickdraft info FILE.gguf
+    quickdraft check-pair MAIN DRAFT
+    quickdraft models ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+from . import __version__
+from .paths import DATA_DIR_ENV
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.data_dir:
+        os.environ[DATA_DIR_ENV] = str(Path(args.data_dir).expanduser().resolve())
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    from .core.errors import QuickdraftError
+
+    try:
+        return args.handler(args)
+    except QuickdraftError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="quickdraft", description="Local LLM chat with speculative decoding.")
+    parser.add_argument("--version", action="version", version=f"quickdraft {__version__}")
+    parser.add_argument("--data-dir", help=f"keep settings, data and models under this folder (or set {DATA_DIR_ENV})")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    gen = sub.add_parser("generate", help="answer a prompt, streaming, then print speculation statistics")
+    _model_args(gen)
+    src = gen.add_mutually_exclusive_group(required=True)
+    src.add_argument("-p", "--prompt", help="a user message")
+    src.add_argument("--messages", help="a JSON file: a list of {role, content} messages")
+    gen.add_argument("--system", help="a system message put before the prompt")
+    gen.add_argument("-n", "--n-predict", type=int, default=256, help="most tokens to generate (256)")
+    gen.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (0)")
+    gen.add_argument("--top-k", type=int, default=40)
+    gen.add_argument("--top-p", type=float, default=0.95)
+    gen.add_argument("--min-p", type=float, default=0.05)
+    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
+    gen.add_argument("--json", action="store_true", help="print one JSON summary instead of the stream")
+    gen.set_defaults(handler=cmd_generate)
+
+    bench = sub.add_parser("bench", help="main model alone vs speculative, greedy, per prompt, same process")
+    _model_args(bench)
+    bench.add_argument("--prompts", nargs="+", required=True, help="JSONL files of prompts")
+    bench.add_argument("-n", "--n-predict", type=int, default=128)
+    bench.add_argument("--limit", type=int, default=None, help="only the first N prompts")
+    bench.add_argument("--json", dest="json_out", help="write the results to this JSON file")
+    bench.add_argument("--llama-baseline", action="store_true",
+                       help="also time llama-cpp-python's own Llama greedy loop on the main model")
+    bench.set_defaults(handler=cmd_bench)
+
+    info = sub.add_parser("info", help="what a GGUF file says about itself (no weights loaded)")
+    info.add_argument("file")
+    info.add_argument("--json", action="store_true")
+    info.set_defaults(handler=cmd_info)
+
+    pair = sub.add_parser("check-pair", help="can DRAFT draft for MAIN?")
+    pair.add_argument("main")
+    pair.add_argument("draft")
+    pair.set_defaults(handler=cmd_check_pair)
+
+    _add_models(sub)
+    return parser
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-m", "--main", required=True, help="the main model (GGUF)")
+    p.add_argument("-md", "--draft", help="the draft model (GGUF)")
+    p.add_argument("--draft-max", type=int, default=8, help="most tokens drafted per round (8)")
+    p.add_argument("--draft-min", type=int, default=0, help="drop drafts shorter than this (0)")
+    p.add_argument("--draft-p-min", type=float, default=0.0,
+                   help="stop drafting when the draft's top probability falls below this (0 = off)")
+    p.add_argument("--policy", choices=["fixed", "pmin"], default="fixed")
+    p.add_argument("-ngl", "--gpu-layers", type=int, default=0, help="main model layers on the GPU (-1 = all)")
+    p.add_argument("-ngld", "--gpu-layers-draft", type=int, default=0, help="draft model layers on the GPU")
+    p.add_argument("-c", "--ctx", type=int, default=4096, help="context size of the main model (4096)")
+    p.add_argument("-cd", "--ctx-draft", type=int, default=None, help="context size of the draft (= --ctx)")
+    p.add_argument("-t", "--threads", type=int, default=None, help="threads for the main model")
+    p.add_argument("-td", "--threads-draft", type=int, default=None, help="threads for the draft (= --threads)")
+
+
+def _add_models(sub) -> None:
+    try:
+        from .models.cli import add_models_parser
+    except ImportError:
+        return
+    add_models_parser(sub)
+
+
+def _load_engine(args):
+    from .core.engine import Engine
+    from .core.params import ModelParams
+
+    main = ModelParams(args.main, n_gpu_layers=args.gpu_layers, n_ctx=args.ctx, n_threads=args.threads)
+    draft = None
+    if args.draft:
+        draft = ModelParams(args.draft, n_gpu_layers=args.gpu_layers_draft, n_ctx=args.ctx_draft or args.ctx,
+                            n_threads=args.threads_draft or args.threads)
+    engine = Engine.load(main, draft)
+    for warning in engine.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return engine
+
+
+def _speculation(args):
+    from .core.params import SpeculationParams
+
+    return SpeculationParams(draft_max=args.draft_max, draft_min=args.draft_min, p_min=args.draft_p_min,
+                             policy=args.policy)
+
+
+def _messages(args) -> list[dict]:
+    if args.messages:
+        from .core.errors import QuickdraftError
+
+        try:
+            data = json.loads(Path(args.messages).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise QuickdraftError(f"cannot read messages from {args.messages}: {exc}") from exc
+        return data["messages"] if isinstance(data, dict) else data
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    return messages + [{"role": "user", "content": args.prompt}]
+
+
+def cmd_generate(args) -> int:
+    from .core.events import Summary, TokenPiece
+    from .core.params import SamplingParams
+
+    engine = _load_engine(args)
+    sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                              seed=args.seed, max_tokens=args.n_predict, stop=tuple(args.stop))
+    cancel = threading.Event()
+    summary = None
+    try:
+        events = engine.generate(_messages(args), sampling=sampling, speculation=_speculation(args),
+                                 drafter="model" if args.draft else "none", cancel=cancel)
+        for event in events:
+            if isinstance(event, TokenPiece) and not args.json:
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+            elif isinstance(event, Summary):
+                summary = event
+    except KeyboardInterrupt:
+        cancel.set()
+        raise
+    finally:
+        engine.close()
+    if args.json:
+        print(json.dumps(summary.to_dict(), indent=2))
+    else:
+        print(file=sys.stdout)
+        print(format_stats(summary, args.draft_max if args.draft else 0), file=sys.stderr)
+    return 0 if summary.error is None else 1
+
+
+def format_stats(s, n_draft: int) -> str:
+    """The statistics block, in the shape llama.cpp's speculative example prints."""
+    lines = [
+        f"encoded {s.prompt_tokens_evaluated:4d} tokens in {s.prompt_s:8.3f} seconds, speed: {s.prompt_tps:8.3f} t/s",
+        f"decoded {s.generated_tokens:4d} tokens in {s.generation_s:8.3f} seconds, speed: {s.generation_tps:8.3f} t/s",
+        "",
+        f"n_draft   = {n_draft}",
+        f"n_predict = {s.generated_tokens}",
+        f"n_drafted = {s.drafted}",
+        f"n_accept  = {s.accepted}",
+        f"accept    = {100 * s.acceptance_rate:.3f}%",
+        f"rounds    = {s.rounds} ({s.drafting_rounds} drafted), {s.mean_accepted_length:.2f} accepted per drafting round",
+        f"time      = draft {s.draft_s:.3f} s, verify {s.verify_s:.3f} s, first token {s.ttft_s:.3f} s",
+    ]
+    if s.drafted_by_position:
+        by_pos = " ".join(f"{100 * r:.0f}%" for r in s.acceptance_by_position())
+        lines.append(f"accept by draft position: {by_pos}")
+    lines.append(f"stopped   = {s.stop_reason.value}" + (f" ({s.error})" if s.error else ""))
+    return "\n".join(lines)
+
+
+def cmd_bench(args) -> int:
+    from .bench import BenchReport, bench_prompt, format_table, load_prompts, make_llama_baseline
+
+    prompts = load_prompts(args.prompts)[: args.limit]
+    engine = _load_engine(args)
+    speculation = _speculation(args)
+    baseline = (make_llama_baseline(args.main, args.ctx, args.threads, args.gpu_layers)
+                if args.llama_baseline else None)
+    report = BenchReport(settings={
+        "main": args.main, "draft": args.draft, "n_predict": args.n_predict, "draft_max": args.draft_max,
+        "draft_min": args.draft_min, "p_min": args.draft_p_min, "policy": args.policy,
+        "threads": args.threads, "ctx": args.ctx, "gpu_layers": args.gpu_layers,
+        "gpu_layers_draft": args.gpu_layers_draft, "prompts": args.prompts})
+    try:
+        for prompt_id, messages in prompts:
+            result = bench_prompt(engine, prompt_id, messages, args.n_predict, speculation,
+                                  "model" if args.draft else "none", baseline)
+            report.results.append(result)
+            print(f"{prompt_id}: {result.base_tps:.2f} -> {result.spec_tps:.2f} t/s ({result.speedup:.2f}x)",
+                  file=sys.stderr, flush=True)
+    finally:
+        engine.close()
+    print(format_table(report))
+    if args.json_out:
+        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json_out).write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
+        print(f"wrote {args.json_out}", file=sys.stderr)
+    return 0
+
+
+def cmd_info(args) -> int:
+    from .core.gguf_info import read_gguf_info
+
+    info = read_gguf_info(args.file)
+    rows = {
+        "file": info.path, "name": info.display_name, "architecture": info.architecture,
+        "parameters": f"{info.parameter_count / 1e9:.2f} B" if info.parameter_count >= 1e8 else f"{info.parameter_count:,}",
+        "quantization": info.quantization, "file size": f"{info.file_size / 2**20:.1f} MiB",
+        "context length": info.context_length, "layers": info.n_layers,
+        "vocabulary": f"{info.vocab_type_name}, {info.vocab_size:,} tokens",
+        "bos / eos": f"{info.bos_token_id} / {info.eos_token_id} (add bos: {info.add_bos})",
+        "chat template": "yes" if info.chat_template else "no (a plain transcript is used)",
+    }
+    if args.json:
+        data = {k: v for k, v in vars(info).items() if k not in ("tokens", "chat_template")}
+        data["has_chat_template"] = bool(info.chat_template)
+        print(json.dumps(data, indent=2))
+    else:
+        for key, value in rows.items():
+            print(f"{key:>15}: {value}")
+    return 0
+
+
+def cmd_check_pair(args) -> int:
+    from .core.gguf_info import check_pair, read_gguf_info
+
+    main_info, draft_info = read_gguf_info(args.main), read_gguf_info(args.draft)
+    result = check_pair(main_info, draft_info)
+    for warning in result.warnings:
+        print(f"warning: {warning}")
+    if result.compatible:
+        print(f"compatible: {draft_info.display_name} can draft for {main_info.display_name}")
+        return 0
+    print(f"incompatible: {draft_info.display_name} cannot draft for {main_info.display_name}:")
+    for reason in result.reasons:
+        print(f"  - {reason}")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

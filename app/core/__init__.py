@@ -1,0 +1,1 @@
+"""The engine: speculative decoding over llama-cpp-python. Imports no Qt, ever."""

@@ -1,0 +1,170 @@
+"""Engine: owns a loaded main model (and optionally a draft) and runs generations on them.
+
+One thread owns an Engine (the GUI's worker, or the CLI's main thread): llama.cpp objects are not
+shared between threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from . import llama
+from .chat import Message, prompt_tokens
+from .drafters import DraftModelDrafter, Drafter
+from .errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
+from .events import Event
+from .lm import prefill
+from .gguf_info import GGUFInfo, check_pair, read_gguf_info
+from .params import ModelParams, SamplingParams, SpeculationParams
+from .policy import make_policy
+from .speculative import SpeculativeGeneration
+
+DRAFTERS = ("model", "none")
+
+
+@dataclass(frozen=True)
+class LogitMargin:
+    """How sure the main model was at one position: its two best tokens and their logit gap."""
+
+    best: int
+    second: int
+    margin: float
+
+
+class Engine:
+    def __init__(self, main: "llama.LlamaSession", main_info: GGUFInfo,
+                 draft: "llama.LlamaSession | None" = None, draft_info: GGUFInfo | None = None,
+                 warnings: Sequence[str] = ()):
+        self.main = main
+        self.main_info = main_info
+        self.draft = draft
+        self.draft_info = draft_info
+        self.warnings = tuple(warnings)
+
+    # --- loading -------------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, main: ModelParams, draft: ModelParams | None = None) -> "Engine":
+        """Check the files, then load the main model and the draft. Raises QuickdraftError
+        subclasses with a message for the user; nothing stays loaded after a failure."""
+        main_info = read_gguf_info(main.path)
+        draft_info = read_gguf_info(draft.path) if draft else None
+        warnings: list[str] = []
+        if draft_info is not None:
+            pair = check_pair(main_info, draft_info)
+            if not pair.compatible:
+                raise IncompatibleDraftError(
+                    f"{draft_info.display_name} cannot draft for {main_info.display_name}: "
+                    + "; ".join(pair.reasons) + ".")
+            warnings += pair.warnings
+        _check_fits_in_memory(main_info, main, draft_info, draft)
+        loaded: list = []
+        try:
+            main_session = _open(main, loaded)
+            draft_session = _open(draft, loaded) if draft else None
+        except BaseException:
+            for obj in reversed(loaded):
+                obj.close()
+            raise
+        return cls(main_session, main_info, draft_session, draft_info, warnings)
+
+    @property
+    def has_draft(self) -> bool:
+        return self.draft is not None
+
+    @property
+    def gpu_offload_supported(self) -> bool:
+        return llama.gpu_offload_supported()
+
+    def close(self) -> None:
+        for session in (self.draft, self.main):
+            if session is not None:
+                session.close()
+                session.model.close()
+        self.draft = None
+
+    # --- generation ----------------------------------------------------------------------------
+
+    def tokenize_messages(self, messages: Sequence[Message]) -> list[int]:
+        return prompt_tokens(self.main.model, messages)
+
+    def generate(self, messages: Sequence[Message] | None = None, *, prompt: Sequence[int] | None = None,
+                 sampling: SamplingParams = SamplingParams(),
+                 speculation: SpeculationParams = SpeculationParams(),
+                 drafter: str = "model", cancel: threading.Event | None = None) -> Iterator[Event]:
+        """Generate an answer to ``messages`` (or to raw ``prompt`` tokens), yielding TokenPiece and
+        Round events and, last, a Summary. Raises PromptTooLongError before decoding anything."""
+        if drafter not in DRAFTERS:
+            raise QuickdraftError(f"Unknown drafter {drafter!r}; choose one of {', '.join(DRAFTERS)}.")
+        tokens = list(prompt) if prompt is not None else self.tokenize_messages(messages or [])
+        generation = SpeculativeGeneration(
+            main=self.main,
+            vocab=self.main.model,
+            drafter=self._drafter(drafter),
+            policy=make_policy(speculation),
+            sampling=sampling,
+            draft_min=speculation.draft_min,
+            cancel=cancel,
+        )
+        return generation.run(tokens)
+
+    def _drafter(self, kind: str) -> Drafter | None:
+        if kind == "model" and self.draft is not None:
+            return DraftModelDrafter(self.draft)
+        return None
+
+    def logit_margin(self, tokens: Sequence[int]) -> LogitMargin:
+        """The main model's two best next tokens after ``tokens``, and their logit gap."""
+        row = np.asarray(prefill(self.main, list(tokens)))
+        second, best = np.argsort(row)[-2:]
+        return LogitMargin(int(best), int(second), float(row[best] - row[second]))
+
+    def forget_cache(self) -> None:
+        """Empty both KV caches, so the next generation decodes its whole prompt (benchmarks)."""
+        for session in (self.main, self.draft):
+            if session is not None:
+                session.truncate(0)
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self.main.model.detokenize(tokens)
+
+
+def _open(params: ModelParams, loaded: list) -> "llama.LlamaSession":
+    model = llama.LlamaModel(params)
+    loaded.append(model)
+    session = llama.LlamaSession(model, params.n_ctx, params.n_threads, params.n_batch)
+    loaded.append(session)
+    return session
+
+
+def total_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_fits_in_memory(main_info: GGUFInfo, main: ModelParams,
+                          draft_info: GGUFInfo | None, draft: ModelParams | None) -> None:
+    """Refuse a CPU-only pair that cannot fit in RAM: llama.cpp would page it from disk forever."""
+    ram = total_memory_bytes()
+    if ram is None:
+        return
+    need = _cpu_bytes(main_info, main) + (_cpu_bytes(draft_info, draft) if draft_info and draft else 0)
+    if need > ram:
+        raise ModelLoadError(
+            f"{main_info.display_name}{' with its draft' if draft else ''} needs about {need / 2**30:.1f} GiB "
+            f"of memory but this machine has {ram / 2**30:.1f} GiB. Choose a smaller quantization, a "
+            f"smaller context, or offload layers to a GPU.")
+
+
+def _cpu_bytes(info: GGUFInfo, params: ModelParams) -> int:
+    if params.n_gpu_layers != 0 and llama.gpu_offload_supported():
+        return 0  # weights and cache (mostly) live in VRAM; llama.cpp reports if they do not fit
+    n_ctx = params.n_ctx or info.context_length or 4096
+    return info.file_size + info.kv_bytes_per_token() * n_ctx

@@ -1,0 +1,33 @@
+"""Errors a person can cause, each with a message written for that person."""
+
+from __future__ import annotations
+
+
+class QuickdraftError(Exception):
+    """Base of every error the engine reports to a user (never shown as a traceback)."""
+
+
+class ModelFileError(QuickdraftError):
+    """A model file is missing, not a GGUF, truncated or otherwise unreadable."""
+
+
+class ModelLoadError(QuickdraftError):
+    """llama.cpp refused to load a model (unknown architecture, out of memory, ...)."""
+
+
+class IncompatibleDraftError(QuickdraftError):
+    """The draft model's vocabulary does not match the main model's."""
+
+
+class PromptTooLongError(QuickdraftError):
+    def __init__(self, n_prompt: int, n_ctx: int):
+        super().__init__(
+            f"The prompt is {n_prompt} tokens long but the context holds {n_ctx}. "
+            f"Shorten the conversation or raise the context size."
+        )
+        self.n_prompt = n_prompt
+        self.n_ctx = n_ctx
+
+
+class DecodeError(QuickdraftError):
+    """llama_decode failed during generation."""

@@ -1,0 +1,143 @@
+"""The engine's event stream: what ``Engine.generate()`` yields.
+
+The CLI, the GUI, the benchmark and the tests all consume these same small frozen values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Origin(str, Enum):
+    """Where a token came from."""
+
+    DRAFT = "draft"  # a drafted token the main model accepted
+    MAIN = "main"    # the main model's own token: a correction after a rejection, or a bonus
+
+
+class StopReason(str, Enum):
+    LENGTH = "length"          # max tokens reached
+    EOG = "eog"                # an end-of-generation token
+    STOP_STRING = "stop_string"
+    CONTEXT = "context"        # the context window is full
+    CANCEL = "cancel"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class TokenPiece:
+    """Text ready to show. ``text`` holds whole characters only (bytes of a character split across
+    tokens are held back until it is complete), so it may be empty while ``token_ids`` is not."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class Round:
+    """One speculative round: drafted n tokens, the main model accepted k of them, then added one."""
+
+    index: int
+    drafted: int
+    accepted: int
+    draft_s: float
+    verify_s: float
+    generated_total: int   # tokens generated so far, this round included
+    elapsed_s: float       # since generation started (prompt processing included)
+
+
+@dataclass(frozen=True)
+class Summary:
+    prompt_tokens: int            # tokens in the prompt
+    prompt_tokens_evaluated: int  # of those, how many were decoded (the rest came from the cache)
+    generated_tokens: int
+    ttft_s: float                 # time to first token
+    prompt_s: float
+    generation_s: float           # from the first token to the end
+    drafted: int
+    accepted: int
+    main_tokens: int              # tokens the main model produced itself (corrections and bonuses)
+    rounds: int
+    drafting_rounds: int          # rounds that drafted at least one token
+    draft_s: float
+    verify_s: float
+    accepted_by_position: tuple[int, ...] = ()
+    drafted_by_position: tuple[int, ...] = ()
+    stop_reason: StopReason = StopReason.LENGTH
+    error: str | None = None
+    text: str = ""
+    token_ids: tuple[int, ...] = field(default=(), repr=False)
+
+    @property
+    def prompt_tps(self) -> float:
+        return self.prompt_tokens_evaluated / self.prompt_s if self.prompt_s > 0 else 0.0
+
+    @property
+    def generation_tps(self) -> float:
+        """Tokens per second after the first token (the first one is paid for by the prompt)."""
+        n = self.generated_tokens - 1
+        return n / self.generation_s if n > 0 and self.generation_s > 0 else 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.ttft_s + self.generation_s
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Accepted draft tokens per round that drafted."""
+        return self.accepted / self.drafting_rounds if self.drafting_rounds else 0.0
+
+    @property
+    def tokens_per_round(self) -> float:
+        """Tokens gained per main-model pass (1.0 without speculation)."""
+        return (self.generated_tokens - 1) / self.rounds if self.rounds else 0.0
+
+    def acceptance_by_position(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_by_position, self.drafted_by_position)]
+
+    def to_dict(self) -> dict:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_tokens_evaluated": self.prompt_tokens_evaluated,
+            "generated_tokens": self.generated_tokens,
+            "ttft_s": self.ttft_s,
+            "prompt_s": self.prompt_s,
+            "generation_s": self.generation_s,
+            "prompt_tps": self.prompt_tps,
+            "generation_tps": self.generation_tps,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "main_tokens": self.main_tokens,
+            "acceptance_rate": self.acceptance_rate,
+            "rounds": self.rounds,
+            "drafting_rounds": self.drafting_rounds,
+            "mean_accepted_length": self.mean_accepted_length,
+            "tokens_per_round": self.tokens_per_round,
+            "draft_s": self.draft_s,
+            "verify_s": self.verify_s,
+            "drafted_by_position": list(self.drafted_by_position),
+            "accepted_by_position": list(self.accepted_by_position),
+            "acceptance_by_position": self.acceptance_by_position(),
+            "stop_reason": self.stop_reason.value,
+            "error": self.error,
+            "text": self.text,
+        }
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """Emitted by the engine's loader (not by generate): what is loaded, and any warning."""
+
+    main_name: str
+    draft_name: str | None
+    gpu_offload_supported: bool
+    warnings: tuple[str, ...] = ()
+
+
+Event = TokenPiece | Round | Summary

@@ -1,0 +1,229 @@
+"""Read a GGUF file's metadata without loading its weights, and check draft/main compatibility."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import ModelFileError
+
+GGUF_MAGIC = b"GGUF"
+# llama.cpp's rules for a draft model (common/speculative.cpp)
+VOCAB_MAX_SIZE_DIFFERENCE = 128
+VOCAB_CHECK_START_TOKEN_ID = 5
+
+_VOCAB_TYPE_NAMES = {
+    "llama": "SentencePiece (SPM)", "gpt2": "byte-level BPE", "bert": "WordPiece", "t5": "Unigram (T5)",
+    "rwkv": "RWKV", "plamo2": "PLaMo-2", "none": "none",
+}
+
+
+@dataclass(frozen=True)
+class GGUFInfo:
+    path: str
+    file_size: int
+    architecture: str
+    name: str
+    parameter_count: int
+    quantization: str
+    context_length: int | None
+    n_layers: int | None
+    n_embd: int | None
+    n_head_kv: int | None
+    n_head: int | None
+    vocab_type: str
+    vocab_size: int
+    bos_token_id: int | None
+    eos_token_id: int | None
+    add_bos: bool
+    add_eos: bool
+    chat_template: str | None
+    tokens: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def vocab_type_name(self) -> str:
+        return _VOCAB_TYPE_NAMES.get(self.vocab_type, self.vocab_type)
+
+    @property
+    def display_name(self) -> str:
+        return self.name or Path(self.path).stem
+
+    def kv_bytes_per_token(self) -> int:
+        """F16 KV cache bytes for one token of context (K and V, all layers)."""
+        if not (self.n_layers and self.n_embd and self.n_head):
+            return 0
+        head_dim = self.n_embd // self.n_head
+        return 2 * 2 * self.n_layers * (self.n_head_kv or self.n_head) * head_dim
+
+
+@dataclass(frozen=True)
+class PairCheck:
+    compatible: bool
+    reasons: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def message(self) -> str:
+        return "; ".join(self.reasons or self.warnings) or "compatible"
+
+
+def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
+    """Metadata of a GGUF file. Raises ModelFileError with a readable reason for a bad file."""
+    path = Path(path)
+    stat = _check_file(path)
+    return _read_cached(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+def _check_file(path: Path) -> os.stat_result:
+    if not path.exists():
+        raise ModelFileError(f"Model file not found: {path}")
+    if not path.is_file():
+        raise ModelFileError(f"Not a file: {path}")
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise ModelFileError(f"{path.name} is not a GGUF model file (it does not start with 'GGUF').")
+    return path.stat()
+
+
+@lru_cache(maxsize=16)
+def _read_cached(path: str, size: int, mtime_ns: int) -> GGUFInfo:
+    from gguf import GGUFReader
+
+    name = Path(path).name
+    try:
+        reader = GGUFReader(path, "r")
+    except Exception as exc:  # the gguf package raises ValueError, IndexError, struct errors...
+        raise ModelFileError(f"{name} is damaged or truncated and cannot be read ({exc}).") from exc
+    _check_tensor_data_present(reader, name, size)
+    return _info_from_reader(reader, path, size)
+
+
+def _check_tensor_data_present(reader, name: str, size: int) -> None:
+    end = max((t.data_offset + int(t.n_bytes) for t in reader.tensors), default=0)
+    if end > size:
+        raise ModelFileError(
+            f"{name} is truncated: its tensors need {end:,} bytes but the file has {size:,}. "
+            f"The download was probably interrupted; download it again."
+        )
+
+
+def _info_from_reader(reader, path: str, size: int) -> GGUFInfo:
+    def get(key: str, default=None):
+        f = reader.fields.get(key)
+        if f is None:
+            return default
+        try:
+            return f.contents()
+        except Exception:
+            return default
+
+    arch = str(get("general.architecture", "unknown"))
+    vocab_type = str(get("tokenizer.ggml.model", "none"))
+    tokens = get("tokenizer.ggml.tokens", []) or []
+    add_bos = get("tokenizer.ggml.add_bos_token")
+    return GGUFInfo(
+        path=path,
+        file_size=size,
+        architecture=arch,
+        name=str(get("general.name", "") or ""),
+        parameter_count=sum(int(t.n_elements) for t in reader.tensors),
+        quantization=_quantization(reader, get("general.file_type")),
+        context_length=_int_or_none(get(f"{arch}.context_length")),
+        n_layers=_int_or_none(get(f"{arch}.block_count")),
+        n_embd=_int_or_none(get(f"{arch}.embedding_length")),
+        n_head=_int_or_none(_first(get(f"{arch}.attention.head_count"))),
+        n_head_kv=_int_or_none(_first(get(f"{arch}.attention.head_count_kv"))),
+        vocab_type=vocab_type,
+        vocab_size=len(tokens),
+        bos_token_id=_int_or_none(get("tokenizer.ggml.bos_token_id")),
+        eos_token_id=_int_or_none(get("tokenizer.ggml.eos_token_id")),
+        # llama.cpp's default when the key is missing: SentencePiece adds BOS, the others do not
+        add_bos=bool(add_bos) if add_bos is not None else vocab_type == "llama",
+        add_eos=bool(get("tokenizer.ggml.add_eos_token", False)),
+        chat_template=get("tokenizer.chat_template"),
+        tokens=tuple(tokens),
+    )
+
+
+def _first(value):
+    return value[0] if isinstance(value, list) and value else value
+
+
+def _int_or_none(value) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _quantization(reader, file_type) -> str:
+    from gguf import GGMLQuantizationType, LlamaFileType
+
+    if file_type is not None:
+        try:
+            return LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_")
+        except ValueError:
+            pass
+    weights = Counter(t.tensor_type for t in reader.tensors if len(t.shape) > 1)
+    if not weights:
+        return "unknown"
+    return GGMLQuantizationType(weights.most_common(1)[0][0]).name
+
+
+def check_pair(main: GGUFInfo, draft: GGUFInfo) -> PairCheck:
+    """Can ``draft`` draft for ``main``? The rules are llama.cpp's: the draft's tokens must mean the
+    same as the main model's, or its proposals would be nonsense to the main model."""
+    reasons: list[str] = []
+    if main.vocab_type != draft.vocab_type:
+        reasons.append(
+            f"different tokenizer types: the main model uses {main.vocab_type_name}, "
+            f"the draft {draft.vocab_type_name}"
+        )
+    else:
+        reasons += _special_token_differences(main, draft)
+        size_gap = abs(main.vocab_size - draft.vocab_size)
+        if size_gap > VOCAB_MAX_SIZE_DIFFERENCE:
+            reasons.append(
+                f"vocabulary sizes differ by {size_gap} tokens ({main.vocab_size:,} vs {draft.vocab_size:,}; "
+                f"at most {VOCAB_MAX_SIZE_DIFFERENCE} allowed)"
+            )
+        else:
+            mismatch = _first_token_mismatch(main.tokens, draft.tokens)
+            if mismatch is not None:
+                i = mismatch
+                reasons.append(
+                    f"the vocabularies differ: token {i} is {main.tokens[i]!r} in the main model "
+                    f"but {draft.tokens[i]!r} in the draft"
+                )
+    warnings: list[str] = []
+    if draft.file_size >= main.file_size:
+        warnings.append(
+            f"the draft ({_gb(draft.file_size)}) is not smaller than the main model "
+            f"({_gb(main.file_size)}): drafting will slow generation down"
+        )
+    return PairCheck(not reasons, tuple(reasons), tuple(warnings))
+
+
+def _special_token_differences(main: GGUFInfo, draft: GGUFInfo) -> list[str]:
+    out = []
+    if main.add_bos != draft.add_bos or main.add_eos != draft.add_eos:
+        out.append("the models disagree on adding a begin/end-of-sequence token to the prompt")
+    if main.bos_token_id != draft.bos_token_id:
+        out.append(f"different begin-of-sequence tokens ({main.bos_token_id} vs {draft.bos_token_id})")
+    if main.eos_token_id != draft.eos_token_id:
+        out.append(f"different end-of-sequence tokens ({main.eos_token_id} vs {draft.eos_token_id})")
+    return out
+
+
+def _first_token_mismatch(a: tuple[str, ...], b: tuple[str, ...]) -> int | None:
+    for i in range(VOCAB_CHECK_START_TOKEN_ID, min(len(a), len(b))):
+        if a[i] != b[i]:
+            return i
+    return None
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"

@@ -1,0 +1,282 @@
+"""A thin typed wrapper over llama-cpp-python's low-level API.
+
+Only this module (and the benchmark's baseline) touches ``llama_cpp``. It loads a model and a
+context, decodes batches with logits for chosen positions, hands logits rows out as numpy views,
+trims the KV cache, tokenizes and turns tokens back into bytes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .errors import DecodeError, ModelLoadError
+from .params import ModelParams
+
+_init_lock = threading.Lock()
+_initialized = False
+_recent_errors: deque[str] = deque(maxlen=20)
+
+
+def _llama():
+    import llama_cpp
+
+    return llama_cpp
+
+
+# --- logging: llama.cpp prints every tensor while loading; keep warnings and errors only ------------
+
+_GGML_LOG_LEVEL_WARN = 3
+_GGML_LOG_LEVEL_ERROR = 4
+_GGML_LOG_LEVEL_CONT = 5
+_last_level = [0]
+
+
+def _log(level: int, text: bytes | None, _user_data) -> None:
+    if level == _GGML_LOG_LEVEL_CONT:
+        level = _last_level[0]
+    _last_level[0] = level
+    if level < _GGML_LOG_LEVEL_WARN or not text:
+        return
+    message = text.decode("utf-8", "replace").rstrip()
+    if message:
+        _recent_errors.append(message)
+        if os.environ.get("QUICKDRAFT_LLAMA_LOG"):
+            print(message, flush=True)
+
+
+_log_callback = None  # kept alive: llama.cpp holds a raw pointer to it
+
+
+def ensure_backend() -> None:
+    """Initialise llama.cpp once per process and quiet its logging."""
+    global _initialized, _log_callback
+    with _init_lock:
+        if _initialized:
+            return
+        llama_cpp = _llama()
+        _log_callback = llama_cpp.llama_log_callback(_log)
+        llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+        _initialized = True
+
+
+def gpu_offload_supported() -> bool:
+    ensure_backend()
+    return bool(_llama().llama_supports_gpu_offload())
+
+
+def default_threads() -> int:
+    """Physical cores are what matter for decoding; os.cpu_count() counts hyper-threads."""
+    n = os.cpu_count() or 1
+    return n if n <= 4 else max(4, n // 2)
+
+
+def _take_errors() -> str:
+    text = " ".join(m for m in _recent_errors if "error" in m.lower() or "failed" in m.lower())
+    _recent_errors.clear()
+    return text
+
+
+class LlamaModel:
+    """Weights and vocabulary of one GGUF model."""
+
+    def __init__(self, params: ModelParams):
+        ensure_backend()
+        llama_cpp = _llama()
+        self.params = params
+        self.path = str(params.path)
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = params.n_gpu_layers if params.n_gpu_layers >= 0 else 0x7FFFFFFF
+        mparams.use_mmap = params.use_mmap
+        _recent_errors.clear()
+        model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
+        if not model:
+            raise ModelLoadError(_load_failure_message(self.path, _take_errors()))
+        self._model = model
+        self._vocab = llama_cpp.llama_model_get_vocab(model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self.bos = int(llama_cpp.llama_vocab_bos(self._vocab))
+        self.eos = int(llama_cpp.llama_vocab_eos(self._vocab))
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(model))
+        self.size_bytes = int(llama_cpp.llama_model_size(model))
+        self.n_params = int(llama_cpp.llama_model_n_params(model))
+        self._pieces: dict[int, bytes] = {}
+        self._eog = np.array([bool(llama_cpp.llama_vocab_is_eog(self._vocab, t)) for t in range(self.n_vocab)])
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).name
+
+    def chat_template(self) -> str | None:
+        raw = _llama().llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8", "replace") if raw else None
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        llama_cpp = _llama()
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buf = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, parse_special)
+        return list(buf[:n])
+
+    def token_text(self, token: int) -> str:
+        """A token's text as the vocabulary spells it (control tokens included); "" for none."""
+        if not 0 <= token < self.n_vocab:
+            return ""
+        raw = _llama().llama_vocab_get_text(self._vocab, token)
+        return raw.decode("utf-8", "replace") if raw else ""
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token (control tokens render as nothing)."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            cached = self._pieces[token] = self._token_to_piece(token)
+        return cached
+
+    def _token_to_piece(self, token: int) -> bytes:
+        llama_cpp = _llama()
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._eog[token]) if 0 <= token < self.n_vocab else False
+
+    def close(self) -> None:
+        if self._model:
+            _llama().llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self):  # pragma: no cover - safety net; Engine closes explicitly
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _load_failure_message(path: str, log: str) -> str:
+    name = Path(path).name
+    lowered = log.lower()
+    if "unknown model architecture" in lowered:
+        arch = log.split("unknown model architecture:", 1)[-1].strip().split()[0].strip("'\"")
+        return (f"{name} uses the architecture '{arch}', which this version of llama.cpp does not "
+                f"know. Update Quickdraft or choose another model.")
+    if "alloc" in lowered or "memory" in lowered:
+        return f"Not enough memory to load {name}. Offload fewer layers to the GPU or choose a smaller model. ({log})"
+    return f"llama.cpp could not load {name}." + (f" It said: {log}" if log else "")
+
+
+class LlamaSession:
+    """A llama.cpp context (one sequence) whose KV cache holds ``cached``."""
+
+    def __init__(self, model: LlamaModel, n_ctx: int, n_threads: int | None = None, n_batch: int = 512):
+        llama_cpp = _llama()
+        self.model = model
+        self.n_vocab = model.n_vocab
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = n_ctx if n_ctx > 0 else model.n_ctx_train
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = 1
+        threads = n_threads or default_threads()
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        _recent_errors.clear()
+        ctx = llama_cpp.llama_init_from_model(model._model, cparams)
+        if not ctx:
+            raise ModelLoadError(
+                f"Could not create a context of {cparams.n_ctx} tokens for {model.name}: "
+                f"lower the context size or offload fewer layers. {_take_errors()}".rstrip())
+        self._ctx = ctx
+        self.n_ctx = int(llama_cpp.llama_n_ctx(ctx))
+        self.n_batch = n_batch
+        self._memory = llama_cpp.llama_get_memory(ctx)
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._tokens = np.ctypeslib.as_array(self._batch.token, shape=(n_batch,))
+        self._pos = np.ctypeslib.as_array(self._batch.pos, shape=(n_batch,))
+        self._logits_flags = np.ctypeslib.as_array(self._batch.logits, shape=(n_batch,))
+        np.ctypeslib.as_array(self._batch.n_seq_id, shape=(n_batch,))[:] = 1
+        for i in range(n_batch):
+            self._batch.seq_id[i][0] = 0
+        self._cached: list[int] = []
+
+    @property
+    def cached(self) -> list[int]:
+        return self._cached
+
+    def eval(self, tokens: Sequence[int], all_logits: bool = False) -> np.ndarray:
+        if len(self._cached) + len(tokens) > self.n_ctx:
+            raise DecodeError(f"The context of {self.n_ctx} tokens is full.")
+        if len(tokens) <= self.n_batch:
+            return self._decode(tokens, all_logits)
+        rows = []
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start:start + self.n_batch]
+            last = start + self.n_batch >= len(tokens)
+            out = self._decode(chunk, all_logits)
+            if all_logits or last:
+                rows.append(out.copy())
+        return np.concatenate(rows)
+
+    def _decode(self, tokens: Sequence[int], all_logits: bool) -> np.ndarray:
+        llama_cpp = _llama()
+        n = len(tokens)
+        start = len(self._cached)
+        self._tokens[:n] = tokens
+        self._pos[:n] = np.arange(start, start + n)
+        self._logits_flags[:n] = 1 if all_logits else 0
+        self._logits_flags[n - 1] = 1
+        self._batch.n_tokens = n
+        rc = llama_cpp.llama_decode(self._ctx, self._batch)
+        if rc != 0:
+            self.truncate(start)
+            raise DecodeError(f"llama.cpp failed to decode a batch of {n} tokens (code {rc}). {_take_errors()}".rstrip())
+        self._cached.extend(int(t) for t in tokens)
+        n_out = n if all_logits else 1
+        first = 0 if all_logits else n - 1
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, first)
+        return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
+
+    def truncate(self, n_keep: int) -> None:
+        if n_keep >= len(self._cached):
+            return
+        _llama().llama_memory_seq_rm(self._memory, 0, n_keep, -1)
+        del self._cached[n_keep:]
+
+    def kv_positions(self) -> tuple[int, int]:
+        """(min, max) position llama.cpp holds for the sequence; (-1, -1) when empty. For tests."""
+        llama_cpp = _llama()
+        return (int(llama_cpp.llama_memory_seq_pos_min(self._memory, 0)),
+                int(llama_cpp.llama_memory_seq_pos_max(self._memory, 0)))
+
+    def close(self) -> None:
+        llama_cpp = _llama()
+        if self._ctx:
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+
+    def __del__(self):  # pragma: no cover
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,47 @@
+"""What the speculative loop needs from a model, so it runs on llama.cpp and on test models alike."""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import numpy as np
+
+
+class Session(Protocol):
+    """A model with its own KV cache holding the tokens in ``cached``."""
+
+    n_ctx: int
+    n_vocab: int
+
+    @property
+    def cached(self) -> Sequence[int]:
+        """The tokens whose keys and values are in the cache, in order."""
+
+    def eval(self, tokens: Sequence[int], all_logits: bool = False) -> np.ndarray:
+        """Append ``tokens`` to the cache; return logits rows, one per token or just the last one.
+        The rows may be a view that is only valid until the next ``eval``."""
+
+    def truncate(self, n_keep: int) -> None:
+        """Drop every cached position from ``n_keep`` on."""
+
+
+class Vocabulary(Protocol):
+    def is_eog(self, token: int) -> bool: ...
+
+    def piece(self, token: int) -> bytes: ...
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def prefill(session: Session, tokens: Sequence[int]) -> np.ndarray:
+    """Bring ``session``'s cache to ``tokens`` reusing the longest cached prefix; return the logits of
+    the last token. At least the last token is decoded, since its logits are needed."""
+    keep = min(common_prefix_length(session.cached, tokens), len(tokens) - 1)
+    session.truncate(keep)
+    return session.eval(tokens[keep:], all_logits=False)[-1]

@@ -1,0 +1,61 @@
+"""The settings a generation runs with, as plain values the CLI, the GUI and tests share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the main model's next token is chosen. ``temperature == 0`` means greedy."""
+
+    temperature: float = 0.0
+    top_k: int = 40          # 0 = off
+    top_p: float = 0.95      # 1.0 = off
+    min_p: float = 0.05      # 0.0 = off
+    seed: int | None = None  # None = a fresh random seed each generation
+    max_tokens: int = 512
+    stop: tuple[str, ...] = ()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class SpeculationParams:
+    """How much to draft each round.
+
+    A draft shorter than ``draft_min`` is dropped and the main model decodes alone that round;
+    drafting stops early when the draft's top probability falls below ``p_min``.
+    """
+
+    draft_max: int = 8
+    draft_min: int = 0
+    p_min: float = 0.0
+    policy: str = "fixed"     # "fixed" | "pmin" (more come with the cost model)
+
+    def __post_init__(self) -> None:
+        if self.draft_max < 0 or self.draft_min < 0:
+            raise ValueError("draft lengths must not be negative")
+        if not 0.0 <= self.p_min <= 1.0:
+            raise ValueError("p_min must be between 0 and 1")
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """How one model is loaded: GPU layers, context size and threads are per model."""
+
+    path: str
+    n_gpu_layers: int = 0     # -1 = all layers
+    n_ctx: int = 4096         # 0 = the model's training context
+    n_threads: int | None = None  # None = a sensible default for this machine
+    n_batch: int = 512
+    use_mmap: bool = True
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    main: ModelParams
+    draft: ModelParams | None = None
+    extra: dict = field(default_factory=dict)

@@ -1,0 +1,135 @@
+"""Logits to probabilities, token choice, and the speculative acceptance rule.
+
+The filters follow llama.cpp's default sampler chain: top-k, top-p and min-p cut the candidates by
+their probabilities at temperature 1, then the temperature reshapes what is left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .params import SamplingParams
+
+
+@dataclass(frozen=True)
+class DraftPick:
+    token: int
+    q: np.ndarray | None   # the distribution the token was sampled from; None when chosen greedily
+    p_top: float           # the drafter's top probability: its confidence
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits.astype(np.float64, copy=False) - float(np.max(logits))
+    e = np.exp(z)
+    return e / e.sum()
+
+
+def top_probability(logits: np.ndarray) -> float:
+    """max(softmax(logits)) without building the whole distribution twice."""
+    z = logits - logits.max()
+    return float(1.0 / np.exp(z, dtype=np.float64).sum())
+
+
+class Sampler:
+    """Chooses tokens for one generation. Owns the random generator, so a seed replays a run."""
+
+    def __init__(self, params: SamplingParams):
+        self.params = params
+        self.rng = np.random.default_rng(params.seed)
+
+    @property
+    def greedy(self) -> bool:
+        return self.params.greedy
+
+    def probs(self, logits: np.ndarray) -> np.ndarray:
+        """The distribution tokens are drawn from: filtered, tempered, over the whole vocabulary."""
+        ids, p = self._filtered(logits)
+        out = np.zeros(logits.shape[-1], dtype=np.float64)
+        out[ids] = p
+        return out
+
+    def _filtered(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        params = self.params
+        n_vocab = logits.shape[-1]
+        if 0 < params.top_k < n_vocab:
+            ids = np.argpartition(logits, -params.top_k)[-params.top_k:]
+        else:
+            ids = np.arange(n_vocab)
+        ids = ids[np.argsort(-logits[ids], kind="stable")]
+        p = softmax(logits[ids])
+        keep = len(ids)
+        if params.top_p < 1.0:
+            # keep the smallest prefix whose mass reaches top_p (always at least one token)
+            keep = min(keep, int(np.searchsorted(np.cumsum(p), params.top_p)) + 1)
+        if params.min_p > 0.0:
+            keep = min(keep, max(1, int(np.count_nonzero(p >= params.min_p * p[0]))))
+        ids = ids[:keep]
+        return ids, softmax(logits[ids] / params.temperature)
+
+    def sample(self, logits: np.ndarray) -> int:
+        """The main model's next token."""
+        if self.greedy:
+            return int(np.argmax(logits))
+        ids, p = self._filtered(logits)
+        return int(ids[self._draw(p)])
+
+    def draft_pick(self, logits: np.ndarray) -> DraftPick:
+        """A drafter's next token: the argmax when greedy, else a sample from the draft's own
+        distribution q, kept for the acceptance rule."""
+        if self.greedy:
+            return DraftPick(int(np.argmax(logits)), None, top_probability(logits))
+        q = self.probs(logits)
+        token = self._draw(q)
+        return DraftPick(token, q, float(q.max()))
+
+    def verify(self, rows: np.ndarray, draft_tokens: Sequence[int],
+               draft_q: Sequence[np.ndarray | None]) -> tuple[int, int]:
+        """Check a draft against the main model's logits rows (row i predicts the token after
+        draft position i-1; there are len(draft)+1 rows). Returns (accepted count, next token)."""
+        if self.greedy:
+            return self._verify_greedy(rows, draft_tokens)
+        return self._verify_sampled(rows, draft_tokens, draft_q)
+
+    def _verify_greedy(self, rows: np.ndarray, draft_tokens: Sequence[int]) -> tuple[int, int]:
+        # Greedy: keep drafted tokens while they are the main model's own argmax; the first
+        # disagreement is replaced by the main model's token, and a fully accepted draft earns
+        # the main model's next token for free. The output is exactly greedy main-model decoding.
+        best = np.argmax(rows, axis=1)
+        n = len(draft_tokens)
+        for i in range(n):
+            if best[i] != draft_tokens[i]:
+                return i, int(best[i])
+        return n, int(best[n])
+
+    def _verify_sampled(self, rows: np.ndarray, draft_tokens: Sequence[int],
+                        draft_q: Sequence[np.ndarray | None]) -> tuple[int, int]:
+        # Speculative sampling (Leviathan et al. 2023): accept drafted x with probability
+        # min(1, p(x)/q(x)); on rejection draw from norm(max(0, p - q)). Together these draw
+        # exactly from p, whatever q is. A drafter that proposes deterministically has q = one-hot.
+        for i, x in enumerate(draft_tokens):
+            p = self.probs(rows[i])
+            q = draft_q[i] if i < len(draft_q) else None
+            q_x = float(q[x]) if q is not None else 1.0
+            if self.rng.random() * q_x < p[x]:
+                continue
+            residual = p.copy()
+            if q is not None:
+                residual = np.maximum(residual - q, 0.0)
+            else:
+                residual[x] = 0.0
+            total = residual.sum()
+            if total <= 0.0:  # p == q: a rejection cannot happen, but guard rounding
+                return i, self._draw_full(p)
+            return i, self._draw_full(residual / total)
+        return len(draft_tokens), self.sample(rows[len(draft_tokens)])
+
+    def _draw(self, p: np.ndarray) -> int:
+        cdf = np.cumsum(p)
+        return int(min(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right"), len(p) - 1))
+
+    def _draw_full(self, p: np.ndarray) -> int:
+        nz = np.flatnonzero(p)
+        return int(nz[self._draw(p[nz])])

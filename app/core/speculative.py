@@ -1,0 +1,202 @@
+"""The speculative loop: draft -> verify -> accept -> roll back, yielding events.
+
+Invariant between rounds: the main session's cache holds every accepted token but the newest one
+(``context[:-1]``); the newest is decoded at the head of the next verify batch. The drafter keeps
+only a prefix of ``context``. So after every round both caches hold accepted tokens only.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+from .drafters import Draft, Drafter
+from .errors import PromptTooLongError, QuickdraftError
+from .events import Event, Origin, Round, StopReason, Summary, TokenPiece
+from .lm import Session, Vocabulary, common_prefix_length, prefill
+from .params import SamplingParams
+from .policy import DraftPolicy
+from .sampling import Sampler
+from .text import TextAssembler
+
+
+@dataclass
+class _Counters:
+    drafted: int = 0
+    accepted: int = 0
+    main_tokens: int = 0
+    rounds: int = 0
+    drafting_rounds: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    drafted_by_position: list[int] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)
+
+    def record(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
+        self.rounds += 1
+        self.drafting_rounds += drafted > 0
+        self.drafted += drafted
+        self.accepted += accepted
+        self.draft_s += draft_s
+        self.verify_s += verify_s
+        _add_ones(self.drafted_by_position, drafted)
+        _add_ones(self.accepted_by_position, accepted)
+
+
+def _add_ones(by_position: list[int], n: int) -> None:
+    by_position.extend([0] * (n - len(by_position)))
+    for i in range(n):
+        by_position[i] += 1
+
+
+def check_prompt_fits(prompt: Sequence[int], n_ctx: int) -> None:
+    if len(prompt) >= n_ctx:  # at least one position must stay free for the answer
+        raise PromptTooLongError(len(prompt), n_ctx)
+    if not prompt:
+        raise QuickdraftError("The prompt is empty.")
+
+
+class SpeculativeGeneration:
+    """One generation. Iterate ``run()`` for the events; the last one is always a Summary."""
+
+    def __init__(self, main: Session, vocab: Vocabulary, drafter: Drafter | None, policy: DraftPolicy,
+                 sampling: SamplingParams, draft_min: int = 0, cancel: threading.Event | None = None):
+        self.main = main
+        self.draft_min = draft_min
+        self.vocab = vocab
+        self.drafter = drafter
+        self.policy = policy
+        self.params = sampling
+        self.sampler = Sampler(sampling)
+        self.cancel = cancel or threading.Event()
+        self.counters = _Counters()
+        self.text = TextAssembler(sampling.stop)
+        self.context: list[int] = []
+        self.generated: list[int] = []
+        self.ended_by_eog = False
+
+    def run(self, prompt: Sequence[int]) -> Iterator[Event]:
+        check_prompt_fits(prompt, self.main.n_ctx)
+        start = time.perf_counter()
+        self.context = list(prompt)
+        evaluated = len(prompt) - min(len(prompt) - 1, common_prefix_length(self.main.cached, prompt))
+        stop: StopReason | None = None
+        error: str | None = None
+        ttft = 0.0
+        try:
+            first = self.sampler.sample(prefill(self.main, prompt))
+            ttft = time.perf_counter() - start
+            self.counters.main_tokens += 1
+            yield from self._emit([first], n_from_draft=0)
+            stop = self._stop_reason()
+            while stop is None:
+                stop = yield from self._round(start)
+        except QuickdraftError as exc:
+            stop, error = StopReason.ERROR, str(exc)
+            self._forget_caches()
+        tail = self.text.finish()
+        if tail is not None:
+            yield tail
+        yield self._summary(prompt, evaluated, ttft, time.perf_counter() - start, stop, error)
+
+    def _round(self, start: float) -> Iterator[Event]:
+        if self.cancel.is_set():
+            return StopReason.CANCEL
+        t0 = time.perf_counter()
+        draft = self._draft()
+        t1 = time.perf_counter()
+        rows = self.main.eval([self.context[-1], *draft.tokens], all_logits=True)
+        accepted, next_token = self.sampler.verify(rows, draft.tokens, draft.q)
+        # roll back: the main cache keeps the last token and the accepted draft, never the rejected
+        self.main.truncate(len(self.context) + accepted)
+        t2 = time.perf_counter()
+        new_tokens = _cut_after_eog([*draft.tokens[:accepted], next_token], self.vocab)
+        used_drafts = min(accepted, len(new_tokens))
+        self.policy.observe(len(draft), accepted)
+        self.counters.record(len(draft), used_drafts, t1 - t0, t2 - t1)
+        self.counters.main_tokens += len(new_tokens) - used_drafts
+        yield from self._emit(new_tokens, n_from_draft=used_drafts)
+        if self.drafter is not None:
+            self.drafter.sync(self.context)
+        yield Round(self.counters.rounds - 1, len(draft), accepted, t1 - t0, t2 - t1,
+                    len(self.generated), time.perf_counter() - start)
+        return self._stop_reason()
+
+    def _draft(self) -> Draft:
+        if self.drafter is None:
+            return Draft()
+        remaining = self.params.max_tokens - len(self.generated)
+        room = self.main.n_ctx - len(self.context)   # free positions once the last token is in
+        n_max = min(self.policy.draft_length(), remaining - 1, room - 1)
+        if n_max <= 0:
+            return Draft()
+        draft = self.drafter.draft(self.context, n_max, self.policy, self.sampler)
+        if len(draft) < self.draft_min:
+            return Draft()  # too short to be worth a batch: the main model decodes alone
+        return draft
+
+    def _emit(self, tokens: list[int], n_from_draft: int) -> Iterator[TokenPiece]:
+        """Append tokens to the answer and yield their text; an end-of-generation token ends it."""
+        for i, token in enumerate(tokens):
+            self.context.append(token)
+            self.generated.append(token)
+            if self.vocab.is_eog(token):
+                self.ended_by_eog = True
+                return
+            if self.text.stopped:
+                continue  # generated past a stop string: counted, not shown
+            origin = Origin.DRAFT if i < n_from_draft else Origin.MAIN
+            piece = self.text.push(token, self.vocab.piece(token), origin)
+            if piece is not None:
+                yield piece
+
+    def _stop_reason(self) -> StopReason | None:
+        if self.ended_by_eog:
+            return StopReason.EOG
+        if self.text.stopped:
+            return StopReason.STOP_STRING
+        if len(self.generated) >= self.params.max_tokens:
+            return StopReason.LENGTH
+        if len(self.context) >= self.main.n_ctx:
+            return StopReason.CONTEXT
+        return None
+
+    def _forget_caches(self) -> None:
+        self.main.truncate(0)
+        if self.drafter is not None:
+            self.drafter.sync([])
+
+    def _summary(self, prompt: Sequence[int], evaluated: int, ttft: float, total: float,
+                 stop: StopReason | None, error: str | None) -> Summary:
+        c = self.counters
+        return Summary(
+            prompt_tokens=len(prompt),
+            prompt_tokens_evaluated=evaluated,
+            generated_tokens=len(self.generated),
+            ttft_s=ttft,
+            prompt_s=ttft,
+            generation_s=max(0.0, total - ttft),
+            drafted=c.drafted,
+            accepted=c.accepted,
+            main_tokens=c.main_tokens,
+            rounds=c.rounds,
+            drafting_rounds=c.drafting_rounds,
+            draft_s=c.draft_s,
+            verify_s=c.verify_s,
+            drafted_by_position=tuple(c.drafted_by_position),
+            accepted_by_position=tuple(c.accepted_by_position),
+            stop_reason=stop or StopReason.LENGTH,
+            error=error,
+            text=self.text.text,
+            token_ids=tuple(self.generated),
+        )
+
+
+def _cut_after_eog(tokens: list[int], vocab: Vocabulary) -> list[int]:
+    """Tokens after an end-of-generation token in the same round are not part of the answer."""
+    for i, token in enumerate(tokens):
+        if vocab.is_eog(token):
+            return tokens[: i + 1]
+    return tokens
