@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import mmap
 import os
+import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+
+import numpy as np
 
 from .errors import ModelFileError
 
@@ -90,47 +94,107 @@ def _check_file(path: Path) -> os.stat_result:
 
 @lru_cache(maxsize=16)
 def _read_cached(path: str, size: int, mtime_ns: int) -> GGUFInfo:
-    from gguf import GGUFReader
-
     name = Path(path).name
     try:
-        reader = GGUFReader(path, "r")
-    except Exception as exc:  # the gguf package raises ValueError, IndexError, struct errors...
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            header = _GGUFHeader(buf)
+    except (ValueError, IndexError, struct.error, OSError, UnicodeDecodeError) as exc:
         raise ModelFileError(f"{name} is damaged or truncated and cannot be read ({exc}).") from exc
-    _check_tensor_data_present(reader, name, size)
-    return _info_from_reader(reader, path, size)
-
-
-def _check_tensor_data_present(reader, name: str, size: int) -> None:
-    end = max((t.data_offset + int(t.n_bytes) for t in reader.tensors), default=0)
-    if end > size:
+    if header.data_end > size:
         raise ModelFileError(
-            f"{name} is truncated: its tensors need {end:,} bytes but the file has {size:,}. "
+            f"{name} is truncated: its tensors need {header.data_end:,} bytes but the file has {size:,}. "
             f"The download was probably interrupted; download it again."
         )
+    return _info_from_header(header, path, size)
 
 
-def _info_from_reader(reader, path: str, size: int) -> GGUFInfo:
-    def get(key: str, default=None):
-        f = reader.fields.get(key)
-        if f is None:
-            return default
-        try:
-            return f.contents()
-        except Exception:
-            return default
+class _GGUFHeader:
+    """The metadata and tensor table of a GGUF file.
 
+    The ``gguf`` package's GGUFReader builds a numpy view per array element, which takes ~10 s for a
+    150k-token vocabulary; this reads the same layout (using the package's type tables) in ~0.2 s.
+    """
+
+    def __init__(self, buf):
+        from gguf import GGML_QUANT_SIZES
+
+        self.buf = buf
+        self.pos = 4
+        version = self._unpack("<I")
+        if version < 2:
+            raise ValueError(f"GGUF version {version} is too old")
+        n_tensors, n_kv = self._unpack("<Q"), self._unpack("<Q")
+        self.fields: dict[str, object] = {}
+        for _ in range(n_kv):
+            key = self._string()
+            self.fields[key] = self._value(self._unpack("<I"))
+        self.tensors: list[tuple[str, int, int]] = []  # name, type, n_elements
+        data_size = 0
+        for _ in range(n_tensors):
+            tname = self._string()
+            dims = [self._unpack("<Q") for _ in range(self._unpack("<I"))]
+            ttype, offset = self._unpack("<I"), self._unpack("<Q")
+            n_elements = int(np.prod(dims, dtype=np.int64)) if dims else 1
+            block, type_size = GGML_QUANT_SIZES[ttype]
+            data_size = max(data_size, offset + n_elements // block * type_size)
+            self.tensors.append((tname, ttype, n_elements))
+        alignment = int(self.fields.get("general.alignment", 32))
+        data_start = (self.pos + alignment - 1) // alignment * alignment
+        self.data_end = data_start + data_size
+
+    def _unpack(self, fmt: str):
+        value = struct.unpack_from(fmt, self.buf, self.pos)[0]
+        self.pos += struct.calcsize(fmt)
+        return value
+
+    def _string(self) -> str:
+        n = self._unpack("<Q")
+        if self.pos + n > len(self.buf):
+            raise ValueError("a string runs past the end of the file")
+        text = self.buf[self.pos:self.pos + n].decode("utf-8", "replace")
+        self.pos += n
+        return text
+
+    def _value(self, vtype: int):
+        if vtype == _STRING:
+            return self._string()
+        if vtype == _ARRAY:
+            item_type, n = self._unpack("<I"), self._unpack("<Q")
+            if item_type == _STRING:
+                return [self._string() for _ in range(n)]
+            if item_type in _SCALAR_FORMATS:
+                dtype = np.dtype(_SCALAR_FORMATS[item_type])
+                end = self.pos + dtype.itemsize * n
+                if end > len(self.buf):
+                    raise ValueError("an array runs past the end of the file")
+                values = np.frombuffer(self.buf[self.pos:end], dtype=dtype)
+                self.pos = end
+                return values.tolist()
+            return [self._value(item_type) for _ in range(n)]
+        if vtype not in _SCALAR_FORMATS:
+            raise ValueError(f"unknown metadata value type {vtype}")
+        value = self._unpack(_SCALAR_FORMATS[vtype])
+        return bool(value) if vtype == _BOOL else value
+
+
+_STRING, _ARRAY, _BOOL = 8, 9, 7
+_SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<B",
+                   10: "<Q", 11: "<q", 12: "<d"}
+
+
+def _info_from_header(header: _GGUFHeader, path: str, size: int) -> GGUFInfo:
+    get = header.fields.get
     arch = str(get("general.architecture", "unknown"))
     vocab_type = str(get("tokenizer.ggml.model", "none"))
-    tokens = get("tokenizer.ggml.tokens", []) or []
+    tokens = get("tokenizer.ggml.tokens") or []
     add_bos = get("tokenizer.ggml.add_bos_token")
     return GGUFInfo(
         path=path,
         file_size=size,
         architecture=arch,
         name=str(get("general.name", "") or ""),
-        parameter_count=sum(int(t.n_elements) for t in reader.tensors),
-        quantization=_quantization(reader, get("general.file_type")),
+        parameter_count=sum(n for _, _, n in header.tensors),
+        quantization=_quantization(header, get("general.file_type")),
         context_length=_int_or_none(get(f"{arch}.context_length")),
         n_layers=_int_or_none(get(f"{arch}.block_count")),
         n_embd=_int_or_none(get(f"{arch}.embedding_length")),
@@ -159,7 +223,7 @@ def _int_or_none(value) -> int | None:
         return None
 
 
-def _quantization(reader, file_type) -> str:
+def _quantization(header: _GGUFHeader, file_type) -> str:
     from gguf import GGMLQuantizationType, LlamaFileType
 
     if file_type is not None:
@@ -167,7 +231,7 @@ def _quantization(reader, file_type) -> str:
             return LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_")
         except ValueError:
             pass
-    weights = Counter(t.tensor_type for t in reader.tensors if len(t.shape) > 1)
+    weights = Counter(ttype for name, ttype, _ in header.tensors if name.endswith(".weight"))
     if not weights:
         return "unknown"
     return GGMLQuantizationType(weights.most_common(1)[0][0]).name
