@@ -208,7 +208,7 @@ class LlamaSession:
                 f"lower the context size or offload fewer layers. {_take_errors()}".rstrip())
         self._ctx = ctx
         self.n_ctx = int(llama_cpp.llama_n_ctx(ctx))
-        self.n_batch = n_batch
+        n_batch = self.n_batch = int(llama_cpp.llama_n_batch(ctx))  # llama.cpp caps it at the context size
         self._memory = llama_cpp.llama_get_memory(ctx)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self._tokens = np.ctypeslib.as_array(self._batch.token, shape=(n_batch,))
