@@ -1,0 +1,81 @@
+"""The headless CLI on tiny models: run as a user would, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def quickdraft(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app.cli", "--data-dir", str(tmp_path / "data"), *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def test_generate_streams_then_prints_llama_style_statistics(tiny_models, tmp_path):
+    r = quickdraft("generate", "-m", str(tiny_models.main), "-md", str(tiny_models.same), "-p", "the cat",
+                   "-n", "24", "--draft-max", "4", tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
+    for line in ("encoded", "decoded", "n_draft   = 4", "n_predict = 24", "n_drafted =", "n_accept  =", "accept    = 100.000%"):
+        assert line in r.stderr
+
+
+def test_generate_json_summary(tiny_models, tmp_path):
+    r = quickdraft("generate", "-m", str(tiny_models.main), "-md", str(tiny_models.other), "-p", "the cat",
+                   "-n", "20", "--json", tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["generated_tokens"] == 20 == s["accepted"] + s["main_tokens"]
+    assert s["stop_reason"] == "length" and 0 <= s["acceptance_rate"] <= 1
+
+
+def test_generate_from_a_messages_file_with_sampling(tiny_models, tmp_path):
+    messages = tmp_path / "m.json"
+    messages.write_text(json.dumps([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]))
+    args = ["generate", "-m", str(tiny_models.main), "-md", str(tiny_models.other), "--messages", str(messages),
+            "-n", "16", "--temp", "0.8", "--seed", "3", "--json"]
+    a, b = quickdraft(*args, tmp_path=tmp_path), quickdraft(*args, tmp_path=tmp_path)
+    assert a.returncode == 0, a.stderr
+    assert json.loads(a.stdout)["text"] == json.loads(b.stdout)["text"]
+
+
+@pytest.mark.parametrize("case", ["missing", "garbage", "incompatible"])
+def test_user_errors_are_one_clear_line(tiny_models, tmp_path, case):
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"\x00" * 100)
+    args = {"missing": ["-m", str(tmp_path / "none.gguf")],
+            "garbage": ["-m", str(garbage)],
+            "incompatible": ["-m", str(tiny_models.main), "-md", str(tiny_models.other_vocab)]}[case]
+    r = quickdraft("generate", *args, "-p", "x", tmp_path=tmp_path)
+    assert r.returncode == 1
+    assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+
+
+def test_info_and_check_pair(tiny_models, tmp_path):
+    r = quickdraft("info", str(tiny_models.main), "--json", tmp_path=tmp_path)
+    assert r.returncode == 0 and json.loads(r.stdout)["vocab_size"] == 270
+    ok = quickdraft("check-pair", str(tiny_models.main), str(tiny_models.other), tmp_path=tmp_path)
+    assert ok.returncode == 0 and "compatible" in ok.stdout
+    bad = quickdraft("check-pair", str(tiny_models.main), str(tiny_models.other_vocab), tmp_path=tmp_path)
+    assert bad.returncode == 1 and "vocabularies differ" in bad.stdout
+
+
+def test_bench_prints_a_table_and_writes_json(tiny_models, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"id": f"p{i}", "messages": [{"role": "user", "content": t}]})
+                                 for i, t in enumerate(["the cat", "a dog is on the mat"])))
+    out = tmp_path / "bench.json"
+    r = quickdraft("bench", "-m", str(tiny_models.main), "-md", str(tiny_models.same), "--prompts", str(prompts),
+                   "-n", "24", "--draft-max", "4", "--json", str(out), tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "speedup" in r.stdout and "median" in r.stdout and "p1" in r.stdout
+    data = json.loads(out.read_text())
+    assert [x["prompt_id"] for x in data["results"]] == ["p0", "p1"]
+    assert all(x["identical"] and x["acceptance"] == 1.0 for x in data["results"])
+    assert data["medians"]["identical"] == 2

@@ -1,0 +1,52 @@
+"""Real models, end to end: Qwen2.5-Coder 1.5B with its 0.5B draft (skipped when not present;
+run ../shared/models/fetch-bench-models or set QUICKDRAFT_TEST_MODELS)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.bench import first_difference
+from app.core.engine import Engine
+from app.core.errors import IncompatibleDraftError
+from app.core.params import ModelParams, SamplingParams, SpeculationParams
+
+from ..conftest import real_model_dir
+
+MODELS = real_model_dir()
+pytestmark = [pytest.mark.real_models,
+              pytest.mark.skipif(MODELS is None, reason="real models not present (see tests/real/__doc__)")]
+MAIN = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+GEMMA = "gemma-3-270m-q4_k_m.gguf"
+MESSAGES = [{"role": "user", "content": "Write a Python function that returns the n-th Fibonacci number."}]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    e = Engine.load(ModelParams(str(MODELS / MAIN), n_ctx=1024, n_threads=2),
+                    ModelParams(str(MODELS / DRAFT), n_ctx=1024, n_threads=2))
+    yield e
+    e.close()
+
+
+def run(engine, drafter):
+    engine.forget_cache()
+    return list(engine.generate(MESSAGES, sampling=SamplingParams(max_tokens=40),
+                                speculation=SpeculationParams(draft_max=4), drafter=drafter))[-1]
+
+
+def test_greedy_speculative_matches_the_main_model_or_parts_at_a_near_tie(engine):
+    base, spec = run(engine, "none"), run(engine, "model")
+    assert base.generated_tokens == spec.generated_tokens == 40
+    diff = first_difference(base.token_ids, spec.token_ids)
+    if diff is not None:  # quantized matmuls are not batch-invariant: only a near-tie may flip
+        prompt = engine.tokenize_messages(MESSAGES)
+        assert engine.logit_margin(prompt + list(base.token_ids[:diff])).margin < 0.5
+    assert "def" in base.text
+    assert spec.generated_tokens == spec.accepted + spec.main_tokens
+    assert spec.acceptance_rate > 0.4
+
+
+def test_gemma_cannot_draft_for_qwen():
+    with pytest.raises(IncompatibleDraftError, match="tokenizer types"):
+        Engine.load(ModelParams(str(MODELS / MAIN)), ModelParams(str(MODELS / GEMMA)))
