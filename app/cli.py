@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     pair.add_argument("draft")
     pair.set_defaults(handler=cmd_check_pair)
 
+    cal = sub.add_parser("calibrate", help="measure this machine's cost profile for a model pair (auto policy)")
+    _model_args(cal)
+    cal.set_defaults(handler=cmd_calibrate)
+
     _add_models(sub)
     return parser
 
@@ -89,11 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-m", "--main", required=True, help="the main model (GGUF)")
     p.add_argument("-md", "--draft", help="the draft model (GGUF)")
-    p.add_argument("--draft-max", type=int, default=8, help="most tokens drafted per round (8)")
+    p.add_argument("--draft-max", type=int, default=16, help="most tokens drafted per round (16)")
     p.add_argument("--draft-min", type=int, default=0, help="drop drafts shorter than this (0)")
     p.add_argument("--draft-p-min", type=float, default=0.0,
                    help="stop drafting when the draft's top probability falls below this (0 = off)")
-    p.add_argument("--policy", choices=["fixed", "pmin"], default="fixed")
+    p.add_argument("--policy", choices=["auto", "fixed", "pmin"], default="auto",
+                   help="auto: the draft length the machine's cost profile says pays best (default); "
+                        "fixed: always --draft-max; pmin: stop at --draft-p-min")
+    p.add_argument("--drafter", choices=["model", "lookup", "lookup+model", "none"], default=None,
+                   help="who drafts: the draft model, prompt lookup (n-gram copy), lookup then the model, "
+                        "or nobody (default: lookup+model with --draft, else lookup)")
     p.add_argument("-ngl", "--gpu-layers", type=int, default=0, help="main model layers on the GPU (-1 = all)")
     p.add_argument("-ngld", "--gpu-layers-draft", type=int, default=0, help="draft model layers on the GPU")
     p.add_argument("-c", "--ctx", type=int, default=4096, help="context size of the main model (4096)")
@@ -110,16 +119,22 @@ def _add_models(sub) -> None:
     add_models_parser(sub)
 
 
+def _drafter(args) -> str:
+    return args.drafter or ("lookup+model" if args.draft else "lookup")
+
+
 def _load_engine(args):
+    from .core.costmodel import ProfileStore
     from .core.engine import Engine
     from .core.params import ModelParams
+    from .paths import app_paths
 
     main = ModelParams(args.main, n_gpu_layers=args.gpu_layers, n_ctx=args.ctx, n_threads=args.threads)
     draft = None
     if args.draft:
         draft = ModelParams(args.draft, n_gpu_layers=args.gpu_layers_draft, n_ctx=args.ctx_draft or args.ctx,
                             n_threads=args.threads_draft or args.threads)
-    engine = Engine.load(main, draft)
+    engine = Engine.load(main, draft, profile_store=ProfileStore(app_paths().profiles_dir))
     for warning in engine.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return engine
@@ -156,7 +171,7 @@ def cmd_generate(args) -> int:
     summary = None
     try:
         events = engine.generate(_messages(args), sampling=sampling, speculation=_speculation(args),
-                                 drafter="model" if args.draft else "none", cancel=cancel)
+                                 drafter=_drafter(args), cancel=cancel)
         for event in events:
             if isinstance(event, TokenPiece) and not args.json:
                 sys.stdout.write(event.text)
@@ -172,7 +187,7 @@ def cmd_generate(args) -> int:
         print(json.dumps(summary.to_dict(), indent=2))
     else:
         print(file=sys.stdout)
-        print(format_stats(summary, args.draft_max if args.draft else 0), file=sys.stderr)
+        print(format_stats(summary, args.draft_max if _drafter(args) != "none" else 0), file=sys.stderr)
     return 0 if summary.error is None else 1
 
 
@@ -203,17 +218,18 @@ def cmd_bench(args) -> int:
     prompts = load_prompts(args.prompts)[: args.limit]
     engine = _load_engine(args)
     speculation = _speculation(args)
+    if args.policy == "auto" and _drafter(args) != "none":
+        _ensure_profile(engine, args)
     baseline = (make_llama_baseline(args.main, args.ctx, args.threads, args.gpu_layers)
                 if args.llama_baseline else None)
     report = BenchReport(settings={
         "main": args.main, "draft": args.draft, "n_predict": args.n_predict, "draft_max": args.draft_max,
-        "draft_min": args.draft_min, "p_min": args.draft_p_min, "policy": args.policy,
+        "draft_min": args.draft_min, "p_min": args.draft_p_min, "policy": args.policy, "drafter": _drafter(args),
         "threads": args.threads, "ctx": args.ctx, "gpu_layers": args.gpu_layers,
         "gpu_layers_draft": args.gpu_layers_draft, "prompts": args.prompts})
     try:
         for prompt_id, messages in prompts:
-            result = bench_prompt(engine, prompt_id, messages, args.n_predict, speculation,
-                                  "model" if args.draft else "none", baseline)
+            result = bench_prompt(engine, prompt_id, messages, args.n_predict, speculation, _drafter(args), baseline)
             report.results.append(result)
             print(f"{prompt_id}: {result.base_tps:.2f} -> {result.spec_tps:.2f} t/s ({result.speedup:.2f}x)",
                   file=sys.stderr, flush=True)
@@ -224,6 +240,30 @@ def cmd_bench(args) -> int:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
         print(f"wrote {args.json_out}", file=sys.stderr)
+    return 0
+
+
+def _ensure_profile(engine, args, recalibrate: bool = False):
+    key = engine.profile_key(args.draft_max + 1)
+    if recalibrate or engine.profile_store.load(key) is None:
+        print(f"calibrating this machine for the auto policy (batches of 1..{args.draft_max + 1})...", file=sys.stderr)
+    return engine.cost_profile(args.draft_max + 1, recalibrate=recalibrate)
+
+
+def cmd_calibrate(args) -> int:
+    engine = _load_engine(args)
+    try:
+        profile = _ensure_profile(engine, args, recalibrate=True)
+    finally:
+        engine.close()
+    step = profile.main_batch_s[0]
+    print(f"cost profile measured in {profile.seconds:.1f} s at context position {profile.context_position}")
+    print(f"{'batch':>5}  {'main ms':>8}  {'x one step':>10}")
+    for n, t in enumerate(profile.main_batch_s, 1):
+        print(f"{n:>5}  {1000 * t:8.1f}  {t / step:10.2f}")
+    if profile.draft_step_s:
+        print(f"draft model, one token: {1000 * profile.draft_step_s:.1f} ms ({profile.draft_step_s / step:.2f} of a main step)")
+    print(f"saved to {engine.profile_store.path_for(profile.key)}")
     return 0
 
 

@@ -8,20 +8,28 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from .lm import Session, common_prefix_length, prefill
-from .policy import DraftPolicy
+from .policy import LOOKUP, MODEL, Decision, DraftPolicy
 from .sampling import Sampler
 
 
 @dataclass
 class Draft:
     tokens: list[int] = field(default_factory=list)
-    q: list[np.ndarray | None] = field(default_factory=list)  # per token; None = chosen greedily
+    q: list[np.ndarray | None] = field(default_factory=list)  # per token; None = a deterministic proposal
+    sources: list[str] = field(default_factory=list)          # which drafter proposed each token
+    scores: list[float] = field(default_factory=list)         # its confidence (see DraftPolicy.step)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def add(self, token: int, q: np.ndarray | None, source: str, score: float) -> None:
+        self.tokens.append(token)
+        self.q.append(q)
+        self.sources.append(source)
+        self.scores.append(score)
+
     def cut(self, n: int) -> "Draft":
-        return Draft(self.tokens[:n], self.q[:n])
+        return Draft(self.tokens[:n], self.q[:n], self.sources[:n], self.scores[:n])
 
 
 class Drafter(Protocol):
@@ -38,27 +46,97 @@ class DraftModelDrafter:
     """A second, smaller model drafts a chain of its own most likely tokens (sampled from its
     distribution when the main model samples, so the acceptance rule can use its probabilities)."""
 
-    name = "model"
+    name = MODEL
 
     def __init__(self, session: Session):
         self.session = session
 
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
-        max_len = min(max_len, self.session.n_ctx - len(context))
+        max_len = min(max_len, policy.draft_length(MODEL), self.session.n_ctx - len(context))
         out = Draft()
         if max_len <= 0:
-            return out
+            return out  # nothing decoded: a round without drafting costs the draft model nothing
         logits = prefill(self.session, context)
         while True:
             pick = sampler.draft_pick(logits)
-            if not policy.keep_drafting(len(out), pick.p_top):
+            decision = policy.step(len(out), pick.p_top, MODEL)
+            if decision is Decision.STOP:
                 break
-            out.tokens.append(pick.token)
-            out.q.append(pick.q)
-            if len(out) >= max_len:
+            out.add(pick.token, pick.q, MODEL, pick.p_top)
+            if decision is Decision.LAST or len(out) >= max_len:
                 break
             logits = self.session.eval([pick.token])[-1]
         return out
 
     def sync(self, context: Sequence[int]) -> None:
         self.session.truncate(common_prefix_length(self.session.cached, context))
+
+
+class PromptLookupDrafter:
+    """Drafts by copying: finds the latest earlier occurrence of the last n tokens (n from
+    ``ngram_max`` down to ``ngram_min``) in the prompt and the answer so far, and proposes what
+    followed it. No second model, so its drafts cost next to nothing."""
+
+    name = LOOKUP
+
+    def __init__(self, ngram_max: int = 4, ngram_min: int = 1):
+        self.ngram_max = ngram_max
+        self.ngram_min = ngram_min
+        self._indexed: list[int] = []
+        self._index: list[dict[tuple[int, ...], int]] = [{} for _ in range(ngram_max + 1)]
+
+    def find(self, context: Sequence[int], max_len: int) -> tuple[int, list[int]]:
+        """(match length, continuation) of the longest match; (0, []) when there is none."""
+        self._update_index(context)
+        for n in range(min(self.ngram_max, len(context) - 1), self.ngram_min - 1, -1):
+            end = self._index[n].get(tuple(context[-n:]))
+            if end is not None:
+                return n, list(context[end:end + max_len])
+        return 0, []
+
+    def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
+        max_len = min(max_len, policy.draft_length(LOOKUP))
+        out = Draft()
+        if max_len <= 0:
+            return out
+        n, continuation = self.find(context, max_len)
+        for token in continuation:
+            decision = policy.step(len(out), float(n), LOOKUP)
+            if decision is Decision.STOP:
+                break
+            out.add(token, None, LOOKUP, float(n))
+            if decision is Decision.LAST:
+                break
+        return out
+
+    def sync(self, context: Sequence[int]) -> None:
+        pass  # the index follows the context it is given
+
+    def _update_index(self, context: Sequence[int]) -> None:
+        """Index every n-gram that ends before the last token (the last n-gram is the query)."""
+        done = len(self._indexed)
+        if done > len(context) or self._indexed != list(context[:done]):
+            self._indexed, done = [], 0
+            self._index = [{} for _ in range(self.ngram_max + 1)]
+        stop = len(context) - 1
+        for end in range(max(done, 1), stop + 1):
+            for n in range(1, min(self.ngram_max, end) + 1):
+                self._index[n][tuple(context[end - n:end])] = end
+        self._indexed = list(context[:stop + 1]) if stop >= 0 else []
+
+
+class LookupThenModelDrafter:
+    """Prompt lookup first; the draft model when lookup has nothing worth proposing."""
+
+    name = "lookup+model"
+
+    def __init__(self, lookup: PromptLookupDrafter, model: DraftModelDrafter):
+        self.lookup = lookup
+        self.model = model
+
+    def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
+        draft = self.lookup.draft(context, max_len, policy, sampler)
+        return draft if len(draft) else self.model.draft(context, max_len, policy, sampler)
+
+    def sync(self, context: Sequence[int]) -> None:
+        self.model.sync(context)

@@ -15,16 +15,17 @@ import numpy as np
 
 from . import llama
 from .chat import Message, prompt_tokens
-from .drafters import DraftModelDrafter, Drafter
+from .costmodel import CALIBRATION_TEXT, CostProfile, ProfileStore, calibrate, profile_key
+from .drafters import DraftModelDrafter, Drafter, LookupThenModelDrafter, PromptLookupDrafter
 from .errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
 from .events import Event
 from .lm import prefill
 from .gguf_info import GGUFInfo, check_pair, read_gguf_info
 from .params import ModelParams, SamplingParams, SpeculationParams
-from .policy import make_policy
+from .policy import FixedPolicy, make_policy
 from .speculative import SpeculativeGeneration
 
-DRAFTERS = ("model", "none")
+DRAFTERS = ("model", "lookup", "lookup+model", "none")
 
 
 @dataclass(frozen=True)
@@ -39,19 +40,26 @@ class LogitMargin:
 class Engine:
     def __init__(self, main: "llama.LlamaSession", main_info: GGUFInfo,
                  draft: "llama.LlamaSession | None" = None, draft_info: GGUFInfo | None = None,
-                 warnings: Sequence[str] = ()):
+                 warnings: Sequence[str] = (), main_params: ModelParams | None = None,
+                 draft_params: ModelParams | None = None, profile_store: ProfileStore | None = None):
         self.main = main
         self.main_info = main_info
         self.draft = draft
         self.draft_info = draft_info
         self.warnings = tuple(warnings)
+        self.main_params = main_params or ModelParams(main_info.path)
+        self.draft_params = draft_params or (ModelParams(draft_info.path) if draft_info else None)
+        self.profile_store = profile_store
+        self._profile: CostProfile | None = None
 
     # --- loading -------------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, main: ModelParams, draft: ModelParams | None = None) -> "Engine":
+    def load(cls, main: ModelParams, draft: ModelParams | None = None,
+             profile_store: ProfileStore | None = None) -> "Engine":
         """Check the files, then load the main model and the draft. Raises QuickdraftError
-        subclasses with a message for the user; nothing stays loaded after a failure."""
+        subclasses with a message for the user; nothing stays loaded after a failure.
+        ``profile_store`` keeps cost profiles between runs (else they live as long as the engine)."""
         main_info = read_gguf_info(main.path)
         draft_info = read_gguf_info(draft.path) if draft else None
         warnings: list[str] = []
@@ -71,7 +79,7 @@ class Engine:
             for obj in reversed(loaded):
                 obj.close()
             raise
-        return cls(main_session, main_info, draft_session, draft_info, warnings)
+        return cls(main_session, main_info, draft_session, draft_info, warnings, main, draft, profile_store)
 
     @property
     def has_draft(self) -> bool:
@@ -102,11 +110,13 @@ class Engine:
         if drafter not in DRAFTERS:
             raise QuickdraftError(f"Unknown drafter {drafter!r}; choose one of {', '.join(DRAFTERS)}.")
         tokens = list(prompt) if prompt is not None else self.tokenize_messages(messages or [])
+        chosen = self._drafter(drafter)
+        profile = self.cost_profile(speculation.draft_max + 1) if chosen and speculation.policy == "auto" else None
         generation = SpeculativeGeneration(
             main=self.main,
             vocab=self.main.model,
-            drafter=self._drafter(drafter),
-            policy=make_policy(speculation),
+            drafter=chosen,
+            policy=make_policy(speculation, profile) if chosen else FixedPolicy(speculation),
             sampling=sampling,
             draft_min=speculation.draft_min,
             cancel=cancel,
@@ -114,9 +124,41 @@ class Engine:
         return generation.run(tokens)
 
     def _drafter(self, kind: str) -> Drafter | None:
-        if kind == "model" and self.draft is not None:
-            return DraftModelDrafter(self.draft)
+        """A fresh drafter for one generation; "model" choices fall back to what is loaded."""
+        model = DraftModelDrafter(self.draft) if self.draft is not None else None
+        if kind == "lookup" or (kind == "lookup+model" and model is None):
+            return PromptLookupDrafter()
+        if kind == "lookup+model":
+            return LookupThenModelDrafter(PromptLookupDrafter(), model)
+        if kind == "model":
+            return model
         return None
+
+    # --- the cost model --------------------------------------------------------------------------
+
+    def profile_key(self, n_max: int) -> dict:
+        draft = self.draft_params if self.draft is not None else None
+        return profile_key(
+            self.main_params.path, self.main_params.n_gpu_layers, self.main_params.n_threads or llama.default_threads(),
+            draft.path if draft else None, draft.n_gpu_layers if draft else 0,
+            (draft.n_threads or llama.default_threads()) if draft else 0, n_max)
+
+    def cost_profile(self, n_max: int, recalibrate: bool = False, progress=None) -> CostProfile:
+        """The machine's cost profile for this pair: from memory, else from the store, else
+        measured now (tens of seconds for billion-parameter models) and stored."""
+        key = self.profile_key(n_max)
+        if not recalibrate:
+            if self._profile is not None and self._profile.key == key:
+                return self._profile
+            stored = self.profile_store.load(key) if self.profile_store else None
+            if stored is not None:
+                self._profile = stored
+                return stored
+        filler = self.main.model.tokenize(CALIBRATION_TEXT, add_special=False, parse_special=False)
+        self._profile = calibrate(self.main, self.draft, key, n_max, filler, progress=progress)
+        if self.profile_store is not None:
+            self.profile_store.save(self._profile)
+        return self._profile
 
     def logit_margin(self, tokens: Sequence[int]) -> LogitMargin:
         """The main model's two best next tokens after ``tokens``, and their logit gap."""

@@ -99,7 +99,8 @@ class Summary:
         return (self.generated_tokens - 1) / self.rounds if self.rounds else 0.0
 
     def acceptance_by_position(self) -> list[float]:
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_by_position, self.drafted_by_position)]
+        accepted = list(self.accepted_by_position) + [0] * len(self.drafted_by_position)
+        return [a / d if d else 0.0 for a, d in zip(accepted, self.drafted_by_position)]
 
     def to_dict(self) -> dict:
         return {

@@ -26,14 +26,16 @@ class SamplingParams:
 class SpeculationParams:
     """How much to draft each round.
 
+    "auto" drafts what the machine's cost profile says pays best, up to ``draft_max``; "fixed"
+    always drafts ``draft_max``; "pmin" stops where the draft's confidence falls below ``p_min``.
     A draft shorter than ``draft_min`` is dropped and the main model decodes alone that round;
     drafting stops early when the draft's top probability falls below ``p_min``.
     """
 
-    draft_max: int = 8
+    draft_max: int = 16
     draft_min: int = 0
     p_min: float = 0.0
-    policy: str = "fixed"     # "fixed" | "pmin" (more come with the cost model)
+    policy: str = "auto"      # "auto" (cost model) | "fixed" | "pmin"
 
     def __post_init__(self) -> None:
         if self.draft_max < 0 or self.draft_min < 0:

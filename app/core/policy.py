@@ -1,50 +1,240 @@
-"""How many tokens to draft next."""
+"""How many tokens to draft next.
+
+A drafter asks the policy, token by token, whether to go on (``step``); after drafting the policy may
+cut the draft (``cut``); after verification it learns what was accepted (``observe``).
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+from enum import Enum
+from typing import TYPE_CHECKING, Protocol
 
 from .params import SpeculationParams
 
+if TYPE_CHECKING:
+    from .costmodel import CostProfile
+    from .drafters import Draft
+
+MODEL = "model"
+LOOKUP = "lookup"
+
+
+class Decision(Enum):
+    STOP = "stop"   # drop this token and stop drafting
+    LAST = "last"   # keep this token, then stop (saves the draft step that would follow it)
+    MORE = "more"   # keep this token and draft another
+
 
 class DraftPolicy(Protocol):
-    def draft_length(self) -> int:
-        """The most tokens to draft this round (0: the main model decodes alone)."""
+    def draft_length(self, source: str) -> int:
+        """The most tokens a drafter of kind ``source`` may draft this round (0: do not draft)."""
 
-    def keep_drafting(self, n_drafted: int, p_top: float) -> bool:
-        """Whether to add a token the drafter is ``p_top`` sure of, after ``n_drafted`` tokens."""
+    def step(self, n: int, score: float, source: str) -> Decision:
+        """Token ``n`` (0-based) of this round's draft has ``score``: the draft model's top
+        probability, or the length of the prompt-lookup match."""
 
-    def observe(self, drafted: int, accepted: int) -> None:
-        """What verification made of the last draft."""
+    def cut(self, draft: "Draft") -> int:
+        """How many of the drafted tokens to send for verification."""
+
+    def observe(self, draft: "Draft", accepted: int) -> None:
+        """Verification accepted the first ``accepted`` tokens of ``draft``."""
 
 
 class FixedPolicy:
-    """Always draft ``draft_max`` tokens (llama.cpp's --draft-max), p_min ignored."""
+    """Always draft ``draft_max`` tokens (llama.cpp's --draft-max)."""
 
     def __init__(self, params: SpeculationParams):
         self.params = params
 
-    def draft_length(self) -> int:
+    def draft_length(self, source: str) -> int:
         return self.params.draft_max
 
-    def keep_drafting(self, n_drafted: int, p_top: float) -> bool:
-        return True
+    def step(self, n: int, score: float, source: str) -> Decision:
+        return Decision.MORE if n + 1 < self.params.draft_max else Decision.LAST
 
-    def observe(self, drafted: int, accepted: int) -> None:
+    def cut(self, draft: "Draft") -> int:
+        return len(draft)
+
+    def observe(self, draft: "Draft", accepted: int) -> None:
         pass
 
 
 class ConfidencePolicy(FixedPolicy):
-    """Draft up to ``draft_max`` tokens, stopping where the drafter's top probability falls below
+    """Up to ``draft_max`` tokens, stopping where the draft model's top probability falls below
     ``p_min`` (llama.cpp's --draft-p-min)."""
 
-    def keep_drafting(self, n_drafted: int, p_top: float) -> bool:
-        return p_top >= self.params.p_min
+    def step(self, n: int, score: float, source: str) -> Decision:
+        if source == MODEL and score < self.params.p_min:
+            return Decision.STOP
+        return super().step(n, score, source)
 
 
-def make_policy(params: SpeculationParams) -> DraftPolicy:
+class AcceptanceModel:
+    """The chance that a drafted token is accepted, learned online.
+
+    Draft-model tokens are bucketed by the draft's own top probability, which is the prior: a draft
+    that is over-confident here is corrected by what verification actually accepts. Prompt-lookup
+    tokens are bucketed by match length for the first token, and a bucket of their own for the
+    tokens that follow an accepted one (copied text tends to continue). Counts decay, so the model
+    follows the conversation as the text changes.
+    """
+
+    PRIOR_WEIGHT = 3.0
+    DECAY = 0.995
+    LOOKUP_PRIOR = {1: 0.2, 2: 0.35, 3: 0.5, 4: 0.6}
+    LOOKUP_NEXT_PRIOR = 0.7
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple, list[float]] = {}
+
+    @staticmethod
+    def bucket(source: str, n: int, score: float) -> tuple:
+        if source == LOOKUP:
+            return (LOOKUP, "next") if n > 0 else (LOOKUP, min(int(score), 4))
+        return (MODEL, min(9, int(score * 10)))
+
+    def prior(self, key: tuple) -> float:
+        if key[0] == LOOKUP:
+            return self.LOOKUP_NEXT_PRIOR if key[1] == "next" else self.LOOKUP_PRIOR[key[1]]
+        return (key[1] + 0.5) / 10
+
+    def chance(self, source: str, n: int, score: float) -> float:
+        key = self.bucket(source, n, score)
+        accepted, tried = self._counts.get(key, (0.0, 0.0))
+        return (accepted + self.PRIOR_WEIGHT * self.prior(key)) / (tried + self.PRIOR_WEIGHT)
+
+    def update(self, source: str, n: int, score: float, accepted: bool) -> None:
+        counts = self._counts.setdefault(self.bucket(source, n, score), [0.0, 0.0])
+        counts[0] = counts[0] * self.DECAY + accepted
+        counts[1] = counts[1] * self.DECAY + 1.0
+
+
+class AutoPolicy:
+    """Draft as many tokens as maximise the expected speed on this machine.
+
+    The expected speed of a round that drafts L tokens is
+        (1 + a1 + a1*a2 + ... + a1*...*aL) / (draft time + T_main(L + 1)),
+    where ai is the chance that token i is accepted given the ones before it were, and T_main(n)
+    is the measured time of a main-model batch of n tokens. Each drafted token is kept while some
+    longer draft could still beat the best length so far (looking a few tokens ahead, assuming the
+    next tokens are as likely as this one, since the profile can be jumpy); the draft is then cut
+    to the best length, which may be 0: the main model decodes alone.
+
+    A draft model that cannot pay on this machine even when always right is never asked; one that
+    could pay but did not is asked less and less often (it probes again after 1, 2, 4, ... 64
+    rounds). Prompt lookup costs nearly nothing, so its learned acceptance alone decides.
+    """
+
+    LOOKAHEAD = 4
+    MAX_BACKOFF = 64
+
+    def __init__(self, params: SpeculationParams, profile: "CostProfile",
+                 acceptance: AcceptanceModel | None = None):
+        self.params = params
+        self.profile = profile
+        self.acceptance = acceptance or AcceptanceModel()
+        self.max_len = max(0, min(params.draft_max, profile.n_max - 1))
+        self._chain: list[float] = []          # this round's acceptance chances
+        self._chain_cost: list[float] = []     # and the cost of drafting each token
+        self._backoff = 0                      # rounds the draft model sits out after a loss
+        self._wait = 0
+        self._round_source: str | None = None
+        self._model_can_pay = profile.draft_step_s > 0 and self._best_length([1.0] * self.max_len,
+                                                                             profile.draft_step_s) > 0
+
+    # -- the speed of a draft ---------------------------------------------------------------------
+
+    def token_cost(self, source: str) -> float:
+        return self.profile.draft_step_s if source == MODEL else self.profile.lookup_step_s
+
+    def expected_speed(self, chances: list[float], costs: list[float], length: int,
+                       sunk: float | None = None) -> float:
+        """Expected tokens per second of a round that verifies the first ``length`` tokens.
+        ``sunk``: drafting time already spent whatever the length (defaults to the length's own)."""
+        expected, run = 1.0, 1.0
+        for a in chances[:length]:
+            run *= a
+            expected += run
+        draft_time = sum(costs[:length]) if sunk is None else sunk
+        return expected / (draft_time + self.profile.main_batch(length + 1))
+
+    def _best_length(self, chances: list[float], cost: float) -> int:
+        costs = [cost] * len(chances)
+        speeds = [self.expected_speed(chances, costs, n) for n in range(len(chances) + 1)]
+        return max(range(len(speeds)), key=speeds.__getitem__)
+
+    # -- the policy protocol ----------------------------------------------------------------------
+
+    def draft_length(self, source: str) -> int:
+        self._chain, self._chain_cost = [], []
+        if source == MODEL:
+            if not self._model_can_pay:
+                return 0
+            if self._wait > 0:
+                self._wait -= 1
+                return 0
+        self._round_source = source
+        return self.max_len
+
+    def step(self, n: int, score: float, source: str) -> Decision:
+        a = self.acceptance.chance(source, n, score)
+        self._chain.append(a)
+        self._chain_cost.append(self.token_cost(source))
+        sunk = sum(self._chain_cost)  # this token's logits are paid for
+        best_now = max(self.expected_speed(self._chain, self._chain_cost, k, sunk) for k in range(n + 1))
+        with_token = self.expected_speed(self._chain, self._chain_cost, n + 1, sunk)
+        future = self._optimistic_future(a, source)
+        if with_token <= best_now and future <= best_now:
+            return Decision.STOP
+        if n + 1 >= self.max_len or future <= max(best_now, with_token):
+            return Decision.LAST
+        return Decision.MORE
+
+    def _optimistic_future(self, a: float, source: str) -> float:
+        """The best speed reachable by drafting up to LOOKAHEAD more tokens, each as likely as the
+        last one."""
+        best = 0.0
+        chances, costs = list(self._chain), list(self._chain_cost)
+        for _ in range(min(self.LOOKAHEAD, self.max_len - len(chances))):
+            chances.append(a)
+            costs.append(self.token_cost(source))
+            best = max(best, self.expected_speed(chances, costs, len(chances)))
+        return best
+
+    def cut(self, draft: "Draft") -> int:
+        if not draft.tokens:
+            return 0
+        chances = [self.acceptance.chance(s, i, x) for i, (s, x) in enumerate(zip(draft.sources, draft.scores))]
+        costs = [self.token_cost(s) for s in draft.sources]
+        sunk = sum(costs)
+        return max(range(len(chances) + 1), key=lambda k: self.expected_speed(chances, costs, k, sunk))
+
+    def observe(self, draft: "Draft", accepted: int) -> None:
+        for i in range(min(accepted + 1, len(draft))):  # tokens after the first rejection say nothing
+            self.acceptance.update(draft.sources[i], i, draft.scores[i], i < accepted)
+        if self._round_source == MODEL:
+            self._learn_whether_the_model_pays(len(draft), accepted)
+        self._round_source = None
+
+    def _learn_whether_the_model_pays(self, verified: int, accepted: int) -> None:
+        """Back off from a draft model whose round was slower than the main model alone (its cost is
+        paid even when the draft is cut to nothing); a round that paid resets the back-off."""
+        sunk = sum(self._chain_cost)
+        realised = (accepted + 1) / (sunk + self.profile.main_batch(verified + 1))
+        if realised >= 1.0 / self.profile.main_batch(1):
+            self._backoff = 0
+        else:
+            self._backoff = min(self.MAX_BACKOFF, max(1, self._backoff * 2))
+            self._wait = self._backoff
+
+
+def make_policy(params: SpeculationParams, profile: "CostProfile | None" = None) -> DraftPolicy:
     if params.policy == "fixed":
         return FixedPolicy(params) if params.p_min <= 0 else ConfidencePolicy(params)
     if params.policy == "pmin":
         return ConfidencePolicy(params)
-    raise ValueError(f"unknown draft policy {params.policy!r} (choose fixed or pmin)")
+    if params.policy == "auto":
+        if profile is None:
+            raise ValueError("the auto policy needs a cost profile (calibrate first)")
+        return AutoPolicy(params, profile)
+    raise ValueError(f"unknown draft policy {params.policy!r} (choose auto, fixed or pmin)")

@@ -114,7 +114,7 @@ class SpeculativeGeneration:
         t2 = time.perf_counter()
         new_tokens = _cut_after_eog([*draft.tokens[:accepted], next_token], self.vocab)
         used_drafts = min(accepted, len(new_tokens))
-        self.policy.observe(len(draft), accepted)
+        self.policy.observe(draft, accepted)
         self.counters.record(len(draft), used_drafts, t1 - t0, t2 - t1)
         self.counters.main_tokens += len(new_tokens) - used_drafts
         yield from self._emit(new_tokens, n_from_draft=used_drafts)
@@ -129,10 +129,11 @@ class SpeculativeGeneration:
             return Draft()
         remaining = self.params.max_tokens - len(self.generated)
         room = self.main.n_ctx - len(self.context)   # free positions once the last token is in
-        n_max = min(self.policy.draft_length(), remaining - 1, room - 1)
-        if n_max <= 0:
+        budget = min(remaining - 1, room - 1)        # the main model always adds one token
+        if budget <= 0:
             return Draft()
-        draft = self.drafter.draft(self.context, n_max, self.policy, self.sampler)
+        draft = self.drafter.draft(self.context, budget, self.policy, self.sampler)
+        draft = draft.cut(self.policy.cut(draft))
         if len(draft) < self.draft_min:
             return Draft()  # too short to be worth a batch: the main model decodes alone
         return draft

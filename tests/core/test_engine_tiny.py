@@ -30,7 +30,7 @@ def engines(tiny_models):
         engine.close()
 
 
-def generate(engine, drafter="model", sampling=GREEDY, spec=SpeculationParams(draft_max=4), **kw):
+def generate(engine, drafter="model", sampling=GREEDY, spec=SpeculationParams(policy="fixed", draft_max=4), **kw):
     return list(engine.generate(MESSAGES, sampling=sampling, speculation=spec, drafter=drafter, **kw))
 
 
@@ -52,7 +52,7 @@ def test_batched_logits_rows_match_one_token_at_a_time(tiny_models):
 @pytest.mark.parametrize("draft_max", [1, 4, 8])
 def test_greedy_speculative_output_is_the_main_models(engines, draft, draft_max):
     base = generate(engines["none"], "none")[-1]
-    spec = generate(engines[draft], spec=SpeculationParams(draft_max=draft_max))[-1]
+    spec = generate(engines[draft], spec=SpeculationParams(policy="fixed", draft_max=draft_max))[-1]
     assert spec.token_ids == base.token_ids
     assert spec.text == base.text
 
@@ -69,7 +69,7 @@ def test_kv_caches_hold_exactly_the_accepted_prefix_after_each_round(engines, dr
     engine = engines[draft]
     prompt = engine.tokenize_messages(MESSAGES)
     snapshots = []
-    for event in engine.generate(MESSAGES, sampling=GREEDY, speculation=SpeculationParams(draft_max=4)):
+    for event in engine.generate(MESSAGES, sampling=GREEDY, speculation=SpeculationParams(policy="fixed", draft_max=4)):
         if isinstance(event, Round):
             snapshots.append((event.generated_total, list(engine.main.cached), engine.main.kv_positions(),
                               list(engine.draft.cached), engine.draft.kv_positions()))

@@ -66,7 +66,7 @@ def drafters():
     }
 
 
-def run(drafter, sampling=SamplingParams(max_tokens=40), spec=SpeculationParams(draft_max=4), main_model=MAIN,
+def run(drafter, sampling=SamplingParams(max_tokens=40), spec=SpeculationParams(policy="fixed", draft_max=4), main_model=MAIN,
         prompt=PROMPT, cancel=None, on_round=None):
     session = ReferenceSession(main_model)
     gen = SpeculativeGeneration(session, main_model, drafter, make_policy(spec), sampling, spec.draft_min, cancel)
@@ -88,7 +88,7 @@ def plain_greedy(model, prompt, n):
 @pytest.mark.parametrize("name", list(drafters()))
 @pytest.mark.parametrize("draft_max", [1, 3, 8])
 def test_greedy_speculative_equals_main_model_alone(name, draft_max):
-    events, _, _ = run(drafters()[name](), spec=SpeculationParams(draft_max=draft_max))
+    events, _, _ = run(drafters()[name](), spec=SpeculationParams(policy="fixed", draft_max=draft_max))
     summary = events[-1]
     assert list(summary.token_ids) == plain_greedy(MAIN, PROMPT, 40)
     assert summary.stop_reason is StopReason.LENGTH
@@ -132,7 +132,7 @@ def test_counters_add_up(name):
 
 
 def test_draft_min_drops_short_drafts():
-    events, _, _ = run(RandomDrafter(MAIN), spec=SpeculationParams(draft_max=4, draft_min=3))
+    events, _, _ = run(RandomDrafter(MAIN), spec=SpeculationParams(policy="fixed", draft_max=4, draft_min=3))
     assert all(r.drafted == 0 or r.drafted >= 3 for r in events if isinstance(r, Round))
 
 
@@ -186,7 +186,7 @@ def test_cancel_stops_at_the_next_round():
 
 def test_prompt_longer_than_context_is_refused_before_decoding():
     session = ReferenceSession(MAIN, n_ctx=8)
-    gen = SpeculativeGeneration(session, MAIN, None, make_policy(SpeculationParams()), SamplingParams())
+    gen = SpeculativeGeneration(session, MAIN, None, make_policy(SpeculationParams(policy="fixed")), SamplingParams())
     with pytest.raises(PromptTooLongError, match="8"):
         next(gen.run(list(range(8))))
     assert session.batches == []
@@ -195,7 +195,7 @@ def test_prompt_longer_than_context_is_refused_before_decoding():
 def test_generation_stops_when_the_context_is_full():
     session = ReferenceSession(MAIN, n_ctx=20)
     drafter = DraftModelDrafter(ReferenceSession(MAIN, n_ctx=20))
-    gen = SpeculativeGeneration(session, MAIN, drafter, make_policy(SpeculationParams(draft_max=8)),
+    gen = SpeculativeGeneration(session, MAIN, drafter, make_policy(SpeculationParams(policy="fixed", draft_max=8)),
                                 SamplingParams(max_tokens=100))
     s = list(gen.run(PROMPT))[-1]
     assert s.stop_reason is StopReason.CONTEXT
@@ -232,7 +232,7 @@ def sample_many(make_drafter, n_runs, sampler_class=Sampler):
     for seed in range(n_runs):
         params = SamplingParams(seed=seed, **SAMPLING)
         session = ReferenceSession(SMALL)
-        gen = SpeculativeGeneration(session, SMALL, make_drafter(), make_policy(SpeculationParams(draft_max=3)),
+        gen = SpeculativeGeneration(session, SMALL, make_drafter(), make_policy(SpeculationParams(policy="fixed", draft_max=3)),
                                     params)
         gen.sampler = sampler_class(params)
         counts[tuple(list(gen.run([0, 1]))[-1].token_ids)] += 1

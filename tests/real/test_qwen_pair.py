@@ -32,7 +32,7 @@ def engine():
 def run(engine, drafter):
     engine.forget_cache()
     return list(engine.generate(MESSAGES, sampling=SamplingParams(max_tokens=40),
-                                speculation=SpeculationParams(draft_max=4), drafter=drafter))[-1]
+                                speculation=SpeculationParams(policy="fixed", draft_max=4), drafter=drafter))[-1]
 
 
 def test_greedy_speculative_matches_the_main_model_or_parts_at_a_near_tie(engine):

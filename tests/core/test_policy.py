@@ -1,0 +1,143 @@
+"""The cost model, the auto draft length and prompt lookup."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.core.costmodel import CostProfile, ProfileStore
+from app.core.drafters import Draft, DraftModelDrafter, LookupThenModelDrafter, PromptLookupDrafter
+from app.core.events import Round
+from app.core.params import SamplingParams, SpeculationParams
+from app.core.policy import LOOKUP, MODEL, AutoPolicy, Decision
+from app.core.speculative import SpeculativeGeneration
+
+from .reference_model import ReferenceModel, ReferenceSession
+
+STEP = 0.040
+AUTO = SpeculationParams(draft_max=8, policy="auto")
+
+
+def profile(batch_times, draft_step=0.0):
+    return CostProfile(key={}, main_batch_s=list(batch_times), draft_step_s=draft_step)
+
+
+LINEAR = profile([STEP * n for n in range(1, 10)], draft_step=0.5 * STEP)   # a batch costs n steps
+FREE = profile([STEP] * 9, draft_step=0.02 * STEP)                          # a batch costs one step
+
+
+def test_no_drafting_when_verification_costs_as_much_as_sequential_steps():
+    policy = AutoPolicy(AUTO, LINEAR)
+    assert policy.draft_length(MODEL) == 0        # the draft model can never pay here
+    assert policy.draft_length(LOOKUP) == 8       # lookup is free to try, but...
+    assert policy.step(0, 4.0, LOOKUP) is Decision.STOP  # ...not even a long match pays
+
+
+def test_long_drafts_when_verification_is_free():
+    policy = AutoPolicy(AUTO, FREE)
+    assert policy.draft_length(MODEL) == 8
+    decisions = [policy.step(n, 0.95, MODEL) for n in range(8)]
+    assert decisions[:7] == [Decision.MORE] * 7 and decisions[7] is Decision.LAST
+
+
+def test_an_unsure_draft_token_is_cut():
+    policy = AutoPolicy(AUTO, profile([STEP * (1 + 0.1 * n) for n in range(9)], draft_step=0.1 * STEP))
+    policy.draft_length(MODEL)
+    assert policy.step(0, 0.95, MODEL) is not Decision.STOP
+    assert policy.step(1, 0.01, MODEL) is Decision.STOP
+    draft = Draft([5, 6], [None, None], [MODEL, MODEL], [0.95, 0.01])
+    assert policy.cut(draft) == 1
+
+
+def test_acceptance_is_learned_from_what_verification_accepts():
+    policy = AutoPolicy(AUTO, FREE)
+    before = policy.acceptance.chance(MODEL, 0, 0.95)
+    for _ in range(50):  # an over-confident draft: says 95%, is never accepted
+        policy.draft_length(MODEL)
+        policy.observe(Draft([1], [None], [MODEL], [0.95]), accepted=0)
+    assert policy.acceptance.chance(MODEL, 0, 0.95) < 0.1 < before
+
+
+def test_short_lookup_matches_must_earn_their_place():
+    policy = AutoPolicy(AUTO, profile([STEP * (1 + 0.5 * (n - 1)) for n in range(1, 10)]))
+    assert policy.acceptance.chance(LOOKUP, 0, 1) < policy.acceptance.chance(LOOKUP, 0, 4)
+    policy.draft_length(LOOKUP)
+    assert policy.step(0, 1.0, LOOKUP) is Decision.STOP     # a 1-token match is a poor bet here
+    policy.draft_length(LOOKUP)
+    assert policy.step(0, 4.0, LOOKUP) is not Decision.STOP  # a 4-token match is a good one
+
+
+def test_a_draft_model_that_loses_is_asked_rarely_but_probes_again():
+    main = ReferenceModel(n_vocab=12, seed=0)
+    drafter = DraftModelDrafter(ReferenceSession(ReferenceModel(n_vocab=12, seed=9)))  # mostly wrong
+    pays_if_right = profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)], draft_step=0.3 * STEP)
+    gen = SpeculativeGeneration(ReferenceSession(main), main, drafter, AutoPolicy(AUTO, pays_if_right),
+                                SamplingParams(max_tokens=400))
+    rounds = [e for e in gen.run([1, 2, 3]) if isinstance(e, Round)]
+    drafting = sum(r.drafted > 0 for r in rounds)
+    assert 3 <= drafting <= 0.15 * len(rounds)
+
+
+@pytest.mark.parametrize("kind", ["lookup", "lookup+model", "model"])
+def test_auto_policy_output_is_the_main_models(kind):
+    main = ReferenceModel(n_vocab=6, seed=4, sharpness=4.0)  # small vocabulary: repeats, so lookup matches
+    model = DraftModelDrafter(ReferenceSession(ReferenceModel(n_vocab=6, seed=4, sharpness=4.0)))
+    drafter = {"lookup": PromptLookupDrafter(), "model": model,
+               "lookup+model": LookupThenModelDrafter(PromptLookupDrafter(), model)}[kind]
+    gen = SpeculativeGeneration(ReferenceSession(main), main, drafter,
+                                AutoPolicy(AUTO, profile([STEP * (1 + 0.1 * n) for n in range(9)], 0.1 * STEP)),
+                                SamplingParams(max_tokens=120))
+    summary = list(gen.run([0, 1, 2]))[-1]
+    ctx = [0, 1, 2]
+    for _ in range(120):
+        ctx.append(int(np.argmax(main.logits(ctx))))
+    assert list(summary.token_ids) == ctx[3:]
+    assert summary.accepted > 30
+
+
+def test_lookup_finds_the_continuation_of_a_repeated_text():
+    text = [5, 6, 7, 8, 9, 10, 11, 3, 4, 5, 6, 7]
+    lookup = PromptLookupDrafter(ngram_max=3)
+    n, continuation = lookup.find(text, 4)
+    assert (n, continuation) == (3, [8, 9, 10, 11])
+    n, continuation = lookup.find(text + [8, 9], 2)   # the index grows with the context
+    assert (n, continuation) == (3, [10, 11])
+    assert lookup.find([1, 2, 3], 4) == (0, [])       # nothing repeats
+    assert lookup.find([9, 9, 1, 2], 3)[0] == 0
+    n, continuation = lookup.find([1, 2, 1, 9, 1], 3)  # the latest match wins
+    assert (n, continuation) == (1, [9, 1])
+
+
+def test_profile_is_saved_reused_and_invalidated(tmp_path, tiny_models):
+    from app.core.engine import Engine
+    from app.core.params import ModelParams
+
+    store = ProfileStore(tmp_path / "profiles")
+    engine = Engine.load(ModelParams(str(tiny_models.main), n_ctx=256, n_threads=1),
+                         ModelParams(str(tiny_models.other), n_ctx=256, n_threads=1), profile_store=store)
+    first = engine.cost_profile(5)
+    assert first.n_max == 5 and first.draft_step_s > 0 and all(t > 0 for t in first.main_batch_s)
+    assert len(list(store.directory.glob("*.json"))) == 1
+    engine.close()
+
+    again = Engine.load(ModelParams(str(tiny_models.main), n_ctx=256, n_threads=1),
+                        ModelParams(str(tiny_models.other), n_ctx=256, n_threads=1), profile_store=store)
+    assert again.cost_profile(5).main_batch_s == first.main_batch_s   # reused, not measured again
+    assert again.cost_profile(5, recalibrate=True).measured_at >= first.measured_at
+    again.close()
+
+    other_threads = Engine.load(ModelParams(str(tiny_models.main), n_ctx=256, n_threads=2),
+                                ModelParams(str(tiny_models.other), n_ctx=256, n_threads=1), profile_store=store)
+    assert store.load(other_threads.profile_key(5)) is None              # settings changed: not valid
+    other_threads.cost_profile(5)
+    assert len(list(store.directory.glob("*.json"))) == 2
+    other_threads.close()
+
+
+def test_a_corrupt_profile_is_measured_again(tmp_path):
+    store = ProfileStore(tmp_path)
+    key = {"main": "x"}
+    store.save(profile([0.1, 0.2]).__class__(key=key, main_batch_s=[0.1, 0.2]))
+    assert store.load(key).main_batch_s == [0.1, 0.2]
+    store.path_for(key).write_text("{not json")
+    assert store.load(key) is None
