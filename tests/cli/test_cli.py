@@ -19,7 +19,7 @@ def quickdraft(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
 
 def test_generate_streams_then_prints_llama_style_statistics(tiny_models, tmp_path):
     r = quickdraft("generate", "-m", str(tiny_models.main), "-md", str(tiny_models.same), "-p", "the cat",
-                   "-n", "24", "--draft-max", "4", tmp_path=tmp_path)
+                   "-n", "24", "--draft-max", "4", "--policy", "fixed", "--drafter", "model", tmp_path=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip()
     for line in ("encoded", "decoded", "n_draft   = 4", "n_predict = 24", "n_drafted =", "n_accept  =", "accept    = 100.000%"):
@@ -72,10 +72,26 @@ def test_bench_prints_a_table_and_writes_json(tiny_models, tmp_path):
                                  for i, t in enumerate(["the cat", "a dog is on the mat"])))
     out = tmp_path / "bench.json"
     r = quickdraft("bench", "-m", str(tiny_models.main), "-md", str(tiny_models.same), "--prompts", str(prompts),
-                   "-n", "24", "--draft-max", "4", "--json", str(out), tmp_path=tmp_path)
+                   "-n", "24", "--draft-max", "4", "--policy", "fixed", "--drafter", "model", "--json", str(out),
+                   tmp_path=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "speedup" in r.stdout and "median" in r.stdout and "p1" in r.stdout
     data = json.loads(out.read_text())
     assert [x["prompt_id"] for x in data["results"]] == ["p0", "p1"]
     assert all(x["identical"] and x["acceptance"] == 1.0 for x in data["results"])
     assert data["medians"]["identical"] == 2
+
+
+def test_calibrate_then_auto_bench_reuses_the_profile(tiny_models, tmp_path):
+    r = quickdraft("calibrate", "-m", str(tiny_models.main), "-md", str(tiny_models.other), "--draft-max", "6",
+                   tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "x one step" in r.stdout and "draft model, one token" in r.stdout
+    assert len(list((tmp_path / "data" / "cache" / "profiles").glob("*.json"))) == 1
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "rep", "prompt": "the cat the cat the cat the cat"}))
+    b = quickdraft("bench", "-m", str(tiny_models.main), "-md", str(tiny_models.other), "--prompts", str(prompts),
+                   "-n", "24", "--draft-max", "6", "--drafter", "lookup+model", tmp_path=tmp_path)
+    assert b.returncode == 0, b.stderr
+    assert "calibrating" not in b.stderr          # the stored profile was reused
+    assert "draft len" in b.stdout and "0-draft" in b.stdout
