@@ -35,6 +35,9 @@ class Draft:
 class Drafter(Protocol):
     name: str
 
+    def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
+        """Read the prompt before the first round (part of prompt processing)."""
+
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
         """Propose up to ``max_len`` tokens to follow ``context`` (the whole accepted sequence)."""
 
@@ -50,6 +53,10 @@ class DraftModelDrafter:
 
     def __init__(self, session: Session):
         self.session = session
+
+    def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
+        if policy.may_draft(MODEL) and len(prompt) < self.session.n_ctx:
+            prefill(self.session, prompt)
 
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
         max_len = min(max_len, policy.draft_length(MODEL), self.session.n_ctx - len(context))
@@ -94,6 +101,9 @@ class PromptLookupDrafter:
                 return n, list(context[end:end + max_len])
         return 0, []
 
+    def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
+        self._update_index(prompt)
+
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
         max_len = min(max_len, policy.draft_length(LOOKUP))
         out = Draft()
@@ -133,6 +143,10 @@ class LookupThenModelDrafter:
     def __init__(self, lookup: PromptLookupDrafter, model: DraftModelDrafter):
         self.lookup = lookup
         self.model = model
+
+    def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
+        self.lookup.prepare(prompt, policy)
+        self.model.prepare(prompt, policy)
 
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
         draft = self.lookup.draft(context, max_len, policy, sampler)

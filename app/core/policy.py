@@ -26,6 +26,8 @@ class Decision(Enum):
 
 
 class DraftPolicy(Protocol):
+    def may_draft(self, source: str) -> bool:
+        """Whether a drafter of kind ``source`` may ever be asked (so it should read the prompt)."""
     def draft_length(self, source: str) -> int:
         """The most tokens a drafter of kind ``source`` may draft this round (0: do not draft)."""
 
@@ -45,6 +47,9 @@ class FixedPolicy:
 
     def __init__(self, params: SpeculationParams):
         self.params = params
+
+    def may_draft(self, source: str) -> bool:
+        return self.params.draft_max > 0
 
     def draft_length(self, source: str) -> int:
         return self.params.draft_max
@@ -164,6 +169,9 @@ class AutoPolicy:
         return max(range(len(speeds)), key=speeds.__getitem__)
 
     # -- the policy protocol ----------------------------------------------------------------------
+
+    def may_draft(self, source: str) -> bool:
+        return self.max_len > 0 and (source != MODEL or self._model_can_pay)
 
     def draft_length(self, source: str) -> int:
         self._chain, self._chain_cost = [], []

@@ -87,6 +87,8 @@ class SpeculativeGeneration:
         ttft = 0.0
         try:
             first = self.sampler.sample(prefill(self.main, prompt))
+            if self.drafter is not None:  # the prompt phase covers both models, as in llama.cpp
+                self.drafter.prepare(prompt, self.policy)
             ttft = time.perf_counter() - start
             self.counters.main_tokens += 1
             yield from self._emit([first], n_from_draft=0)

@@ -32,6 +32,9 @@ class AlwaysWrongDrafter:
     def __init__(self, model: ReferenceModel):
         self.model = model
 
+    def prepare(self, prompt, policy):
+        pass
+
     def draft(self, context, max_len, policy, sampler):
         ctx = list(context)
         out = Draft()

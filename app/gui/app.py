@@ -1,0 +1,45 @@
+"""Start the desktop app: ``python main.py [--data-dir DIR]``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from app.paths import DATA_DIR_ENV
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="quickdraft-gui", description="Quickdraft desktop chat")
+    parser.add_argument("--data-dir", help="keep settings, conversations and models under this folder")
+    return parser.parse_args(argv)
+
+
+def apply_args(argv: list[str]) -> argparse.Namespace:
+    """Parse the command line and set what must be set before anything reads paths."""
+    args = parse_args(argv)
+    if args.data_dir:
+        os.environ[DATA_DIR_ENV] = str(Path(args.data_dir).expanduser().resolve())
+    return args
+
+
+def run(argv: list[str] | None = None) -> int:
+    apply_args(sys.argv[1:] if argv is None else argv)
+    # imported here so the data dir is decided before any module looks at paths
+    from PySide6.QtWidgets import QApplication
+
+    from app.gui.main_window import MainWindow
+    from app.gui.theme import STYLE_SHEET
+    from app.paths import app_paths
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Quickdraft")
+    app.setStyle("Fusion")
+    app.setStyleSheet(STYLE_SHEET)
+    window = MainWindow(app_paths())
+    window.show()
+    code = app.exec()
+    if argv is None:
+        sys.exit(code)
+    return code

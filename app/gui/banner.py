@@ -1,0 +1,42 @@
+"""An inline message strip above the chat: errors, warnings and results, never a modal box."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton
+
+
+class Banner(QFrame):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("banner")
+        self.kind = ""
+        self._label = QLabel()
+        self._label.setWordWrap(True)
+        self._label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        close = QToolButton()
+        close.setObjectName("link")
+        close.setText("Dismiss")
+        close.clicked.connect(self.clear)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(12, 8, 8, 8)
+        layout.addWidget(self._label, 1)
+        layout.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
+        self.hide()
+
+    def show_message(self, text: str, kind: str = "error") -> None:
+        """``kind`` is "error", "warning" or "info"; it picks the colours from the style sheet."""
+        self.kind = kind
+        self.setProperty("kind", kind)
+        self.style().unpolish(self)
+        self.style().polish(self)
+        self._label.setText(text)
+        self.show()
+
+    def text(self) -> str:
+        return self._label.text() if not self.isHidden() else ""
+
+    def clear(self) -> None:
+        self.kind = ""
+        self._label.clear()
+        self.hide()

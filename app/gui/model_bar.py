@@ -1,0 +1,265 @@
+"""Choose the main model and its draft. Only compatible drafts can be chosen; an incompatible one
+stays in the list, disabled, with the reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QStandardItem, QStandardItemModel
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QProgressBar,
+                               QPushButton, QSizePolicy)
+
+from app.core.errors import QuickdraftError
+from app.core.gguf_info import GGUFInfo, check_pair, read_gguf_info
+
+MAX_SCANNED_FILES = 200
+
+
+@dataclass(frozen=True)
+class DraftOption:
+    path: str
+    label: str
+    enabled: bool
+    reason: str = ""      # why it is disabled, or a warning when it is enabled
+
+
+def draft_options(main_path: str, candidates: list[str]) -> list[DraftOption]:
+    """Every candidate draft for ``main_path``, checked with the engine's own compatibility rules."""
+    try:
+        main = read_gguf_info(main_path)
+    except QuickdraftError:
+        return []
+    options = []
+    for path in candidates:
+        if Path(path).resolve() == Path(main_path).resolve():
+            continue
+        options.append(_option(main, path))
+    return options
+
+
+def _option(main: GGUFInfo, path: str) -> DraftOption:
+    name = Path(path).name
+    try:
+        draft = read_gguf_info(path)
+    except QuickdraftError as exc:
+        return DraftOption(path, f"{name} (unreadable)", False, str(exc))
+    pair = check_pair(main, draft)
+    if not pair.compatible:
+        return DraftOption(path, f"{name} (incompatible)", False, "; ".join(pair.reasons))
+    return DraftOption(path, name, True, "; ".join(pair.warnings))
+
+
+def scan_models(folder: Path, recursive: bool) -> list[str]:
+    """GGUF files in ``folder``; only the app's own models folder is searched recursively, since a
+    main model may sit in a huge folder such as Downloads."""
+    if not folder.is_dir():
+        return []
+    found = folder.rglob("*.gguf") if recursive else folder.glob("*.gguf")
+    return sorted(str(p) for p in found)[:MAX_SCANNED_FILES]
+
+
+class ModelBar(QFrame):
+    load_requested = Signal(str, str)       # main path, draft path ("" = none)
+    drafting_toggled = Signal(bool)
+    problem = Signal(str)                   # something the user picked cannot be used
+
+    def __init__(self, models_dir: Path, parent=None):
+        super().__init__(parent)
+        self.setObjectName("modelBar")
+        self.models_dir = models_dir
+        self.recent_main: list[str] = []
+        self.recent_drafts: list[str] = []
+        self.options: list[DraftOption] = []
+        self._build()
+
+    def _build(self) -> None:
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(12, 8, 12, 8)
+        layout.setSpacing(8)
+        self.main_combo = self._combo("Main model: the one whose answers you get")
+        self.main_combo.currentIndexChanged.connect(self._main_changed)
+        self.main_open = QPushButton("Open…")
+        self.main_open.clicked.connect(self._browse_main)
+        self.draft_combo = self._combo("Draft model: proposes tokens the main model verifies")
+        self.draft_open = QPushButton("Open…")
+        self.draft_open.clicked.connect(self._browse_draft)
+        self.drafting = QCheckBox("Speculate")
+        self.drafting.setToolTip("Off: the main model decodes alone even with a draft loaded")
+        self.drafting.setChecked(True)
+        self.drafting.toggled.connect(self.drafting_toggled)
+        self.load_button = QPushButton("Load")
+        self.load_button.setObjectName("primary")
+        self.load_button.clicked.connect(self.request_load)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.setFixedWidth(90)
+        self.progress.hide()
+        self.status = QLabel("No model loaded")
+        self.status.setObjectName("status")
+        for widget in (QLabel("Main"), self.main_combo, self.main_open, QLabel("Draft"), self.draft_combo,
+                       self.draft_open, self.drafting, self.load_button, self.progress, self.status):
+            layout.addWidget(widget)
+        layout.addStretch(1)
+
+    @staticmethod
+    def _combo(tip: str) -> QComboBox:
+        combo = QComboBox()
+        combo.setModel(QStandardItemModel(combo))
+        combo.setToolTip(tip)
+        combo.setMinimumWidth(220)
+        combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        combo.setMinimumContentsLength(22)
+        combo.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        return combo
+
+    # --- choices -------------------------------------------------------------------------------
+
+    def set_recent(self, mains: list[str], drafts: list[str]) -> None:
+        self.recent_main = [p for p in mains if Path(p).is_file()]
+        self.recent_drafts = [p for p in drafts if Path(p).is_file()]
+        current = self.current_main()
+        self._fill_main(current or (self.recent_main[0] if self.recent_main else ""))
+
+    def current_main(self) -> str:
+        return self.main_combo.currentData() or ""
+
+    def current_draft(self) -> str:
+        return self.draft_combo.currentData() or ""
+
+    def set_main(self, path: str) -> None:
+        self._fill_main(path)
+
+    def set_draft(self, path: str) -> bool:
+        """Select ``path`` as the draft; False (and a problem signal) when it cannot draft."""
+        if not path:
+            self.draft_combo.setCurrentIndex(0)
+            return True
+        if path not in [o.path for o in self.options]:
+            self.recent_drafts = [path] + [p for p in self.recent_drafts if p != path]
+            self._fill_drafts()
+        option = next((o for o in self.options if o.path == path), None)
+        if option is None:
+            self.problem.emit(self._no_draft_reason(path))
+            return False
+        if not option.enabled:
+            self.problem.emit(f"{Path(path).name} cannot draft for {Path(self.current_main()).name}: {option.reason}.")
+            return False
+        self.draft_combo.setCurrentIndex(self.draft_combo.findData(path))
+        return True
+
+    def _no_draft_reason(self, path: str) -> str:
+        main = self.current_main()
+        if not main:
+            return "Choose the main model first: drafts are checked against it."
+        try:
+            read_gguf_info(main)
+        except QuickdraftError as exc:
+            return str(exc)
+        return f"{Path(path).name} is the main model itself; choose another file as the draft."
+
+    def option_for(self, path: str) -> DraftOption | None:
+        return next((o for o in self.options if o.path == path), None)
+
+    def is_draft_item_enabled(self, path: str) -> bool:
+        index = self.draft_combo.findData(path)
+        return index >= 0 and self.draft_combo.model().item(index).isEnabled()
+
+    def request_load(self) -> None:
+        if not self.current_main():
+            self.problem.emit("Choose a main model first (Open… next to Main).")
+            return
+        self.load_requested.emit(self.current_main(), self.current_draft())
+
+    def _fill_main(self, selected: str) -> None:
+        paths = ([selected] if selected else []) + [p for p in self.recent_main if p != selected]
+        self.main_combo.blockSignals(True)
+        self.main_combo.clear()
+        for path in paths:
+            self.main_combo.addItem(Path(path).name, path)
+            self.main_combo.setItemData(self.main_combo.count() - 1, path, Qt.ItemDataRole.ToolTipRole)
+        if not paths:
+            self.main_combo.setPlaceholderText("Open a GGUF model…")
+        self.main_combo.setCurrentIndex(0 if paths else -1)
+        self.main_combo.blockSignals(False)
+        self._fill_drafts()
+
+    def _main_changed(self, _index: int) -> None:
+        self._fill_drafts()
+
+    def _candidates(self) -> list[str]:
+        main = self.current_main()
+        scanned = scan_models(self.models_dir, recursive=True)
+        if main:
+            scanned += scan_models(Path(main).parent, recursive=False)
+        seen: dict[str, None] = {}
+        for path in self.recent_drafts + scanned:
+            seen.setdefault(str(Path(path)), None)
+        return list(seen)
+
+    def _fill_drafts(self) -> None:
+        previous = self.current_draft()
+        main = self.current_main()
+        self.options = draft_options(main, self._candidates()) if main else []
+        model: QStandardItemModel = self.draft_combo.model()
+        self.draft_combo.blockSignals(True)
+        model.clear()
+        model.appendRow(QStandardItem("No draft model"))
+        for option in self.options:
+            item = QStandardItem(option.label)
+            item.setData(option.path, Qt.ItemDataRole.UserRole)
+            item.setToolTip(f"{option.path}\n{option.reason}" if option.reason else option.path)
+            item.setEnabled(option.enabled)
+            model.appendRow(item)
+        index = self.draft_combo.findData(previous) if previous else -1
+        if index < 0 or not model.item(index).isEnabled():
+            index = self._first_enabled_recent()
+        self.draft_combo.setCurrentIndex(max(index, 0))
+        self.draft_combo.blockSignals(False)
+
+    def _first_enabled_recent(self) -> int:
+        for path in self.recent_drafts:
+            index = self.draft_combo.findData(path)
+            if index >= 0 and self.draft_combo.model().item(index).isEnabled():
+                return index
+        return 0
+
+    def _browse_main(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open main model", str(self.models_dir), "GGUF models (*.gguf)")
+        if path:
+            self.set_main(path)
+
+    def _browse_draft(self) -> None:
+        if not self.current_main():
+            self.problem.emit("Choose the main model first: drafts are checked against it.")
+            return
+        path, _ = QFileDialog.getOpenFileName(self, "Open draft model", str(Path(self.current_main()).parent),
+                                              "GGUF models (*.gguf)")
+        if path:
+            self.set_draft(path)
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def set_loading(self, name: str) -> None:
+        self.status.setText(f"Loading {name}…")
+        self.progress.show()
+        self._enable(False)
+
+    def set_loaded(self, main_name: str, draft_name: str | None) -> None:
+        self.progress.hide()
+        self.status.setText(f"Loaded {main_name}" + (f" + draft {draft_name}" if draft_name else " (no draft)"))
+        self._enable(True)
+
+    def set_unloaded(self, message: str = "No model loaded") -> None:
+        self.progress.hide()
+        self.status.setText(message)
+        self._enable(True)
+
+    def set_busy(self, busy: bool) -> None:
+        """While generating, models cannot change."""
+        self._enable(not busy)
+
+    def _enable(self, on: bool) -> None:
+        for widget in (self.main_combo, self.main_open, self.draft_combo, self.draft_open, self.load_button):
+            widget.setEnabled(on)

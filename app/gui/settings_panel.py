@@ -1,0 +1,87 @@
+"""Generation and loading settings as a form; every change is reported as a new Settings value."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QWidget
+
+from app.storage.settings import DRAFT_POLICIES, Settings
+
+# field name, label, kind, minimum, maximum, step, tooltip
+FIELDS = [
+    ("temperature", "Temperature", float, 0.0, 2.0, 0.05, "0 = greedy: always the most likely token"),
+    ("top_k", "Top-k", int, 0, 1000, 1, "0 = off"),
+    ("top_p", "Top-p", float, 0.0, 1.0, 0.01, "1 = off"),
+    ("min_p", "Min-p", float, 0.0, 1.0, 0.01, "0 = off"),
+    ("seed", "Seed", int, -1, 2**31 - 1, 1, "-1 = a new random seed each time"),
+    ("max_tokens", "Max tokens", int, 1, 131072, 64, "The longest answer"),
+    ("draft_max", "Draft max", int, 0, 64, 1, "Most tokens drafted per round"),
+    ("draft_min", "Draft min", int, 0, 64, 1, "Shorter drafts are dropped"),
+    ("p_min", "Draft p-min", float, 0.0, 1.0, 0.05, "Stop drafting when the draft is less sure than this"),
+    ("n_ctx", "Context size", int, 0, 262144, 512, "Tokens of context; 0 = the model's own (reload to apply)"),
+    ("main_gpu_layers", "GPU layers (main)", int, -1, 999, 1, "-1 = all (reload to apply)"),
+    ("draft_gpu_layers", "GPU layers (draft)", int, -1, 999, 1, "-1 = all (reload to apply)"),
+    ("threads", "Threads", int, 0, 512, 1, "0 = automatic (reload to apply)"),
+]
+POLICY_NAMES = {"auto": "auto (measured cost model)", "fixed": "fixed: always draft max",
+                "pmin": "until draft p < p-min"}
+# shown instead of the minimum value, which means something special
+SPECIAL = {"top_k": "off", "seed": "random", "n_ctx": "model's own", "main_gpu_layers": "all",
+           "draft_gpu_layers": "all", "threads": "auto"}
+
+
+class SettingsPanel(QWidget):
+    changed = Signal(object)   # Settings
+
+    def __init__(self, settings: Settings, parent=None):
+        super().__init__(parent)
+        self._settings = settings
+        self.editors: dict[str, QSpinBox | QDoubleSpinBox] = {}
+        form = QFormLayout(self)
+        form.setContentsMargins(12, 12, 12, 12)
+        form.setVerticalSpacing(6)
+        for name, label, kind, low, high, step, tip in FIELDS:
+            editor = self._editor(kind, low, high, step, tip, SPECIAL.get(name, ""))
+            editor.setValue(getattr(settings, name))
+            editor.valueChanged.connect(lambda value, n=name: self._edited(n, value))
+            self.editors[name] = editor
+            form.addRow(label, editor)
+            if name == "draft_min":
+                form.addRow("Draft length", self._policy_editor(settings.draft_policy))
+        note = QLabel("Context, GPU layers and threads apply when models are (re)loaded.")
+        note.setObjectName("statName")
+        note.setWordWrap(True)
+        form.addRow(note)
+
+    @staticmethod
+    def _editor(kind: type, low: float, high: float, step: float, tip: str,
+                special: str) -> QSpinBox | QDoubleSpinBox:
+        editor = QDoubleSpinBox() if kind is float else QSpinBox()
+        if kind is float:
+            editor.setDecimals(2)
+        editor.setRange(low, high)
+        editor.setSingleStep(step)
+        editor.setToolTip(tip)
+        editor.setSpecialValueText(special)
+        return editor
+
+    def _policy_editor(self, current: str) -> QComboBox:
+        self.policy = QComboBox()
+        for policy in DRAFT_POLICIES:
+            self.policy.addItem(POLICY_NAMES[policy], policy)
+        self.policy.setCurrentIndex(max(self.policy.findData(current), 0))
+        self.policy.setToolTip("How many tokens to draft each round")
+        self.policy.currentIndexChanged.connect(lambda _i: self._edited("draft_policy", self.policy.currentData()))
+        return self.policy
+
+    def settings(self) -> Settings:
+        return self._settings
+
+    def set_value(self, name: str, value) -> None:
+        self.editors[name].setValue(value)
+
+    def _edited(self, name: str, value) -> None:
+        self._settings = replace(self._settings, **{name: type(getattr(self._settings, name))(value)})
+        self.changed.emit(self._settings)

@@ -1,0 +1,68 @@
+"""Live numbers of the running (or last) generation, as a grid of tiles."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QVBoxLayout, QWidget
+
+from app.gui.live_stats import LiveStats
+
+TILES = [
+    ("tps_now", "tok/s now"),
+    ("tps_message", "tok/s message"),
+    ("ttft", "first token"),
+    ("prompt_tps", "prompt tok/s"),
+    ("drafted", "drafted"),
+    ("accepted", "accepted"),
+    ("acceptance", "acceptance"),
+    ("mean_accepted", "accepted / round"),
+]
+DASH = "–"
+
+
+class StatsPanel(QWidget):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setHorizontalSpacing(8)
+        grid.setVerticalSpacing(8)
+        self._values: dict[str, QLabel] = {}
+        for i, (key, name) in enumerate(TILES):
+            grid.addWidget(self._tile(key, name), i // 4, i % 4)
+        self.clear()
+
+    def _tile(self, key: str, name: str) -> QFrame:
+        tile = QFrame()
+        tile.setObjectName("panel")
+        layout = QVBoxLayout(tile)
+        layout.setContentsMargins(8, 6, 8, 6)
+        layout.setSpacing(0)
+        value = QLabel(DASH)
+        value.setObjectName("statValue")
+        label = QLabel(name)
+        label.setObjectName("statName")
+        layout.addWidget(value)
+        layout.addWidget(label)
+        self._values[key] = value
+        return tile
+
+    def clear(self) -> None:
+        for label in self._values.values():
+            label.setText(DASH)
+
+    def values(self) -> dict[str, str]:
+        return {key: label.text() for key, label in self._values.items()}
+
+    def update_from(self, stats: LiveStats) -> None:
+        shown = {
+            "tps_now": f"{stats.tps_now:.1f}" if stats.tps_points else DASH,
+            "tps_message": f"{stats.tps_message:.1f}" if stats.tps_message else DASH,
+            "ttft": f"{stats.ttft_s * 1000:.0f} ms" if stats.ttft_s is not None else DASH,
+            "prompt_tps": f"{stats.prompt_tps:.0f}" if stats.prompt_tps else DASH,
+            "drafted": str(stats.drafted),
+            "accepted": str(stats.accepted),
+            "acceptance": f"{100 * stats.acceptance_rate:.0f}%" if stats.drafted else DASH,
+            "mean_accepted": f"{stats.mean_accepted_length:.2f}" if stats.drafting_rounds else DASH,
+        }
+        for key, text in shown.items():
+            self._values[key].setText(text)

@@ -1,0 +1,216 @@
+"""The one thread that owns the Engine: loads, generates, unloads, and reports through signals.
+
+The GUI sends requests by queued signals; this object lives on its own QThread, so its slots run
+there. Token pieces and rounds are sent in batches (every BATCH_S) to keep the GUI thread free.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from app.core.costmodel import ProfileStore
+from app.core.engine import Engine
+from app.core.errors import IncompatibleDraftError, QuickdraftError
+from app.core.events import Round, Summary, TokenPiece
+from app.core.gguf_info import check_pair, read_gguf_info
+from app.core.params import ModelParams, SamplingParams, SpeculationParams
+
+log = logging.getLogger(__name__)
+BATCH_S = 0.05
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    main: ModelParams
+    draft: ModelParams | None
+
+
+@dataclass(frozen=True)
+class LoadedInfo:
+    main_path: str
+    draft_path: str | None
+    main_name: str
+    draft_name: str | None
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    message: str
+    previous_kept: bool               # the pair loaded before is still loaded
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    messages: tuple[dict, ...]
+    sampling: SamplingParams
+    speculation: SpeculationParams
+    drafter: str                      # "model" or "none"
+    cancel: threading.Event = field(default_factory=threading.Event, compare=False)
+    compare: bool = False             # greedy speculative run, then greedy main-only run
+
+
+@dataclass(frozen=True)
+class Started:
+    prompt_tokens: int
+    monotonic_start: float   # time.monotonic() when decoding began; event times count from here
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Events in order; ``times`` holds each event's seconds since the generation started."""
+
+    events: tuple[TokenPiece | Round, ...]
+    times: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    speculative: Summary
+    baseline: Summary
+
+    @property
+    def speedup(self) -> float:
+        base = self.baseline.generation_tps
+        return self.speculative.generation_tps / base if base > 0 else 0.0
+
+    @property
+    def identical(self) -> bool:
+        return self.speculative.token_ids == self.baseline.token_ids
+
+
+class EngineWorker(QObject):
+    loading = Signal(str)              # what is being loaded
+    loaded = Signal(object)            # LoadedInfo
+    load_failed = Signal(object)       # LoadFailure
+    started = Signal(object)           # Started
+    batch = Signal(object)             # Batch
+    finished = Signal(object)          # Summary
+    compared = Signal(object)          # CompareResult
+    failed = Signal(str)               # a generation could not run; the message is for the user
+    unloaded = Signal()
+    idle = Signal()                    # a generate request has ended, however it ended
+
+    def __init__(self, profiles_dir: str | Path | None = None):
+        super().__init__()
+        self._engine: Engine | None = None
+        self._profiles = ProfileStore(profiles_dir) if profiles_dir else None
+        self.busy = threading.Event()  # set while a request runs: lets the window wait on quit
+
+    @Slot(object)
+    def load(self, request: LoadRequest) -> None:
+        self.busy.set()
+        try:
+            self.loading.emit(Path(request.main.path).name)
+            _preflight(request)  # a bad file or pair is refused before the working pair is unloaded
+            self._close_engine()
+            engine = Engine.load(request.main, request.draft, profile_store=self._profiles)
+        except QuickdraftError as exc:
+            self.load_failed.emit(LoadFailure(str(exc), self._engine is not None))
+        except Exception as exc:  # llama.cpp can fail in ways the engine does not name
+            log.exception("loading failed")
+            self.load_failed.emit(LoadFailure(f"The model could not be loaded: {exc}", self._engine is not None))
+        else:
+            self._engine = engine
+            self.loaded.emit(LoadedInfo(
+                request.main.path, request.draft.path if request.draft else None,
+                engine.main_info.display_name, engine.draft_info.display_name if engine.draft_info else None,
+                engine.warnings))
+        finally:
+            self.busy.clear()
+
+    @Slot(object)
+    def generate(self, request: GenerateRequest) -> None:
+        self.busy.set()
+        try:
+            if self._engine is None:
+                raise QuickdraftError("No model is loaded. Choose a main model first.")
+            if request.compare:
+                self._compare(self._engine, request)
+            else:
+                self.finished.emit(self._stream(self._engine, request))
+        except QuickdraftError as exc:
+            self.failed.emit(str(exc))
+        except MemoryError:
+            self.failed.emit("Out of memory while generating. Try a smaller context size or model.")
+        except Exception as exc:
+            log.exception("generation failed")
+            self.failed.emit(f"Generation failed: {exc}")
+        finally:
+            self.busy.clear()
+            self.idle.emit()
+
+    @Slot()
+    def unload(self) -> None:
+        self._close_engine()
+        self.unloaded.emit()
+
+    def _close_engine(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+
+    def _stream(self, engine: Engine, request: GenerateRequest) -> Summary:
+        """Run one generation, sending batches of events; returns its Summary."""
+        n_prompt = len(engine.tokenize_messages(list(request.messages)))
+        start = last_emit = time.monotonic()
+        self.started.emit(Started(n_prompt, start))
+        events: list[TokenPiece | Round] = []
+        times: list[float] = []
+        summary: Summary | None = None
+        for ev in engine.generate(list(request.messages), sampling=request.sampling,
+                                  speculation=request.speculation, drafter=request.drafter,
+                                  cancel=request.cancel):
+            now = time.monotonic()
+            if isinstance(ev, Summary):
+                summary = ev
+                break
+            events.append(ev)
+            times.append(now - start)
+            if now - last_emit >= BATCH_S:
+                self.batch.emit(Batch(tuple(events), tuple(times)))
+                events, times, last_emit = [], [], now
+        if events:
+            self.batch.emit(Batch(tuple(events), tuple(times)))
+        if summary is None:
+            raise QuickdraftError("The generation ended without a summary.")
+        return summary
+
+    def _compare(self, engine: Engine, request: GenerateRequest) -> None:
+        greedy = SamplingParams(temperature=0.0, top_k=request.sampling.top_k, top_p=1.0, min_p=0.0,
+                                seed=0, max_tokens=request.sampling.max_tokens)
+        runs = {}
+        for drafter in ("model", "none"):
+            if request.cancel.is_set():
+                return
+            runs[drafter] = self._run_silently(engine, request, greedy, drafter)
+        if request.cancel.is_set():
+            return
+        self.compared.emit(CompareResult(runs["model"], runs["none"]))
+
+    def _run_silently(self, engine: Engine, request: GenerateRequest, sampling: SamplingParams,
+                      drafter: str) -> Summary:
+        engine.forget_cache()  # both runs decode the whole prompt, so neither gets a head start
+        events = engine.generate(list(request.messages), sampling=sampling, speculation=request.speculation,
+                                 drafter=drafter, cancel=request.cancel)
+        summary = [ev for ev in events if isinstance(ev, Summary)][-1]
+        if summary.error:
+            raise QuickdraftError(summary.error)
+        return summary
+
+
+def _preflight(request: LoadRequest) -> None:
+    """Read both files' metadata and check the pair: cheap, and raises the engine's own errors."""
+    main = read_gguf_info(request.main.path)
+    if request.draft is not None:
+        draft = read_gguf_info(request.draft.path)
+        pair = check_pair(main, draft)
+        if not pair.compatible:
+            raise IncompatibleDraftError(
+                f"{draft.display_name} cannot draft for {main.display_name}: {'; '.join(pair.reasons)}.")

@@ -1,0 +1,156 @@
+"""Conversations and their messages in SQLite.
+
+A message keeps its text, the generation's numbers (a JSON object) and its pieces as runs of
+(text, origin) so token colouring still works after a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    title TEXT NOT NULL,
+    system_prompt TEXT NOT NULL DEFAULT '',
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    stats TEXT NOT NULL DEFAULT '{}',
+    pieces TEXT NOT NULL DEFAULT '[]',
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+"""
+
+Run = tuple[str, str]  # (text, origin value: "draft" or "main")
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: int
+    title: str
+    system_prompt: str
+    created: float
+    updated: float
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    id: int
+    conversation_id: int
+    role: str
+    content: str
+    stats: dict[str, Any] = field(default_factory=dict)
+    pieces: tuple[Run, ...] = ()
+
+
+class ConversationStore:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(self.path))
+        self._db.execute("PRAGMA foreign_keys = ON")
+        # WAL with NORMAL sync: commits do not wait for fsync (the GUI thread writes here), and a
+        # crash can lose at most the last commits, never corrupt the database.
+        self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # --- conversations -------------------------------------------------------------------------
+
+    def create(self, title: str = "New chat", system_prompt: str = "") -> Conversation:
+        now = time.time()
+        with self._db:
+            cur = self._db.execute(
+                "INSERT INTO conversations (title, system_prompt, created, updated) VALUES (?, ?, ?, ?)",
+                (title, system_prompt, now, now))
+        return self.get(cur.lastrowid)
+
+    def get(self, conversation_id: int) -> Conversation | None:
+        row = self._db.execute("SELECT id, title, system_prompt, created, updated FROM conversations WHERE id = ?",
+                               (conversation_id,)).fetchone()
+        return Conversation(*row) if row else None
+
+    def conversations(self, search: str = "") -> list[Conversation]:
+        """Newest first; ``search`` matches titles, case-insensitively."""
+        pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = self._db.execute(
+            "SELECT id, title, system_prompt, created, updated FROM conversations "
+            "WHERE title LIKE ? ESCAPE '\\' ORDER BY updated DESC, id DESC", (pattern,)).fetchall()
+        return [Conversation(*r) for r in rows]
+
+    def rename(self, conversation_id: int, title: str) -> None:
+        self._update_conversation(conversation_id, "title", title)
+
+    def set_system_prompt(self, conversation_id: int, prompt: str) -> None:
+        self._update_conversation(conversation_id, "system_prompt", prompt)
+
+    def delete(self, conversation_id: int) -> None:
+        with self._db:
+            self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+
+    def _update_conversation(self, conversation_id: int, column: str, value: str) -> None:
+        with self._db:
+            self._db.execute(f"UPDATE conversations SET {column} = ?, updated = ? WHERE id = ?",
+                             (value, time.time(), conversation_id))
+
+    # --- messages ------------------------------------------------------------------------------
+
+    def messages(self, conversation_id: int) -> list[StoredMessage]:
+        rows = self._db.execute(
+            "SELECT id, conversation_id, role, content, stats, pieces FROM messages "
+            "WHERE conversation_id = ? ORDER BY id", (conversation_id,)).fetchall()
+        return [_message(r) for r in rows]
+
+    def add_message(self, conversation_id: int, role: str, content: str, stats: dict | None = None,
+                    pieces: list[Run] | tuple[Run, ...] = ()) -> StoredMessage:
+        with self._db:
+            cur = self._db.execute(
+                "INSERT INTO messages (conversation_id, role, content, stats, pieces, created) VALUES (?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, content, json.dumps(stats or {}), json.dumps(list(pieces)), time.time()))
+            self._touch(conversation_id)
+        return self.message(cur.lastrowid)
+
+    def message(self, message_id: int) -> StoredMessage | None:
+        row = self._db.execute("SELECT id, conversation_id, role, content, stats, pieces FROM messages WHERE id = ?",
+                               (message_id,)).fetchone()
+        return _message(row) if row else None
+
+    def update_message(self, message_id: int, content: str, stats: dict | None = None,
+                       pieces: list[Run] | tuple[Run, ...] | None = None) -> None:
+        sets, values = ["content = ?"], [content]
+        if stats is not None:
+            sets.append("stats = ?")
+            values.append(json.dumps(stats))
+        if pieces is not None:
+            sets.append("pieces = ?")
+            values.append(json.dumps(list(pieces)))
+        with self._db:
+            self._db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*values, message_id))
+
+    def delete_message(self, message_id: int) -> None:
+        with self._db:
+            self._db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+
+    def _touch(self, conversation_id: int) -> None:
+        self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
+
+
+def _message(row: tuple) -> StoredMessage:
+    mid, cid, role, content, stats, pieces = row
+    return StoredMessage(mid, cid, role, content, json.loads(stats or "{}"),
+                         tuple((str(t), str(o)) for t, o in json.loads(pieces or "[]")))

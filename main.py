@@ -1,0 +1,2 @@
+from app.gui.app import run
+run()

@@ -1,0 +1,107 @@
+"""GUI fixtures: tiny GGUF models, a data dir per test and a MainWindow built on them."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from app.core.tiny_gguf import TinySpec, write_tiny_model  # noqa: E402
+from app.gui.main_window import MainWindow  # noqa: E402
+from app.gui.theme import STYLE_SHEET  # noqa: E402
+from app.paths import app_paths  # noqa: E402
+from app.storage.settings import Settings, SettingsStore  # noqa: E402
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+LOAD_TIMEOUT_MS = 30_000
+ANSWER_TIMEOUT_MS = 60_000
+
+
+@dataclass(frozen=True)
+class GuiModels:
+    main: Path
+    same: Path          # same weights as main: every drafted token is accepted
+    other: Path         # other weights, same vocabulary
+    other_vocab: Path   # a vocabulary the main model cannot share
+    garbage: Path       # not a GGUF at all
+    truncated: Path     # a GGUF cut short
+
+
+@pytest.fixture(scope="session")
+def gui_models(tmp_path_factory) -> GuiModels:
+    d = tmp_path_factory.mktemp("gui-models")
+    main = write_tiny_model(d / "main.gguf", TinySpec(seed=0))
+    garbage = d / "garbage.gguf"
+    garbage.write_bytes(os.urandom(4096))
+    truncated = d / "truncated.gguf"
+    truncated.write_bytes(main.read_bytes()[:3000])
+    return GuiModels(
+        main=main,
+        same=write_tiny_model(d / "same.gguf", TinySpec(seed=0)),
+        other=write_tiny_model(d / "other.gguf", TinySpec(seed=1)),
+        other_vocab=write_tiny_model(d / "other-vocab.gguf", TinySpec(seed=2, other_vocab=True)),
+        garbage=garbage,
+        truncated=truncated,
+    )
+
+
+# One thread per model: the test machine has two cores and llama.cpp's spinning threads fight the
+# GUI thread for them otherwise.
+TEST_SETTINGS = Settings(threads=1, n_ctx=2048, temperature=0.0, max_tokens=48, draft_max=4, draft_policy="fixed",
+                         default_system_prompt="You are terse.")
+
+
+# The offscreen platform warns whenever a window's size constraints change (any fixed-height child
+# does that); it is a limit of that platform plugin, not of the app.
+OFFSCREEN_NOISE = r"This plugin does not support propagateSizeHints\(\)"
+
+
+def pytest_collection_modifyitems(items):
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.qt_log_ignore(OFFSCREEN_NOISE))
+
+
+@pytest.fixture(autouse=True)
+def _style(qapp):
+    qapp.setStyle("Fusion")
+    qapp.setStyleSheet(STYLE_SHEET)
+
+
+@pytest.fixture
+def make_window(qtbot, tmp_path):
+    """Build a MainWindow on a data dir (default: this test's tmp dir) with test settings."""
+
+    def make(data_dir: Path | None = None, settings: Settings | None = None, **changes) -> MainWindow:
+        paths = app_paths(data_dir or tmp_path / "data")
+        store = SettingsStore(paths.settings_file)
+        if settings is not None or changes or not paths.settings_file.exists():
+            store.save(replace(settings or TEST_SETTINGS, **changes))
+        window = MainWindow(paths, SettingsStore(paths.settings_file))
+        qtbot.addWidget(window)
+        window.resize(1440, 900)
+        window.show()
+        return window
+
+    return make
+
+
+def wait_loaded(qtbot, window: MainWindow) -> None:
+    qtbot.waitUntil(lambda: not window.loading and window.loaded is not None, timeout=LOAD_TIMEOUT_MS)
+
+
+def wait_idle(qtbot, window: MainWindow) -> None:
+    qtbot.waitUntil(lambda: not window.is_busy, timeout=ANSWER_TIMEOUT_MS)
+
+
+@pytest.fixture
+def loaded_window(make_window, gui_models, qtbot):
+    """A window with the tiny main model and its same-weights draft loaded."""
+    window = make_window(main_model=str(gui_models.main), draft_model=str(gui_models.same))
+    wait_loaded(qtbot, window)
+    return window

@@ -1,0 +1,321 @@
+"""The main window on the real engine with tiny GGUF models."""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+
+import pytest
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+
+from app.gui import main_window as main_window_module
+from tests.gui.conftest import wait_idle, wait_loaded
+
+# With the default system prompt of TEST_SETTINGS ("You are terse."), the tiny main model answers
+# this prompt greedily with 1000 tokens before its end token: long enough to watch and to stop.
+LONG_PROMPT = "write a long story"
+
+
+def assistant_messages(window):
+    return [m for m in window.store.messages(window.conversation_id) if m.role == "assistant"]
+
+
+def test_send_streams_the_answer_and_feeds_stats_and_charts(loaded_window, qtbot):
+    window = loaded_window
+    window.settings_panel.set_value("max_tokens", 600)
+    batches = []
+    window.worker.batch.connect(lambda batch: batches.append(len(batch.events)))
+    shown_lengths = []
+    sampler = QTimer()
+    sampler.timeout.connect(lambda: shown_lengths.append(len(window.chat_view.messages()[-1].text)))
+    assert window.send_message(LONG_PROMPT)
+    sampler.start(20)
+    wait_idle(qtbot, window)
+    sampler.stop()
+
+    [answer] = assistant_messages(window)
+    assert len(batches) >= 2, "pieces arrive in several batches while the answer is made"
+    assert any(0 < n < len(answer.content) for n in shown_lengths), "the view showed a partial answer"
+    assert window.chat_view.messages()[-1].text == answer.content
+    assert answer.stats["generated_tokens"] == 600
+    assert answer.stats["drafted"] > 0 and answer.stats["accepted"] == answer.stats["drafted"]
+    values = window.stats_panel.values()
+    assert values["drafted"] == str(answer.stats["drafted"])
+    assert values["acceptance"] == "100%"
+    assert float(values["tps_message"]) > 0
+    counts = window.charts.point_counts()
+    assert counts["tps"] > 0 and counts["round_acceptance"] > 0 and counts["positions"] == 4
+    footer = window.chat_view.messages()[-1].footer.text()
+    assert "600 tokens" in footer and f"drafted {answer.stats['drafted']}" in footer and "(100%)" in footer
+
+
+def test_enter_sends_and_shift_enter_adds_a_line(loaded_window, qtbot):
+    window = loaded_window
+    box = window.composer.input
+    qtbot.keyClicks(box, "first line")
+    qtbot.keyClick(box, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(box, "second line")
+    assert box.toPlainText() == "first line\nsecond line"
+    qtbot.keyClick(box, Qt.Key.Key_Return)
+    wait_idle(qtbot, window)
+    user = [m for m in window.store.messages(window.conversation_id) if m.role == "user"]
+    assert [m.content for m in user] == ["first line\nsecond line"]
+    assert box.toPlainText() == ""
+
+
+def test_stop_ends_generation_within_one_round(loaded_window, qtbot):
+    window = loaded_window
+    window.settings_panel.set_value("max_tokens", 1000)
+    window.send_message(LONG_PROMPT)
+    qtbot.waitUntil(lambda: window.active is not None and window.active.live.rounds > 0, timeout=30_000)
+    generation = window.active
+    stopped_at = time.monotonic()
+    window.composer.stop_button.click()
+    wait_idle(qtbot, window)
+
+    summary = generation.live.summary
+    assert summary.stop_reason.value == "cancel"
+    assert summary.generated_tokens < 1000
+    rounds_after_stop = [t for t in generation.live.round_ends_s if generation.started_at + t > stopped_at]
+    assert len(rounds_after_stop) <= 1
+    [answer] = assistant_messages(window)
+    assert answer.content and answer.stats["stop_reason"] == "cancel"
+    assert "stopped" in window.chat_view.messages()[-1].footer.text()
+
+
+def test_regenerate_replaces_the_last_answer(loaded_window, qtbot):
+    window = loaded_window
+    window.send_message("hello")
+    wait_idle(qtbot, window)
+    [first] = assistant_messages(window)
+    window.settings_panel.set_value("temperature", 1.0)
+    window.settings_panel.set_value("seed", 7)
+    window.composer.regenerate_button.click()
+    wait_idle(qtbot, window)
+
+    [second] = assistant_messages(window)
+    assert second.id != first.id and window.store.message(first.id) is None
+    assert second.stats["generated_tokens"] > 0
+    widgets = window.chat_view.messages()
+    assert [w.role for w in widgets] == ["user", "assistant"]
+    assert widgets[-1].message_id == second.id and widgets[-1].text == second.content
+
+
+def test_conversation_survives_closing_and_reopening(make_window, gui_models, qtbot, tmp_path):
+    data = tmp_path / "persist"
+    window = make_window(data, main_model=str(gui_models.main), draft_model=str(gui_models.same))
+    wait_loaded(qtbot, window)
+    window.composer.system_prompt.setText("Answer in French.")
+    window.composer.system_prompt.editingFinished.emit()
+    window.send_message("remember this conversation")
+    wait_idle(qtbot, window)
+    conversation_id = window.conversation_id
+    [answer] = assistant_messages(window)
+    window.close()
+
+    again = make_window(data)
+    wait_loaded(qtbot, again)  # the last pair is loaded again on start
+    assert again.loaded.main_path == str(gui_models.main) and again.loaded.draft_path == str(gui_models.same)
+    assert again.conversation_id == conversation_id
+    assert again.conversation_list.titles() == ["remember this conversation"]
+    assert again.composer.system_prompt.text() == "Answer in French."
+    widgets = again.chat_view.messages()
+    assert [(w.role, w.text) for w in widgets] == [("user", "remember this conversation"),
+                                                  ("assistant", answer.content)]
+    assert widgets[-1].footer.text().startswith(f"{answer.stats['generation_tps']:.1f} tok/s")
+    again.set_colour_tokens(True)
+    assert widgets[-1].showing_origins()
+    assert "background-color" in widgets[-1].body.toHtml()
+
+
+def test_incompatible_draft_cannot_be_selected(loaded_window, gui_models, qtbot):
+    window = loaded_window
+    bar = window.model_bar
+    assert not window.set_model_pair(str(gui_models.main), str(gui_models.other_vocab))
+    assert "cannot draft" in window.error_text() and "vocabular" in window.error_text()
+    assert not bar.is_draft_item_enabled(str(gui_models.other_vocab))
+    assert "vocabular" in bar.option_for(str(gui_models.other_vocab)).reason
+    assert bar.is_draft_item_enabled(str(gui_models.same)) and bar.is_draft_item_enabled(str(gui_models.other))
+    assert bar.current_draft() != str(gui_models.other_vocab)
+    assert not window.loading and window.loaded.draft_path == str(gui_models.same)
+
+
+@pytest.mark.parametrize("broken", ["garbage", "truncated"])
+def test_broken_model_file_shows_an_error_and_the_app_keeps_working(loaded_window, gui_models, qtbot, broken):
+    window = loaded_window
+    window.send_message("before")
+    wait_idle(qtbot, window)
+    assert window.set_model_pair(str(getattr(gui_models, broken)), None)
+    qtbot.waitUntil(lambda: not window.loading, timeout=30_000)
+    assert window.error_text()
+    assert window.loaded.main_path == str(gui_models.main), "the working pair stays loaded"
+    assert window.send_message("after")
+    wait_idle(qtbot, window)
+    assert [m.content for m in window.store.messages(window.conversation_id) if m.role == "user"] == ["before", "after"]
+    assert len(assistant_messages(window)) == 2
+
+
+def test_prompt_too_long_is_reported_and_the_conversation_kept(make_window, gui_models, qtbot):
+    window = make_window(main_model=str(gui_models.main), n_ctx=64)
+    wait_loaded(qtbot, window)
+    window.send_message("the cat is on the mat " * 20)
+    wait_idle(qtbot, window)
+    assert "context" in window.error_text()
+    messages = window.store.messages(window.conversation_id)
+    assert [m.role for m in messages] == ["user"]
+    assert [w.role for w in window.chat_view.messages()] == ["user"]
+
+
+def test_sending_without_a_model_keeps_the_text(make_window, qtbot):
+    window = make_window()
+    qtbot.keyClicks(window.composer.input, "anyone there?")
+    qtbot.keyClick(window.composer.input, Qt.Key.Key_Return)
+    assert "No model is loaded" in window.error_text()
+    assert window.composer.input.toPlainText() == "anyone there?"
+
+
+def test_gui_thread_never_stalls_during_generation(loaded_window, qtbot):
+    window = loaded_window
+    window.settings_panel.set_value("max_tokens", 1000)
+    gaps: list[float] = []
+    last = [time.perf_counter()]
+
+    def tick():
+        now = time.perf_counter()
+        gaps.append(now - last[0])
+        last[0] = now
+
+    timer = QTimer()
+    timer.timeout.connect(tick)
+    timer.start(10)
+    last[0] = time.perf_counter()
+    window.send_message(LONG_PROMPT)
+    wait_idle(qtbot, window)
+    timer.stop()
+    assert len(gaps) > 20
+    assert max(gaps) < 0.100, f"the GUI thread stalled for {max(gaps) * 1000:.0f} ms"
+
+
+def test_compare_measures_speedup_and_identity(loaded_window, qtbot):
+    window = loaded_window
+    window.send_message("hello")
+    wait_idle(qtbot, window)
+    [answer] = assistant_messages(window)
+    window.chat_view.messages()[-1].compare_button.click()
+    wait_idle(qtbot, window)
+
+    result = window.last_compare
+    assert result is not None and result.identical  # greedy speculation reproduces the main model
+    assert result.speculative.drafted > 0 and result.baseline.drafted == 0
+    stored = window.store.message(answer.id)
+    assert stored.stats["speedup"] == pytest.approx(result.speedup)
+    assert stored.stats["compare_identical"] is True
+    assert window.chat_view.messages()[-1].footer.text().endswith(f"{result.speedup:.1f}x")
+    assert "identical" in window.banner.text() and window.banner.kind == "info"
+    assert stored.content == answer.content
+
+
+def test_quitting_mid_generation_keeps_the_partial_answer(make_window, gui_models, qtbot, tmp_path):
+    data = tmp_path / "quit"
+    window = make_window(data, main_model=str(gui_models.main), draft_model=str(gui_models.same), max_tokens=1000)
+    wait_loaded(qtbot, window)
+    window.send_message(LONG_PROMPT)
+    qtbot.waitUntil(lambda: window.active is not None and window.active.live.text != "", timeout=30_000)
+    window.close()
+    assert not window.thread.isRunning()
+
+    again = make_window(data)
+    [answer] = [m for m in again.store.messages(again.conversation_id) if m.role == "assistant"]
+    assert answer.content and answer.stats.get("stop_reason") == "cancel"
+    assert answer.stats["generated_tokens"] < 1000
+
+
+def test_conversations_new_rename_delete_and_search(loaded_window, qtbot):
+    window = loaded_window
+    window.send_message("alpha question")
+    wait_idle(qtbot, window)
+    first = window.conversation_id
+    second = window.new_conversation()
+    window.send_message("beta question")
+    wait_idle(qtbot, window)
+    assert window.conversation_list.titles() == ["beta question", "alpha question"]
+
+    window.rename_conversation(second, "Renamed beta")
+    window.conversation_list.search.setText("alpha")
+    assert window.conversation_list.titles() == ["alpha question"]
+    window.conversation_list.search.setText("")
+    assert set(window.conversation_list.titles()) == {"Renamed beta", "alpha question"}
+
+    window.select_conversation(first)
+    assert [w.text for w in window.chat_view.messages()][0] == "alpha question"
+    window.delete_conversation(first)
+    assert window.conversation_list.titles() == ["Renamed beta"]
+    assert window.conversation_id == second and window.store.messages(first) == []
+
+
+def test_settings_persist_between_windows(make_window, tmp_path, qtbot):
+    data = tmp_path / "settings"
+    window = make_window(data)
+    window.settings_panel.set_value("temperature", 1.25)
+    window.settings_panel.set_value("draft_max", 7)
+    window.model_bar.drafting.setChecked(False)
+    window.close()
+    again = make_window(data)
+    assert again.settings.temperature == pytest.approx(1.25) and again.settings.draft_max == 7
+    assert again.settings_panel.editors["draft_max"].value() == 7
+    assert not again.model_bar.drafting.isChecked()
+
+
+def test_drafting_off_decodes_with_the_main_model_alone(loaded_window, qtbot):
+    window = loaded_window
+    window.model_bar.drafting.setChecked(False)
+    window.send_message("hello")
+    wait_idle(qtbot, window)
+    [answer] = assistant_messages(window)
+    assert answer.stats["drafter"] == "none" and answer.stats["drafted"] == 0
+
+
+def test_model_manager_missing_is_reported(make_window, monkeypatch):
+    window = make_window()
+    monkeypatch.setattr(main_window_module, "MODEL_MANAGER_MODULE", "app.gui.no_such_model_manager")
+    window.open_model_manager()
+    assert window.error_text() == "The model manager is not installed"
+
+
+def test_model_manager_pair_is_loaded(make_window, gui_models, qtbot, monkeypatch):
+    class FakeDialog(QObject):
+        pair_chosen = Signal(str, str)
+
+        def __init__(self, paths, parent=None):
+            super().__init__(parent)
+            self.paths = paths
+
+        def show(self):
+            self.pair_chosen.emit(str(gui_models.main), str(gui_models.other))
+
+    fake = types.ModuleType("fake_model_manager")
+    fake.ModelManagerDialog = FakeDialog
+    monkeypatch.setitem(sys.modules, "fake_model_manager", fake)
+    monkeypatch.setattr(main_window_module, "MODEL_MANAGER_MODULE", "fake_model_manager")
+    window = make_window()
+    window.model_manager_action.trigger()
+    wait_loaded(qtbot, window)
+    assert window.model_manager.paths == window.paths
+    assert window.loaded.main_path == str(gui_models.main) and window.loaded.draft_path == str(gui_models.other)
+
+
+def test_a_damaged_settings_file_is_reported_and_defaults_used(make_window, tmp_path):
+    from app.paths import app_paths
+
+    paths = app_paths(tmp_path / "damaged").ensure()
+    paths.settings_file.write_text("[1, 2")
+    window = make_window(tmp_path / "damaged")
+    assert window.banner.kind == "warning" and "damaged" in window.banner.text()
+    assert list(paths.config_dir.glob("settings.json.corrupt-*"))
+
+
+def test_a_draft_for_an_unreadable_main_model_names_the_main_models_problem(make_window, gui_models):
+    window = make_window()
+    assert not window.set_model_pair(str(gui_models.garbage), str(gui_models.same))
+    assert "garbage.gguf" in window.error_text() and not window.loading
