@@ -95,26 +95,24 @@ class ProfileStore:
 def calibrate(main: Session, draft: Session | None, key: dict, n_max: int, filler: Sequence[int],
               repeats: int = 3, context_tokens: int = 256,
               progress: Callable[[str], None] | None = None) -> CostProfile:
-    """Measure the main model's batch times for n = 1..n_max and the draft's step time, each the
-    median of ``repeats`` runs at a realistic context position. Leaves both caches empty."""
+    """Measure the main model's batch times for n = 1..n_max and the draft's step time at a
+    realistic context position. Sizes are measured round-robin, ``repeats`` times, and each keeps
+    its median, so a burst of load elsewhere on the machine does not land on one size only.
+    Leaves both caches empty."""
     started = time.perf_counter()
     prefix = _repeat(filler, min(context_tokens, main.n_ctx - n_max - 1))
-    main_times = []
-    for n in range(1, n_max + 1):
-        main_times.append(_median_batch_time(main, prefix, _repeat(filler[::-1], n), repeats))
-        if progress:
-            progress(f"main model, batch of {n}: {1000 * main_times[-1]:.1f} ms")
+    batches = [_repeat(filler[::-1], n) for n in range(1, n_max + 1)]
+    main_times = _round_robin_medians(main, prefix, batches, repeats, progress, "main model")
     draft_time = 0.0
     if draft is not None:
         draft_prefix = _repeat(filler, min(context_tokens, draft.n_ctx - 2))
-        draft_time = _median_batch_time(draft, draft_prefix, filler[:1], repeats + 2)
-        if progress:
-            progress(f"draft model, one token: {1000 * draft_time:.1f} ms")
+        draft_time = _round_robin_medians(draft, draft_prefix, [filler[:1]], repeats + 2, progress, "draft model")[0]
     for session in (main, draft):
         if session is not None:
             session.truncate(0)
-    return CostProfile(key=key, main_batch_s=main_times, draft_step_s=draft_time, context_position=len(prefix),
-                       measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"), seconds=time.perf_counter() - started)
+    return CostProfile(key=key, main_batch_s=_monotone(main_times), draft_step_s=draft_time,
+                       context_position=len(prefix), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                       seconds=time.perf_counter() - started, notes={"raw_main_batch_s": main_times})
 
 
 def _repeat(tokens: Sequence[int], n: int) -> list[int]:
@@ -122,15 +120,28 @@ def _repeat(tokens: Sequence[int], n: int) -> list[int]:
     return (tokens * (n // len(tokens) + 1))[:n]
 
 
-def _median_batch_time(session: Session, prefix: list[int], batch: list[int], repeats: int) -> float:
+def _round_robin_medians(session: Session, prefix: list[int], batches: list[list[int]], repeats: int,
+                         progress: Callable[[str], None] | None, label: str) -> list[float]:
     session.truncate(0)
     session.eval(prefix)
-    session.eval(batch, all_logits=True)  # warm up
+    session.eval(batches[0], all_logits=True)  # warm up
     session.truncate(len(prefix))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        session.eval(batch, all_logits=True)
-        times.append(time.perf_counter() - t0)
-        session.truncate(len(prefix))
-    return statistics.median(times)
+    times: list[list[float]] = [[] for _ in batches]
+    for rep in range(repeats):
+        for i, batch in enumerate(batches):
+            t0 = time.perf_counter()
+            session.eval(batch, all_logits=True)
+            times[i].append(time.perf_counter() - t0)
+            session.truncate(len(prefix))
+        if progress:
+            progress(f"{label}: pass {rep + 1} of {repeats}")
+    return [statistics.median(t) for t in times]
+
+
+def _monotone(times: list[float]) -> list[float]:
+    """A bigger batch never costs less than a smaller one: a size measured slow by a burst of
+    load is lowered to what a bigger batch took."""
+    out = list(times)
+    for i in range(len(out) - 2, -1, -1):
+        out[i] = min(out[i], out[i + 1])
+    return out

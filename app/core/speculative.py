@@ -122,7 +122,7 @@ class SpeculativeGeneration:
         yield from self._emit(new_tokens, n_from_draft=used_drafts)
         if self.drafter is not None:
             self.drafter.sync(self.context)
-        yield Round(self.counters.rounds - 1, len(draft), accepted, t1 - t0, t2 - t1,
+        yield Round(self.counters.rounds - 1, len(draft), used_drafts, t1 - t0, t2 - t1,
                     len(self.generated), time.perf_counter() - start)
         return self._stop_reason()
 

@@ -30,6 +30,7 @@ def run(argv: list[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from app.gui.main_window import MainWindow
+    from app.gui.smoke import maybe_start_smoke
     from app.gui.theme import STYLE_SHEET
     from app.paths import app_paths
 
@@ -39,6 +40,7 @@ def run(argv: list[str] | None = None) -> int:
     app.setStyleSheet(STYLE_SHEET)
     window = MainWindow(app_paths())
     window.show()
+    maybe_start_smoke(window)
     code = app.exec()
     if argv is None:
         sys.exit(code)

@@ -68,6 +68,7 @@ class MainWindow(QMainWindow):
         self.last_generation: ActiveGeneration | None = None
         self.last_compare: CompareResult | None = None
         self._closed = False
+        self.model_manager = None
         self._build_ui()
         self._build_menu()
         self._start_worker()
@@ -247,9 +248,13 @@ class MainWindow(QMainWindow):
     def open_model_manager(self) -> None:
         """Open the model manager if it is installed; its chosen pair is loaded here."""
         try:
-            module = importlib.import_module(MODEL_MANAGER_MODULE)
-            dialog_class = module.ModelManagerDialog
-        except (ImportError, AttributeError):
+            dialog_class = importlib.import_module(MODEL_MANAGER_MODULE).ModelManagerDialog
+        except ModuleNotFoundError as exc:
+            if exc.name and (exc.name == MODEL_MANAGER_MODULE or MODEL_MANAGER_MODULE.startswith(exc.name + ".")):
+                self.show_error("The model manager is not installed")
+                return
+            raise  # the module exists but something it imports is missing: a bug to see, not hide
+        except AttributeError:
             self.show_error("The model manager is not installed")
             return
         dialog = dialog_class(self.paths, self)

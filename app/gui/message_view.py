@@ -154,7 +154,7 @@ class ChatView(QScrollArea):
         self._layout.setContentsMargins(16, 16, 16, 16)
         self._layout.setSpacing(12)
         self._layout.addStretch(1)
-        self._placeholder = QLabel("Start a conversation: type below and press Enter.")
+        self._placeholder = QLabel("Pick a main model (and a draft) above and press Load,\nthen type below and press Enter.")
         self._placeholder.setObjectName("status")
         self._placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self._layout.insertWidget(0, self._placeholder)

@@ -27,6 +27,7 @@ FIELDS = [
 ]
 POLICY_NAMES = {"auto": "auto (measured cost model)", "fixed": "fixed: always draft max",
                 "pmin": "until draft p < p-min"}
+SECTIONS = {"temperature": "SAMPLING", "draft_max": "SPECULATION", "n_ctx": "LOADING"}
 # shown instead of the minimum value, which means something special
 SPECIAL = {"top_k": "off", "seed": "random", "n_ctx": "model's own", "main_gpu_layers": "all",
            "draft_gpu_layers": "all", "threads": "auto"}
@@ -43,6 +44,8 @@ class SettingsPanel(QWidget):
         form.setContentsMargins(12, 12, 12, 12)
         form.setVerticalSpacing(6)
         for name, label, kind, low, high, step, tip in FIELDS:
+            if name in SECTIONS:
+                form.addRow(self._section(SECTIONS[name]))
             editor = self._editor(kind, low, high, step, tip, SPECIAL.get(name, ""))
             editor.setValue(getattr(settings, name))
             editor.valueChanged.connect(lambda value, n=name: self._edited(n, value))
@@ -54,6 +57,13 @@ class SettingsPanel(QWidget):
         note.setObjectName("statName")
         note.setWordWrap(True)
         form.addRow(note)
+
+    @staticmethod
+    def _section(title: str) -> QLabel:
+        label = QLabel(title)
+        label.setObjectName("sectionTitle")
+        label.setContentsMargins(0, 8, 0, 0)
+        return label
 
     @staticmethod
     def _editor(kind: type, low: float, high: float, step: float, tip: str,

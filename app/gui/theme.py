@@ -40,8 +40,9 @@ QFrame#banner[kind="error"] {{ background: {ERROR_BG}; border: 1px solid #f3b8b4
 QFrame#banner[kind="warning"] {{ background: {WARN_BG}; border: 1px solid #f0d58a; border-radius: 6px; }}
 QFrame#banner[kind="info"] {{ background: {INFO_BG}; border: 1px solid #a8dbb7; border-radius: 6px; }}
 QTextBrowser#messageBody {{ background: transparent; border: none; }}
-QPlainTextEdit, QLineEdit, QComboBox, QSpinBox, QDoubleSpinBox {{
+QPlainTextEdit, QLineEdit {{
     background: {PANEL_BG}; border: 1px solid {BORDER}; border-radius: 6px; padding: 4px 6px; }}
+QComboBox, QSpinBox, QDoubleSpinBox {{ min-height: 22px; }}
 QPlainTextEdit:focus, QLineEdit:focus {{ border: 1px solid {ACCENT}; }}
 QPushButton {{ background: {PANEL_BG}; border: 1px solid {BORDER}; border-radius: 6px; padding: 5px 12px; }}
 QPushButton:hover {{ border-color: {ACCENT}; }}
@@ -50,6 +51,7 @@ QPushButton#primary {{ background: {ACCENT}; color: white; border: 1px solid {AC
 QPushButton#primary:hover {{ background: {ACCENT_DARK}; }}
 QPushButton#primary:disabled {{ background: #9db8f0; color: #eef3fd; }}
 QPushButton#danger {{ color: {ERROR_FG}; }}
+QPushButton#danger:disabled {{ color: #a0a7b0; }}
 QToolButton#link {{ border: none; color: {ACCENT}; padding: 2px 4px; }}
 QToolButton#link:hover {{ text-decoration: underline; }}
 QListWidget {{ background: {PANEL_BG}; border: 1px solid {BORDER}; border-radius: 6px; padding: 4px; }}

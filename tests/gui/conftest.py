@@ -55,18 +55,6 @@ TEST_SETTINGS = Settings(threads=1, n_ctx=2048, temperature=0.0, max_tokens=48, 
                          default_system_prompt="You are terse.")
 
 
-# The offscreen platform warns whenever a window's size constraints change (any fixed-height child
-# does that); it is a limit of that platform plugin, not of the app.
-OFFSCREEN_NOISE = r"This plugin does not support propagateSizeHints\(\)"
-
-
-def pytest_collection_modifyitems(items):
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.qt_log_ignore(OFFSCREEN_NOISE))
-
-
 @pytest.fixture(autouse=True)
 def _style(qapp):
     qapp.setStyle("Fusion")

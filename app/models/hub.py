@@ -1,0 +1,207 @@
+"""Hugging Face Hub: search GGUF repositories, list their GGUF files, read a model card's summary.
+
+Everything goes through huggingface_hub (HfApi and its shared HTTP session); the endpoint and token
+are passed in, so tests point a HubClient at a local fake hub.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from app.core.errors import QuickdraftError
+
+SPLIT_RE = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+QUANT_RE = re.compile(
+    r"(?:^|[-_.])(I?Q\d(?:_[A-Z0-9]{1,2}){0,2}|BF16|F16|FP16|F32|TQ\d_\d|MXFP4)(?=[-_.]|$)", re.IGNORECASE
+)
+SUMMARY_MAX_CHARS = 600
+
+
+class HubError(QuickdraftError):
+    """Hugging Face could not be reached or refused a request (message written for the user)."""
+
+
+@dataclass(frozen=True)
+class RepoResult:
+    repo_id: str
+    downloads: int
+    likes: int
+    last_modified: datetime | None
+    gated: bool
+
+
+@dataclass(frozen=True)
+class FilePart:
+    filename: str
+    size: int
+    sha256: str | None
+
+
+@dataclass(frozen=True)
+class RemoteModel:
+    """One downloadable model of a repository: a GGUF file, or all the parts of a split GGUF."""
+
+    repo_id: str
+    revision: str
+    parts: tuple[FilePart, ...]
+    quantization: str
+
+    @property
+    def filename(self) -> str:
+        return self.parts[0].filename
+
+    @property
+    def size(self) -> int:
+        return sum(p.size for p in self.parts)
+
+    @property
+    def is_split(self) -> bool:
+        return len(self.parts) > 1
+
+    @property
+    def label(self) -> str:
+        name = self.filename.rsplit("/", 1)[-1]
+        return f"{name} (+{len(self.parts) - 1} parts)" if self.is_split else name
+
+
+def quantization_from_name(filename: str) -> str:
+    """The quantization a GGUF file name states (``...-Q4_K_M.gguf`` -> ``Q4_K_M``), else ``?``."""
+    base = filename.rsplit("/", 1)[-1]
+    split = SPLIT_RE.match(base)
+    stem = split.group("stem") if split else base.removesuffix(".gguf").removesuffix(".GGUF")
+    found = QUANT_RE.findall(stem)
+    return found[-1].upper() if found else "?"
+
+
+def group_gguf_files(repo_id: str, revision: str, parts: list[FilePart]) -> list[RemoteModel]:
+    """GGUF files of a repository as models: split files (``x-00001-of-00003.gguf``) become one model.
+
+    Vision projectors (``mmproj-*.gguf``) are left out: they are not chat models.
+    """
+    singles: list[RemoteModel] = []
+    splits: dict[tuple[str, str], list[FilePart]] = {}
+    for part in parts:
+        base = part.filename.rsplit("/", 1)[-1]
+        if not base.lower().endswith(".gguf") or base.lower().startswith("mmproj"):
+            continue
+        match = SPLIT_RE.match(part.filename)
+        if match:
+            splits.setdefault((match.group("stem"), match.group("count")), []).append(part)
+        else:
+            singles.append(RemoteModel(repo_id, revision, (part,), quantization_from_name(part.filename)))
+    for (_stem, count), group in splits.items():
+        group.sort(key=lambda p: p.filename)
+        if len(group) == int(count):  # an incomplete upload is not offered
+            singles.append(RemoteModel(repo_id, revision, tuple(group), quantization_from_name(group[0].filename)))
+    return sorted(singles, key=lambda m: m.filename.lower())
+
+
+class HubClient:
+    """Search and list through huggingface_hub, against ``endpoint`` (default: the hub's)."""
+
+    def __init__(self, endpoint: str | None = None, token: str | None = None):
+        from huggingface_hub import HfApi, constants
+
+        self.endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
+        self.token = token or None
+        self.api = HfApi(endpoint=self.endpoint, token=self.token)
+
+    def search(self, query: str, limit: int = 40) -> list[RepoResult]:
+        """GGUF repositories matching ``query``, most downloaded first."""
+        if not query.strip():
+            raise HubError("Type something to search for, for example 'qwen2.5 coder'.")
+        with hub_errors(f"search for {query!r}"):
+            found = self.api.list_models(search=query.strip(), filter="gguf", sort="downloads", limit=limit)
+            return [
+                RepoResult(m.id, int(m.downloads or 0), int(m.likes or 0), m.last_modified, bool(m.gated))
+                for m in found
+            ]
+
+    def list_models(self, repo_id: str, revision: str = "main") -> list[RemoteModel]:
+        """The GGUF models of a repository, with sizes, quantization and SHA-256."""
+        with hub_errors(f"list the files of {repo_id}"):
+            info = self.api.model_info(repo_id, revision=revision, files_metadata=True)
+        parts = [
+            FilePart(s.rfilename, int(s.lfs.size if s.lfs else (s.size or 0)), s.lfs.sha256 if s.lfs else None)
+            for s in info.siblings or []
+        ]
+        return group_gguf_files(repo_id, revision, parts)
+
+    def resolve(self, repo_id: str, filename: str, revision: str = "main") -> RemoteModel:
+        """The model a file name belongs to (any part of a split file names the whole model)."""
+        for model in self.list_models(repo_id, revision):
+            if any(p.filename == filename for p in model.parts):
+                return model
+        raise HubError(f"{repo_id} has no GGUF file named {filename!r}. "
+                       f"List its files with: quickdraft models files {repo_id}")
+
+    def file_url(self, repo_id: str, filename: str, revision: str = "main") -> str:
+        from huggingface_hub import hf_hub_url
+
+        return hf_hub_url(repo_id, filename, revision=revision, endpoint=self.endpoint)
+
+    def headers(self) -> dict[str, str]:
+        from huggingface_hub.utils import build_hf_headers
+
+        return build_hf_headers(token=self.token)
+
+    def card_summary(self, repo_id: str, revision: str = "main") -> str | None:
+        """The first paragraphs of the repository's README (front matter left out), or None."""
+        from huggingface_hub.utils import get_session, hf_raise_for_status
+
+        with hub_errors(f"read the model card of {repo_id}"):
+            response = get_session().get(self.file_url(repo_id, "README.md", revision), headers=self.headers())
+            if response.status_code == 404:
+                return None
+            hf_raise_for_status(response)
+        return summarize_card(response.text)
+
+
+def summarize_card(text: str) -> str | None:
+    """A short plain summary of a model card: the first prose paragraphs after the YAML header."""
+    if text.startswith("---"):
+        end = text.find("\n---", 3)
+        text = text[end + 4:] if end != -1 else ""
+    paragraphs = []
+    for block in re.split(r"\n\s*\n", text):
+        block = block.strip()
+        if not block or block.startswith(("#", "|", "<", "```", "![", "[!")):
+            continue
+        paragraphs.append(" ".join(line.strip() for line in block.splitlines()))
+        if sum(len(p) for p in paragraphs) >= SUMMARY_MAX_CHARS:
+            break
+    summary = "\n\n".join(paragraphs)
+    if len(summary) > SUMMARY_MAX_CHARS:
+        summary = summary[:SUMMARY_MAX_CHARS].rsplit(" ", 1)[0] + "…"
+    return summary or None
+
+
+@contextlib.contextmanager
+def hub_errors(action: str) -> Iterator[None]:
+    """Turn huggingface_hub and network errors into a HubError that says what to do."""
+    import httpx2
+    from huggingface_hub import errors
+
+    try:
+        yield
+    except errors.GatedRepoError as exc:
+        raise HubError(f"Could not {action}: the repository is gated. Accept its license on huggingface.co "
+                       f"and set a Hugging Face token (HF_TOKEN, `hf auth login`, or the token field).") from exc
+    except errors.RepositoryNotFoundError as exc:
+        raise HubError(f"Could not {action}: no such repository (or it is private and needs a token).") from exc
+    except errors.RevisionNotFoundError as exc:
+        raise HubError(f"Could not {action}: no such revision.") from exc
+    except errors.EntryNotFoundError as exc:
+        raise HubError(f"Could not {action}: no such file in the repository.") from exc
+    except errors.OfflineModeIsEnabled as exc:
+        raise HubError(f"Could not {action}: offline mode is on (HF_HUB_OFFLINE is set).") from exc
+    except errors.HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else "?"
+        raise HubError(f"Could not {action}: Hugging Face answered HTTP {status}.") from exc
+    except httpx2.TransportError as exc:
+        raise HubError(f"Could not {action}: Hugging Face cannot be reached ({type(exc).__name__}: {exc}). "
+                       f"Check the network connection.") from exc

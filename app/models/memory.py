@@ -1,0 +1,179 @@
+"""How much memory a model needs (weights + KV cache + buffers) and whether this machine has it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+
+from app.core.gguf_info import GGUFInfo
+
+from .diskspace import format_bytes
+
+COMPUTE_BUFFER_BYTES = 256 * 1024 * 1024   # llama.cpp's scratch and output buffers, roughly
+FITS_FRACTION = 0.6                         # of total RAM: comfortable next to the OS and other apps
+TIGHT_FRACTION = 0.9
+
+
+@dataclass(frozen=True)
+class MachineMemory:
+    ram_total: int | None
+    ram_available: int | None
+    gpu_offload: bool            # llama.cpp was built with a GPU backend
+    vram_total: int | None       # None: no GPU visible, or its memory is unknown
+    vram_free: int | None
+
+    def describe(self) -> str:
+        ram = f"RAM {format_bytes(self.ram_total)}" if self.ram_total else "RAM unknown"
+        if self.ram_available:
+            ram += f" ({format_bytes(self.ram_available)} available)"
+        if not self.gpu_offload:
+            return f"{ram}; llama.cpp runs on the CPU"
+        vram = f"VRAM {format_bytes(self.vram_total)}" if self.vram_total else "VRAM unknown"
+        return f"{ram}; GPU offload available, {vram}"
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    weights: int
+    kv_cache: int
+    buffers: int
+    n_ctx: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.buffers
+
+    def __add__(self, other: "MemoryEstimate") -> "MemoryEstimate":
+        return MemoryEstimate(self.weights + other.weights, self.kv_cache + other.kv_cache,
+                              self.buffers + other.buffers, self.n_ctx)
+
+    def describe(self) -> str:
+        return (f"{format_bytes(self.total)} (weights {format_bytes(self.weights)}, "
+                f"KV cache {format_bytes(self.kv_cache)} at {self.n_ctx:,} tokens)")
+
+
+@dataclass(frozen=True)
+class Fit:
+    verdict: str      # fits | tight | too large | unknown
+    detail: str
+
+
+def estimate_memory(info: GGUFInfo, n_ctx: int, weights_bytes: int | None = None) -> MemoryEstimate:
+    """Memory to run ``info`` with ``n_ctx`` tokens of context (F16 KV cache)."""
+    ctx = min(n_ctx, info.context_length) if info.context_length else n_ctx
+    weights = weights_bytes if weights_bytes is not None else info.file_size
+    buffers = min(COMPUTE_BUFFER_BYTES, max(16 * 1024 * 1024, weights // 8))
+    return MemoryEstimate(weights, info.kv_bytes_per_token() * ctx, buffers, ctx)
+
+
+def judge_fit(needed: int, machine: MachineMemory) -> Fit:
+    """Fits, tight or too large, against VRAM where llama.cpp can use a GPU with known memory, else RAM."""
+    if machine.gpu_offload and machine.vram_total:
+        return _judge(needed, machine.vram_total, machine.vram_free, "VRAM")
+    if not machine.ram_total:
+        return Fit("unknown", f"needs {format_bytes(needed)}; this machine's memory is unknown")
+    return _judge(needed, machine.ram_total, machine.ram_available, "RAM")
+
+
+def _judge(needed: int, total: int, free: int | None, kind: str) -> Fit:
+    base = f"needs {format_bytes(needed)} of {format_bytes(total)} {kind}"
+    if needed <= total * FITS_FRACTION and (free is None or needed <= free):
+        return Fit("fits", base)
+    if needed <= total * TIGHT_FRACTION:
+        note = f", {format_bytes(free)} free now" if free is not None else ""
+        return Fit("tight", f"{base}{note}: close other programs or lower the context")
+    return Fit("too large", f"{base}: choose a smaller quantization or model")
+
+
+@lru_cache(maxsize=1)
+def machine_memory() -> MachineMemory:
+    """This machine's RAM and, where llama.cpp can offload to a GPU, its VRAM (nvidia-smi, if present)."""
+    total, available = _ram()
+    offload = _gpu_offload()
+    vram_total, vram_free = _nvidia_vram() if offload else (None, None)
+    return MachineMemory(total, available, offload, vram_total, vram_free)
+
+
+def _ram() -> tuple[int | None, int | None]:
+    meminfo = _proc_meminfo()
+    if meminfo:
+        return meminfo.get("MemTotal"), meminfo.get("MemAvailable")
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), None
+    except (AttributeError, ValueError, OSError):
+        pass
+    if sys.platform == "darwin":
+        return _sysctl_memsize(), None
+    if sys.platform == "win32":
+        return _windows_ram()
+    return None, None
+
+
+def _proc_meminfo() -> dict[str, int]:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for line in lines:
+        key, _, rest = line.partition(":")
+        fields = rest.split()
+        if fields and fields[0].isdigit():
+            out[key] = int(fields[0]) * (1024 if fields[1:] == ["kB"] else 1)
+    return out
+
+
+def _sysctl_memsize() -> int | None:
+    try:
+        out = subprocess.run(["sysctl", "-n", "hw.memsize"], capture_output=True, text=True, timeout=5)
+        return int(out.stdout.strip())
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def _windows_ram() -> tuple[int | None, int | None]:
+    import ctypes
+
+    class MemoryStatus(ctypes.Structure):
+        _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
+                    ("ullTotalPhys", ctypes.c_ulonglong), ("ullAvailPhys", ctypes.c_ulonglong),
+                    ("ullTotalPageFile", ctypes.c_ulonglong), ("ullAvailPageFile", ctypes.c_ulonglong),
+                    ("ullTotalVirtual", ctypes.c_ulonglong), ("ullAvailVirtual", ctypes.c_ulonglong),
+                    ("ullAvailExtendedVirtual", ctypes.c_ulonglong)]
+
+    status = MemoryStatus()
+    status.dwLength = ctypes.sizeof(MemoryStatus)
+    if not ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):  # type: ignore[attr-defined]
+        return None, None
+    return int(status.ullTotalPhys), int(status.ullAvailPhys)
+
+
+def _gpu_offload() -> bool:
+    try:
+        import llama_cpp
+
+        return bool(llama_cpp.llama_supports_gpu_offload())
+    except Exception:  # llama.cpp missing or its library failed to load: no GPU to count on
+        return False
+
+
+def _nvidia_vram() -> tuple[int | None, int | None]:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None, None
+    try:
+        out = subprocess.run([exe, "--query-gpu=memory.total,memory.free", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10)
+        first = out.stdout.strip().splitlines()[0]
+        total_mib, free_mib = (int(x) for x in first.split(","))
+        return total_mib * 1024 * 1024, free_mib * 1024 * 1024
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None, None
+
+
+__all__ = ["Fit", "MachineMemory", "MemoryEstimate", "estimate_memory", "judge_fit", "machine_memory"]

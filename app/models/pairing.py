@@ -1,0 +1,84 @@
+"""Which installed models can draft for a chosen main model, best first, and why the others cannot."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.core.gguf_info import GGUFInfo, PairCheck, check_pair
+
+from .hub import QUANT_RE, SPLIT_RE
+from .registry import InstalledModel
+
+_SIZE_RE = re.compile(r"(?:^|[-_ .])(\d+x)?\d+(?:\.\d+)?[bmk](?=$|[-_ .])", re.IGNORECASE)
+_NOISE_WORDS = {"instruct", "it", "chat", "base", "gguf", "hf", "pt", "model"}
+
+
+@dataclass(frozen=True)
+class DraftCandidate:
+    model: InstalledModel
+    check: PairCheck
+    kinship: int          # 2 same family, 1 same lineage (architecture and maker), 0 unrelated
+
+    @property
+    def compatible(self) -> bool:
+        return self.check.compatible
+
+    def reason(self) -> str:
+        if not self.compatible:
+            return "; ".join(self.check.reasons)
+        kin = {2: "same family", 1: "related family", 0: "other family, same vocabulary"}[self.kinship]
+        notes = "; ".join(self.check.warnings)
+        return f"{kin}{'; ' + notes if notes else ''}"
+
+
+@dataclass(frozen=True)
+class PairingResult:
+    main: InstalledModel
+    compatible: tuple[DraftCandidate, ...]      # best first
+    incompatible: tuple[DraftCandidate, ...]
+
+
+def family_name(info: GGUFInfo) -> str:
+    """``Qwen2.5 Coder 7B Instruct`` -> ``qwen2.5-coder``: the model's name without size, tuning or quant."""
+    name = info.name or Path(info.path).name
+    split = SPLIT_RE.match(name)
+    name = split.group("stem") if split else re.sub(r"\.gguf$", "", name, flags=re.IGNORECASE)
+    name = QUANT_RE.sub("", name)
+    name = _SIZE_RE.sub("", name)
+    words = [w for w in re.split(r"[-_ ]+", name.lower()) if w and w not in _NOISE_WORDS]
+    return "-".join(words) or info.architecture
+
+
+def lineage(info: GGUFInfo) -> str:
+    """The maker's line of models: the family name's first letters (qwen, llama, gemma)."""
+    match = re.match(r"[a-z]+", family_name(info).removeprefix("meta-"))
+    return f"{info.architecture}:{match.group(0) if match else ''}"
+
+
+def kinship(main: GGUFInfo, draft: GGUFInfo) -> int:
+    if family_name(main) == family_name(draft):
+        return 2
+    return 1 if lineage(main) == lineage(draft) else 0
+
+
+def rank_drafts(main: InstalledModel, installed: list[InstalledModel]) -> PairingResult:
+    """Every other installed model as a draft for ``main``: compatible ones ranked (same family first,
+    then smaller first; drafts not smaller than the main model last), the rest with their reasons."""
+    if main.info is None:
+        raise ValueError(f"{main.name} cannot be read: {main.error}")
+    good: list[DraftCandidate] = []
+    bad: list[DraftCandidate] = []
+    for model in installed:
+        if model.path == main.path:
+            continue
+        if model.info is None:
+            bad.append(DraftCandidate(model, PairCheck(False, (model.error or "unreadable file",)), 0))
+            continue
+        check = check_pair(main.info, model.info)
+        candidate = DraftCandidate(model, check, kinship(main.info, model.info))
+        (good if check.compatible else bad).append(candidate)
+    good.sort(key=lambda c: (c.model.size >= main.size, -c.kinship, c.model.size, c.model.name))
+    bad.sort(key=lambda c: c.model.name.lower())
+    return PairingResult(main, tuple(good), tuple(bad))
