@@ -152,7 +152,7 @@ class MainWindow(QMainWindow):
     def _connect_widgets(self) -> None:
         self.model_bar.load_requested.connect(self._load_pair)
         self.model_bar.problem.connect(self.show_error)
-        self.model_bar.drafting_toggled.connect(lambda on: self._update_settings(drafting=on))
+        self.model_bar.drafter_changed.connect(lambda kind: self._update_settings(drafter=kind))
         self.conversation_list.selected.connect(self.select_conversation)
         self.conversation_list.new_requested.connect(lambda: self.new_conversation())
         self.conversation_list.renamed.connect(self.rename_conversation)
@@ -208,7 +208,7 @@ class MainWindow(QMainWindow):
 
     def _restore(self) -> None:
         self.model_bar.set_recent(list(self.settings.recent_main), list(self.settings.recent_drafts))
-        self.model_bar.drafting.setChecked(self.settings.drafting)
+        self.model_bar.set_drafter(self.settings.drafter)
         self.composer.colour_tokens.setChecked(self.settings.colour_tokens)
         conversations = self.store.conversations()
         if conversations:
@@ -386,8 +386,12 @@ class MainWindow(QMainWindow):
         return self._prompt_messages(stored.conversation_id, upto_id=message_id)
 
     def _drafter(self) -> str:
+        """The chosen drafter; without a draft model loaded, lookup still works and "model" is off."""
         has_draft = self.loaded is not None and self.loaded.draft_path is not None
-        return "model" if has_draft and self.settings.drafting else "none"
+        kind = self.settings.drafter
+        if not has_draft and kind in ("model", "lookup+model"):
+            return "lookup" if kind == "lookup+model" else "none"
+        return kind
 
     def _start_answer(self) -> None:
         history = self._prompt_messages(self.conversation_id)

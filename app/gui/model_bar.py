@@ -8,13 +8,20 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItem, QStandardItemModel
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QProgressBar,
+from PySide6.QtWidgets import (QComboBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QProgressBar,
                                QPushButton, QSizePolicy)
 
 from app.core.errors import QuickdraftError
 from app.core.gguf_info import GGUFInfo, check_pair, read_gguf_info
 
 MAX_SCANNED_FILES = 200
+
+DRAFTER_LABELS = {
+    "lookup+model": "Lookup + draft",
+    "model": "Draft model",
+    "lookup": "Prompt lookup",
+    "none": "Off",
+}
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,7 @@ def scan_models(folder: Path, recursive: bool) -> list[str]:
 
 class ModelBar(QFrame):
     load_requested = Signal(str, str)       # main path, draft path ("" = none)
-    drafting_toggled = Signal(bool)
+    drafter_changed = Signal(str)
     problem = Signal(str)                   # something the user picked cannot be used
 
     def __init__(self, models_dir: Path, parent=None):
@@ -85,10 +92,12 @@ class ModelBar(QFrame):
         self.draft_combo = self._combo("Draft model: proposes tokens the main model verifies")
         self.draft_open = QPushButton("Open…")
         self.draft_open.clicked.connect(self._browse_draft)
-        self.drafting = QCheckBox("Speculate")
-        self.drafting.setToolTip("Off: the main model decodes alone even with a draft loaded")
-        self.drafting.setChecked(True)
-        self.drafting.toggled.connect(self.drafting_toggled)
+        self.drafter = QComboBox()
+        self.drafter.setToolTip("Who drafts: the draft model, prompt lookup (copies text that repeats, free), "
+                                "lookup first then the draft model, or nobody (the main model alone)")
+        for kind, label in DRAFTER_LABELS.items():
+            self.drafter.addItem(label, kind)
+        self.drafter.currentIndexChanged.connect(lambda _: self.drafter_changed.emit(self.current_drafter()))
         self.load_button = QPushButton("Load")
         self.load_button.setObjectName("primary")
         self.load_button.clicked.connect(self.request_load)
@@ -99,7 +108,7 @@ class ModelBar(QFrame):
         self.status = QLabel("No model loaded")
         self.status.setObjectName("status")
         for widget in (QLabel("Main"), self.main_combo, self.main_open, QLabel("Draft"), self.draft_combo,
-                       self.draft_open, self.drafting, self.load_button, self.progress, self.status):
+                       self.draft_open, QLabel("Drafting"), self.drafter, self.load_button, self.progress, self.status):
             layout.addWidget(widget)
         layout.addStretch(1)
 
@@ -124,6 +133,12 @@ class ModelBar(QFrame):
 
     def current_main(self) -> str:
         return self.main_combo.currentData() or ""
+
+    def current_drafter(self) -> str:
+        return self.drafter.currentData()
+
+    def set_drafter(self, kind: str) -> None:
+        self.drafter.setCurrentIndex(max(0, self.drafter.findData(kind)))
 
     def current_draft(self) -> str:
         return self.draft_combo.currentData() or ""

@@ -51,7 +51,7 @@ class GenerateRequest:
     messages: tuple[dict, ...]
     sampling: SamplingParams
     speculation: SpeculationParams
-    drafter: str                      # "model" or "none"
+    drafter: str                      # "model", "lookup", "lookup+model" or "none"
     cancel: threading.Event = field(default_factory=threading.Event, compare=False)
     compare: bool = False             # greedy speculative run, then greedy main-only run
 
@@ -185,14 +185,15 @@ class EngineWorker(QObject):
     def _compare(self, engine: Engine, request: GenerateRequest) -> None:
         greedy = SamplingParams(temperature=0.0, top_k=request.sampling.top_k, top_p=1.0, min_p=0.0,
                                 seed=0, max_tokens=request.sampling.max_tokens)
+        speculative = request.drafter if request.drafter != "none" else "lookup"
         runs = {}
-        for drafter in ("model", "none"):
+        for drafter in (speculative, "none"):
             if request.cancel.is_set():
                 return
             runs[drafter] = self._run_silently(engine, request, greedy, drafter)
         if request.cancel.is_set():
             return
-        self.compared.emit(CompareResult(runs["model"], runs["none"]))
+        self.compared.emit(CompareResult(runs[speculative], runs["none"]))
 
     def _run_silently(self, engine: Engine, request: GenerateRequest, sampling: SamplingParams,
                       drafter: str) -> Summary:

@@ -14,13 +14,14 @@ from app.core.params import ModelParams, SamplingParams, SpeculationParams
 log = logging.getLogger(__name__)
 RECENT_LIMIT = 10
 DRAFT_POLICIES = ("auto", "fixed", "pmin")
+DRAFTERS = ("lookup+model", "model", "lookup", "none")
 
 
 @dataclass(frozen=True)
 class Settings:
     main_model: str = ""
     draft_model: str = ""               # "" = no draft model loaded
-    drafting: bool = True               # off: the main model decodes alone even with a draft loaded
+    drafter: str = "lookup+model"       # who drafts: see DRAFTERS; "none" = the main model alone
     recent_main: tuple[str, ...] = ()
     recent_drafts: tuple[str, ...] = ()
     temperature: float = 0.7
@@ -118,6 +119,8 @@ def _from_dict(data: dict[str, Any]) -> Settings:
             values[f.name] = value
     if values.get("draft_policy") not in (None, *DRAFT_POLICIES):
         del values["draft_policy"]
+    if values.get("drafter") not in (None, *DRAFTERS):
+        del values["drafter"]
     return replace(defaults, **values)
 
 

@@ -90,6 +90,6 @@ def wait_idle(qtbot, window: MainWindow) -> None:
 @pytest.fixture
 def loaded_window(make_window, gui_models, qtbot):
     """A window with the tiny main model and its same-weights draft loaded."""
-    window = make_window(main_model=str(gui_models.main), draft_model=str(gui_models.same))
+    window = make_window(main_model=str(gui_models.main), draft_model=str(gui_models.same), drafter="model")
     wait_loaded(qtbot, window)
     return window

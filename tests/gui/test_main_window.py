@@ -259,17 +259,17 @@ def test_settings_persist_between_windows(make_window, tmp_path, qtbot):
     window = make_window(data)
     window.settings_panel.set_value("temperature", 1.25)
     window.settings_panel.set_value("draft_max", 7)
-    window.model_bar.drafting.setChecked(False)
+    window.model_bar.set_drafter("lookup")
     window.close()
     again = make_window(data)
     assert again.settings.temperature == pytest.approx(1.25) and again.settings.draft_max == 7
     assert again.settings_panel.editors["draft_max"].value() == 7
-    assert not again.model_bar.drafting.isChecked()
+    assert again.model_bar.current_drafter() == "lookup" and again.settings.drafter == "lookup"
 
 
 def test_drafting_off_decodes_with_the_main_model_alone(loaded_window, qtbot):
     window = loaded_window
-    window.model_bar.drafting.setChecked(False)
+    window.model_bar.set_drafter("none")
     window.send_message("hello")
     wait_idle(qtbot, window)
     [answer] = assistant_messages(window)

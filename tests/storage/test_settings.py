@@ -21,7 +21,7 @@ def test_missing_file_gives_defaults(tmp_path):
 def test_saved_settings_come_back(tmp_path):
     s = store(tmp_path)
     saved = replace(Settings(), temperature=0.2, draft_max=5, main_model="/m/a.gguf", recent_main=("/m/a.gguf",),
-                    drafting=False, draft_policy="fixed")
+                    drafter="lookup", draft_policy="fixed")
     s.save(saved)
     assert store(tmp_path).load() == saved
 
@@ -30,10 +30,10 @@ def test_file_values_are_merged_over_defaults_and_bad_values_ignored(tmp_path):
     s = store(tmp_path)
     s.path.parent.mkdir(parents=True)
     s.path.write_text(json.dumps({"top_k": 12, "temperature": 1, "seed": "seven", "unknown": 3,
-                                  "drafting": 1, "draft_policy": "bogus", "recent_drafts": ["/d.gguf", 4]}))
+                                  "drafter": "telepathy", "draft_policy": "bogus", "recent_drafts": ["/d.gguf", 4]}))
     loaded = s.load()
     assert loaded.top_k == 12 and loaded.temperature == 1.0
-    assert loaded.seed == Settings().seed and loaded.drafting is True and loaded.draft_policy == "auto"
+    assert loaded.seed == Settings().seed and loaded.drafter == "lookup+model" and loaded.draft_policy == "auto"
     assert loaded.recent_drafts == ("/d.gguf",)
     assert s.problem is None
 
