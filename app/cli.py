@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("-n", "--n-predict", type=int, default=128)
     bench.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     bench.add_argument("--json", dest="json_out", help="write the results to this JSON file")
+    bench.add_argument("--repeat", type=int, default=1,
+                       help="run each configuration N times, alternating, and keep the fastest (noisy machines)")
     bench.add_argument("--llama-baseline", action="store_true",
                        help="also time llama-cpp-python's own Llama greedy loop on the main model")
     bench.set_defaults(handler=cmd_bench)
@@ -135,6 +137,9 @@ def _load_engine(args):
         draft = ModelParams(args.draft, n_gpu_layers=args.gpu_layers_draft, n_ctx=args.ctx_draft or args.ctx,
                             n_threads=args.threads_draft or args.threads)
     engine = Engine.load(main, draft, profile_store=ProfileStore(app_paths().profiles_dir))
+    if (args.gpu_layers or args.gpu_layers_draft) and not engine.gpu_offload_supported:
+        print("warning: this build of llama-cpp-python cannot offload to a GPU; every layer runs on the CPU "
+              "(README: GPU support)", file=sys.stderr)
     for warning in engine.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return engine
@@ -225,11 +230,12 @@ def cmd_bench(args) -> int:
     report = BenchReport(settings={
         "main": args.main, "draft": args.draft, "n_predict": args.n_predict, "draft_max": args.draft_max,
         "draft_min": args.draft_min, "p_min": args.draft_p_min, "policy": args.policy, "drafter": _drafter(args),
-        "threads": args.threads, "ctx": args.ctx, "gpu_layers": args.gpu_layers,
+        "threads": args.threads, "ctx": args.ctx, "repeat": args.repeat, "gpu_layers": args.gpu_layers,
         "gpu_layers_draft": args.gpu_layers_draft, "prompts": args.prompts})
     try:
         for prompt_id, messages in prompts:
-            result = bench_prompt(engine, prompt_id, messages, args.n_predict, speculation, _drafter(args), baseline)
+            result = bench_prompt(engine, prompt_id, messages, args.n_predict, speculation, _drafter(args), baseline,
+                                  args.repeat)
             report.results.append(result)
             print(f"{prompt_id}: {result.base_tps:.2f} -> {result.spec_tps:.2f} t/s ({result.speedup:.2f}x)",
                   file=sys.stderr, flush=True)
@@ -269,6 +275,7 @@ def cmd_calibrate(args) -> int:
 
 def cmd_info(args) -> int:
     from .core.gguf_info import read_gguf_info
+    from .core.llama import gpu_offload_supported
 
     info = read_gguf_info(args.file)
     rows = {
@@ -279,10 +286,12 @@ def cmd_info(args) -> int:
         "vocabulary": f"{info.vocab_type_name}, {info.vocab_size:,} tokens",
         "bos / eos": f"{info.bos_token_id} / {info.eos_token_id} (add bos: {info.add_bos})",
         "chat template": "yes" if info.chat_template else "no (a plain transcript is used)",
+        "GPU offload": "available in this build" if gpu_offload_supported() else "not in this build (CPU only)",
     }
     if args.json:
         data = {k: v for k, v in vars(info).items() if k not in ("tokens", "chat_template")}
         data["has_chat_template"] = bool(info.chat_template)
+        data["gpu_offload_supported"] = gpu_offload_supported()
         print(json.dumps(data, indent=2))
     else:
         for key, value in rows.items():

@@ -9,7 +9,7 @@ import ast
 import importlib.util
 import re
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 ROOT = Path(__file__).resolve().parents[1]
 APP_NAME = "Quickdraft"
@@ -26,22 +26,26 @@ LLAMA_LIB_DEST = "llama_cpp/lib"          # where llama_cpp's ctypes loader look
 # QtNetwork (QtCharts and QtGui link them).
 QT_EXCLUDES = [
     f"PySide6.{name}" for name in (
-        "Qt3DAnimation", "Qt3DCore", "Qt3DExtras", "Qt3DInput", "Qt3DLogic", "Qt3DRender",
+        "Qt3DAnimation", "Qt3DCore", "Qt3DExtras", "Qt3DInput", "Qt3DLogic", "Qt3DRender", "QtAxContainer",
         "QtBluetooth", "QtCanvasPainter", "QtConcurrent", "QtDataVisualization", "QtDBus", "QtDesigner",
-        "QtGraphs", "QtGraphsWidgets", "QtHelp", "QtHttpServer", "QtLabsStyleKit", "QtLocation", "QtMultimedia",
-        "QtMultimediaWidgets", "QtNetworkAuth", "QtNfc", "QtPdf", "QtPdfWidgets", "QtPositioning",
-        "QtPrintSupport", "QtQml", "QtQmlFeatures", "QtQuick", "QtQuick3D", "QtQuickControls2", "QtQuickTest", "QtQuickWidgets",
-        "QtRemoteObjects", "QtScxml", "QtSensors", "QtSerialBus", "QtSerialPort", "QtSpatialAudio",
-        "QtSql", "QtStateMachine", "QtTest", "QtTextToSpeech", "QtUiTools", "QtWebChannel",
-        "QtWebEngineCore", "QtWebEngineQuick", "QtWebEngineWidgets", "QtWebSockets", "QtWebView",
-        "QtXml", "QtAxContainer",
+        "QtGraphs", "QtGraphsWidgets", "QtHelp", "QtHttpServer", "QtLabsStyleKit", "QtLocation",
+        "QtMultimedia", "QtMultimediaWidgets", "QtNetworkAuth", "QtNfc", "QtPdf", "QtPdfWidgets",
+        "QtPositioning", "QtPrintSupport", "QtQml", "QtQmlFeatures", "QtQuick", "QtQuick3D",
+        "QtQuickControls2", "QtQuickTest", "QtQuickWidgets", "QtRemoteObjects", "QtScxml", "QtSensors",
+        "QtSerialBus", "QtSerialPort", "QtSpatialAudio", "QtSql", "QtStateMachine", "QtTest",
+        "QtTextToSpeech", "QtUiTools", "QtWebChannel", "QtWebEngineCore", "QtWebEngineQuick",
+        "QtWebEngineWidgets", "QtWebSockets", "QtWebView", "QtXml",
     )
 ]
 # Python packages the app does not need at run time (test and build tools, llama_cpp's HTTP server).
 PYTHON_EXCLUDES = ["tkinter", "pytest", "pytestqt", "_pytest", "PyInstaller", "setuptools", "pip",
-                   "llama_cpp.server", "IPython", "matplotlib"]
-# Qt translations other than Qt's own base strings: Quickdraft's interface is English.
-KEEP_TRANSLATION_PREFIXES = ("qtbase_",)
+                   "llama_cpp.server", "llama_cpp.mtmd_cpp", "llama_cpp.llava_cpp", "IPython", "matplotlib"]
+UNUSED_QT_PLUGIN = re.compile(
+    r"/plugins/(egldeviceintegrations|generic|networkinformation)/"
+    r"|/plugins/platforminputcontexts/(lib)?qtvirtualkeyboardplugin"
+    r"|/plugins/platforms/(lib)?q(eglfs|minimalegl|linuxfb|vnc|vkkhrdisplay|minimal)\.")
+SONAME = re.compile(r"lib[\w-]+\.so\.\d+")   # libggml.so.0: what the dynamic linker opens
+UNUSED_QT_LIBRARY = re.compile(r"Qt6?(Qml|Quick|VirtualKeyboard|EglFS|EglFs)")
 
 
 def version(init_file: Path = ROOT / "app" / "__init__.py") -> str:
@@ -67,18 +71,30 @@ def llama_lib_dir() -> Path:
 
 
 def llama_binaries(lib_dir: Path | None = None, platform: str = sys.platform) -> list[tuple[str, str]]:
-    """(source, destination) pairs for llama.cpp's shared libraries and ggml backends.
+    """(source, destination folder) pairs for llama.cpp's shared library and its ggml backends.
 
-    On Linux a wheel holds three copies of each library (libx.so, libx.so.0, libx.so.0.1.2); the
-    bundle needs the name llama_cpp's ctypes loader opens (libllama.so, libmtmd.so) and the SONAME
-    the dynamic linker resolves (libggml.so.0 ...), not the fully versioned copy."""
+    Leaves out libmtmd (multimodal, which Quickdraft never loads). On Linux a wheel holds three
+    copies of each library (libx.so, libx.so.0, libx.so.0.1.2); only the SONAME copy, the name the
+    dynamic linker resolves, is bundled, and llama_links() adds the name the ctypes loader opens."""
     lib_dir = lib_dir or llama_lib_dir()
-    files = sorted(p for p in lib_dir.iterdir() if p.is_file() and _is_library(p.name, platform))
+    files = sorted(p for p in lib_dir.iterdir() if p.is_file() and _is_library(p.name, platform)
+                   and not _is_unused(p.name))
     if platform.startswith("linux"):
-        files = [p for p in files if _linux_name_needed(p.name)]
-    if not files:
-        raise FileNotFoundError(f"no llama.cpp libraries in {lib_dir}")
+        files = [p for p in files if SONAME.fullmatch(p.name)]
+    if not any("llama" in p.name for p in files):
+        raise FileNotFoundError(f"no llama.cpp library in {lib_dir}")
     return [(str(p), LLAMA_LIB_DEST) for p in files]
+
+
+def llama_links(lib_dir: Path | None = None, platform: str = sys.platform) -> list[tuple[str, str, str]]:
+    """PyInstaller SYMLINK entries: on Linux llama_cpp opens lib/libllama.so, a link to its SONAME copy."""
+    if not platform.startswith("linux"):
+        return []
+    lib_dir = lib_dir or llama_lib_dir()
+    sonames = sorted(p.name for p in lib_dir.glob("libllama.so.*") if SONAME.fullmatch(p.name))
+    if not sonames:
+        raise FileNotFoundError(f"no libllama.so.N in {lib_dir}")
+    return [(f"{LLAMA_LIB_DEST}/libllama.so", sonames[0], "SYMLINK")]
 
 
 def _is_library(name: str, platform: str) -> bool:
@@ -89,10 +105,8 @@ def _is_library(name: str, platform: str) -> bool:
     return ".so" in name
 
 
-def _linux_name_needed(name: str) -> bool:
-    loaded_by_ctypes = re.fullmatch(r"lib(llama|mtmd|llava)\.so", name) is not None
-    soname = re.fullmatch(r"lib[\w-]+\.so\.\d+", name) is not None
-    return loaded_by_ctypes or soname
+def _is_unused(name: str) -> bool:
+    return re.match(r"(lib)?(mtmd|llava)\b", name) is not None
 
 
 def datas(root: Path = ROOT) -> list[tuple[str, str]]:
@@ -101,17 +115,24 @@ def datas(root: Path = ROOT) -> list[tuple[str, str]]:
     return [(str(resources), "resources")]
 
 
-def icon_file(platform: str = sys.platform) -> str:
-    suffix = {"win32": ".ico", "darwin": ".icns"}.get(platform, "-256.png")
-    return str(ICONS_DIR / f"quickdraft{suffix}")
+def icon_file(platform: str = sys.platform) -> str | None:
+    """The executables' icon; Linux executables carry none (the .desktop file names it)."""
+    suffix = {"win32": ".ico", "darwin": ".icns"}.get(platform)
+    return str(ICONS_DIR / f"quickdraft{suffix}") if suffix else None
 
 
 def keep_data(dest: str) -> bool:
-    """False for collected data the app never uses (foreign-language Qt translations)."""
-    parts = Path(dest).parts
-    if "translations" in parts and "PySide6" in parts:
-        return Path(dest).name.startswith(KEEP_TRANSLATION_PREFIXES)
-    return True
+    """False for collected data the app never uses: Qt's translations (the app installs no
+    QTranslator, its interface is English)."""
+    parts = PurePosixPath(dest.replace("\\", "/")).parts
+    return not ("PySide6" in parts and "translations" in parts)
+
+
+def keep_binary(dest: str) -> bool:
+    """False for Qt plugins for other kinds of devices (embedded EGL, framebuffers, VNC, evdev
+    input, the QML virtual keyboard) and the QML/Quick libraries only those plugins load."""
+    path = dest.replace("\\", "/")
+    return not (UNUSED_QT_PLUGIN.search(path) or UNUSED_QT_LIBRARY.search(path))
 
 
 def mac_info_plist(app_version: str) -> dict:

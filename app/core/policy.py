@@ -86,8 +86,9 @@ class AcceptanceModel:
 
     PRIOR_WEIGHT = 3.0
     DECAY = 0.995
+    OPTIMISM = 1.0  # standard deviations: an untried bucket gets the benefit of the doubt
     LOOKUP_PRIOR = {1: 0.2, 2: 0.35, 3: 0.5, 4: 0.6}
-    LOOKUP_NEXT_PRIOR = 0.7
+    LOOKUP_NEXT_PRIOR = 0.8
 
     def __init__(self) -> None:
         self._counts: dict[tuple, list[float]] = {}
@@ -104,9 +105,13 @@ class AcceptanceModel:
         return (key[1] + 0.5) / 10
 
     def chance(self, source: str, n: int, score: float) -> float:
+        """An optimistic estimate: the posterior mean plus one standard deviation, so a bucket is
+        tried until the evidence says it does not pay (exploring costs little: a round)."""
         key = self.bucket(source, n, score)
         accepted, tried = self._counts.get(key, (0.0, 0.0))
-        return (accepted + self.PRIOR_WEIGHT * self.prior(key)) / (tried + self.PRIOR_WEIGHT)
+        weight = tried + self.PRIOR_WEIGHT
+        mean = (accepted + self.PRIOR_WEIGHT * self.prior(key)) / weight
+        return min(1.0, mean + self.OPTIMISM * (mean * (1.0 - mean) / weight) ** 0.5)
 
     def update(self, source: str, n: int, score: float, accepted: bool) -> None:
         counts = self._counts.setdefault(self.bucket(source, n, score), [0.0, 0.0])
@@ -121,16 +126,16 @@ class AutoPolicy:
         (1 + a1 + a1*a2 + ... + a1*...*aL) / (draft time + T_main(L + 1)),
     where ai is the chance that token i is accepted given the ones before it were, and T_main(n)
     is the measured time of a main-model batch of n tokens. Each drafted token is kept while some
-    longer draft could still beat the best length so far (looking a few tokens ahead, assuming the
-    next tokens are as likely as this one, since the profile can be jumpy); the draft is then cut
-    to the best length, which may be 0: the main model decodes alone.
+    longer draft could still beat the best length so far (looking ahead to the longest allowed
+    draft, assuming the next tokens are as likely as this one: the profile can be jumpy, e.g. a
+    batch of 16 may cost what a batch of 9 does when llama.cpp switches kernels); the draft is then
+    cut to the best length, which may be 0: the main model decodes alone.
 
     A draft model that cannot pay on this machine even when always right is never asked; one that
     could pay but did not is asked less and less often (it probes again after 1, 2, 4, ... 64
     rounds). Prompt lookup costs nearly nothing, so its learned acceptance alone decides.
     """
 
-    LOOKAHEAD = 4
     MAX_BACKOFF = 64
 
     def __init__(self, params: SpeculationParams, profile: "CostProfile",
@@ -199,11 +204,10 @@ class AutoPolicy:
         return Decision.MORE
 
     def _optimistic_future(self, a: float, source: str) -> float:
-        """The best speed reachable by drafting up to LOOKAHEAD more tokens, each as likely as the
-        last one."""
+        """The best speed reachable by drafting more tokens, each as likely as the last one."""
         best = 0.0
         chances, costs = list(self._chain), list(self._chain_cost)
-        for _ in range(min(self.LOOKAHEAD, self.max_len - len(chances))):
+        for _ in range(self.max_len - len(chances)):
             chances.append(a)
             costs.append(self.token_cost(source))
             best = max(best, self.expected_speed(chances, costs, len(chances)))

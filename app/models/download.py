@@ -18,7 +18,7 @@ import contextlib
 import errno
 import hashlib
 import json
-import shutil
+import socket
 import threading
 import time
 from collections import deque
@@ -33,7 +33,6 @@ from .diskspace import NotEnoughSpaceError, check_disk_space, format_bytes, form
 from .hub import FilePart, HubClient, HubError, RemoteModel, hub_errors
 from .registry import ModelRegistry
 
-CHUNK_SIZE = 256 * 1024
 PROGRESS_INTERVAL_S = 0.1
 MAX_RETRIES = 3                 # transport errors in a row (progress resets the count)
 RETRY_DELAY_S = 0.5
@@ -88,8 +87,7 @@ class CancelToken:
         with self._lock:
             responses = list(self._responses)
         for response in responses:
-            with contextlib.suppress(Exception):
-                response.close()
+            _interrupt(response)
 
     def is_set(self) -> bool:
         return self._event.is_set()
@@ -254,7 +252,7 @@ def _stream_into(client: HubClient, model: RemoteModel, part: FilePart, partial:
             meter.restart_part(have)
             have = 0
         with partial.open("ab" if have else "wb") as out:
-            for chunk in response.iter_bytes(CHUNK_SIZE):
+            for chunk in response.iter_bytes():  # as it arrives: what was received is kept on a drop
                 if cancel.is_set():
                     raise _cancelled(model, meter)
                 _write(out, chunk, partial)
@@ -264,6 +262,7 @@ def _stream_into(client: HubClient, model: RemoteModel, part: FilePart, partial:
 def _write(out, chunk: bytes, partial: Path) -> None:
     try:
         out.write(chunk)
+        out.flush()   # what arrived is on disk: a crash or a kill loses nothing of it
     except OSError as exc:
         if exc.errno != errno.ENOSPC:
             raise DownloadError(f"Could not write {partial.name}: {exc.strerror or exc}") from exc
@@ -304,6 +303,15 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except FileNotFoundError:
         return 0
+
+
+def _interrupt(response) -> None:
+    """Wake a thread blocked reading ``response``: shut its socket down (closing alone does not)."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    with contextlib.suppress(OSError):
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 # --- partial downloads remembered across restarts --------------------------------------------------

@@ -42,6 +42,9 @@ def test_long_drafts_when_verification_is_free():
 
 def test_an_unsure_draft_token_is_cut():
     policy = AutoPolicy(AUTO, profile([STEP * (1 + 0.1 * n) for n in range(9)], draft_step=0.1 * STEP))
+    for _ in range(20):  # unsure tokens have been rejected before; sure ones accepted
+        policy.acceptance.update(MODEL, 0, 0.01, False)
+        policy.acceptance.update(MODEL, 0, 0.95, True)
     policy.draft_length(MODEL)
     assert policy.step(0, 0.95, MODEL) is not Decision.STOP
     assert policy.step(1, 0.01, MODEL) is Decision.STOP

@@ -59,7 +59,7 @@ def start_fake_hub(hub: FakeHub) -> tuple[ThreadingHTTPServer, threading.Thread]
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     hub.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, name="fake-hub", daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="fake-hub", daemon=True)
     thread.start()
     return server, thread
 
