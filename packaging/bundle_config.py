@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 ROOT = Path(__file__).resolve().parents[1]
 APP_NAME = "Quickdraft"
 GUI_EXECUTABLE = "quickdraft"
-CLI_EXECUTABLE = "quickdraft-cli"
+CLI_EXECUTABLE = "quickdraft-cli"         # a console twin, on Windows only: elsewhere `quickdraft --cli`
 BUNDLE_DIR = "quickdraft"                 # dist/quickdraft/ (one-folder build)
 BUNDLE_ID = "org.quickdraft.Quickdraft"   # macOS CFBundleIdentifier
 ICONS_DIR = ROOT / "resources" / "icons"
@@ -113,6 +113,13 @@ def datas(root: Path = ROOT) -> list[tuple[str, str]]:
     """(source, destination) pairs for the data files: everything under resources/."""
     resources = root / "resources"
     return [(str(resources), "resources")]
+
+
+def wants_cli_executable(platform: str = sys.platform) -> bool:
+    """Windows needs a second, console-subsystem executable for the command line (the desktop one
+    has no console). Elsewhere `quickdraft --cli` prints to the terminal; a second executable would
+    only carry a second copy of the ~10 MB Python archive PyInstaller appends to each one."""
+    return platform == "win32"
 
 
 def icon_file(platform: str = sys.platform) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
+from pathlib import PureWindowsPath
 
 CLI_FLAG = "--cli"
 CLI_EXECUTABLES = ("quickdraft-cli",)
@@ -19,7 +19,8 @@ CLI_EXECUTABLES = ("quickdraft-cli",)
 
 def wants_cli(executable: str, argv: list[str]) -> bool:
     """True when started as quickdraft-cli or with --cli as the first argument."""
-    return Path(executable).stem.lower() in CLI_EXECUTABLES or (bool(argv) and argv[0] == CLI_FLAG)
+    name = PureWindowsPath(executable).stem.lower()  # splits on both / and \\
+    return name in CLI_EXECUTABLES or (bool(argv) and argv[0] == CLI_FLAG)
 
 
 def cli_arguments(argv: list[str]) -> list[str]:

@@ -107,32 +107,42 @@ def _count(text: str | None) -> int:
 
 
 def cli_commands(executable: Path) -> list[list[str]]:
-    """The bundled command line, both ways in: `quickdraft --cli ...` and the quickdraft-cli program."""
-    commands = [[str(executable), "--cli"]]
-    sibling = executable.resolve().parent / (CLI_EXECUTABLE + executable.suffix)
-    if sibling.is_file():
-        commands.append([str(sibling)])
+    """The bundled command line every way in: `quickdraft --cli ...` (not on Windows, where the
+    desktop executable has no console), and a quickdraft-cli next to the executable or its link
+    target (quickdraft-cli.exe on Windows, /usr/bin/quickdraft-cli from the .deb)."""
+    commands = [] if sys.platform == "win32" else [[str(executable), "--cli"]]
+    name = CLI_EXECUTABLE + executable.suffix
+    for folder in dict.fromkeys((executable.parent, executable.resolve().parent)):
+        if (folder / name).is_file():
+            commands.append([str(folder / name)])
     return commands
 
 
 def check_cli(executable: Path, files: SmokeFiles) -> tuple[list[str], dict]:
     generate = ["generate", "-m", str(files.main), "-md", str(files.draft), "-p", "Hello", "-n", "16",
                 "--policy", "fixed", "--draft-max", "4", "-t", "1", "--json"]
-    problems, summary = [], {}
-    for command in cli_commands(executable):
+    commands = cli_commands(executable)
+    problems, summary = ([] if commands else ["no command line found next to the executable"]), {}
+    for command in commands:
         done = subprocess.run(command + generate, capture_output=True, text=True, timeout=120,
                               env={**os.environ, DATA_DIR_ENV: str(files.data_dir)})
-        name = " ".join(Path(command[0]).name.split() + command[1:])
+        name = " ".join([Path(command[0]).name] + command[1:])
         if done.returncode != 0:
             problems.append(f"`{name} generate` exited {done.returncode}: {done.stderr.strip()[-500:]}")
             continue
-        summary = json.loads(done.stdout)
+        try:
+            summary = json.loads(done.stdout)
+        except json.JSONDecodeError:
+            problems.append(f"`{name} generate --json` printed no JSON: {done.stdout[-300:]!r}")
+            continue
         if not summary.get("generated_tokens"):
             problems.append(f"`{name} generate` generated nothing: {summary}")
+        print(f"cli:            `{name} generate` -> {summary.get('generated_tokens')} tokens, "
+              f"{summary.get('accepted')}/{summary.get('drafted')} drafted accepted")
     return problems, summary
 
 
-def print_summary(report: dict, cli_summary: dict, elapsed: float) -> None:
+def print_summary(report: dict, elapsed: float) -> None:
     answer = " ".join(str(report.get("answer", "")).split())
     lines = [
         f"window title:   {report.get('window_title')}",
@@ -142,8 +152,6 @@ def print_summary(report: dict, cli_summary: dict, elapsed: float) -> None:
         f"statistics:     {json.dumps(report.get('stats'), ensure_ascii=False)}",
         f"footer:         {report.get('footer')}",
         f"screenshot:     {report.get('screenshot')}",
-        f"cli generate:   {cli_summary.get('generated_tokens')} tokens, "
-        f"{cli_summary.get('accepted')}/{cli_summary.get('drafted')} drafted accepted",
         f"total:          {elapsed:.1f} s",
     ]
     print("\n".join(lines))
@@ -160,9 +168,8 @@ def smoke(executable: Path, work: Path, timeout_s: float) -> int:
     problems = check_report(report, files)
     if done.returncode != 0:
         problems.append(f"the app exited with {done.returncode}")
-    cli_problems, cli_summary = check_cli(executable, files)
-    problems += cli_problems
-    print_summary(report, cli_summary, time.monotonic() - started)
+    print_summary(report, time.monotonic() - started)
+    problems += check_cli(executable, files)[0]
     if problems:
         print("FAIL:\n  " + "\n  ".join(problems))
         if done.stderr.strip():

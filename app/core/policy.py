@@ -127,7 +127,7 @@ class AutoPolicy:
     where ai is the chance that token i is accepted given the ones before it were, and T_main(n)
     is the measured time of a main-model batch of n tokens. Each drafted token is kept while some
     longer draft could still beat the best length so far (looking ahead to the longest allowed
-    draft, assuming the next tokens are as likely as this one: the profile can be jumpy, e.g. a
+    draft, assuming the next tokens come with the same score: the profile can be jumpy, e.g. a
     batch of 16 may cost what a batch of 9 does when llama.cpp switches kernels); the draft is then
     cut to the best length, which may be 0: the main model decodes alone.
 
@@ -196,19 +196,20 @@ class AutoPolicy:
         sunk = sum(self._chain_cost)  # this token's logits are paid for
         best_now = max(self.expected_speed(self._chain, self._chain_cost, k, sunk) for k in range(n + 1))
         with_token = self.expected_speed(self._chain, self._chain_cost, n + 1, sunk)
-        future = self._optimistic_future(a, source)
+        future = self._optimistic_future(n, score, source)
         if with_token <= best_now and future <= best_now:
             return Decision.STOP
         if n + 1 >= self.max_len or future <= max(best_now, with_token):
             return Decision.LAST
         return Decision.MORE
 
-    def _optimistic_future(self, a: float, source: str) -> float:
-        """The best speed reachable by drafting more tokens, each as likely as the last one."""
+    def _optimistic_future(self, n: int, score: float, source: str) -> float:
+        """The best speed reachable by drafting more tokens, assuming they come with the same score
+        (for lookup: a copy that goes on)."""
         best = 0.0
         chances, costs = list(self._chain), list(self._chain_cost)
-        for _ in range(self.max_len - len(chances)):
-            chances.append(a)
+        for m in range(n + 1, self.max_len):
+            chances.append(self.acceptance.chance(source, m, score))
             costs.append(self.token_cost(source))
             best = max(best, self.expected_speed(chances, costs, len(chances)))
         return best

@@ -34,6 +34,7 @@ from .hub import FilePart, HubClient, HubError, RemoteModel, hub_errors
 from .registry import ModelRegistry
 
 PROGRESS_INTERVAL_S = 0.1
+TICK_S = 0.5
 MAX_RETRIES = 3                 # transport errors in a row (progress resets the count)
 RETRY_DELAY_S = 0.5
 PARTIAL_SUFFIX = ".incomplete"
@@ -149,24 +150,31 @@ class _Meter:
             self.last_report = now
             self.report(Progress(self.label, hashed, total, 0.0, None, "verifying"))
 
+    def snapshot(self) -> Progress:
+        """The progress now, speed included (it falls towards zero while the connection stalls)."""
+        now = time.monotonic()
+        recent = [(t, d) for t, d in list(self.samples) if now - t <= 3.0] or [list(self.samples)[-1]]
+        t0, d0 = recent[0]
+        speed = (self.done - d0) / (now - t0) if now > t0 and self.stage == "downloading" else 0.0
+        eta = (self.total - self.done) / speed if speed > 0 else None
+        return Progress(self.label, self.done, self.total, speed, eta, self.stage)
+
     def emit(self, force: bool = False) -> None:
         now = time.monotonic()
         if self.report is None or (not force and now - self.last_report < PROGRESS_INTERVAL_S):
             return
         self.last_report = now
         self.samples.append((now, self.done))
-        while len(self.samples) > 2 and now - self.samples[0][0] > 3.0:
-            self.samples.popleft()
-        t0, d0 = self.samples[0]
-        speed = (self.done - d0) / (now - t0) if now > t0 and self.stage == "downloading" else 0.0
-        eta = (self.total - self.done) / speed if speed > 0 else None
-        self.report(Progress(self.label, self.done, self.total, speed, eta, self.stage))
+        self.report(self.snapshot())
 
 
 def download_model_blocking(client: HubClient, model: RemoteModel, models_dir: Path,
                             report: ProgressCallback | None = None,
-                            cancel: CancelToken | None = None) -> Path:
-    """Download (or resume) every part of ``model``, verify it, register it; the first part's path."""
+                            cancel: CancelToken | None = None, meters: list | None = None) -> Path:
+    """Download (or resume) every part of ``model``, verify it, register it; the first part's path.
+
+    ``report`` gets progress at most 10 times a second while bytes arrive; ``meters`` (a list) receives
+    the live meter, for a caller that wants to poll progress through a stall."""
     cancel = cancel or CancelToken()
     dests = [local_path(models_dir, model.repo_id, p.filename) for p in model.parts]
     first = dests[0]
@@ -176,6 +184,8 @@ def download_model_blocking(client: HubClient, model: RemoteModel, models_dir: P
     check_disk_space(first.parent, model.size - done_parts - have)
     _write_pending(model, first)
     meter = _Meter(model.label, model.size, done_parts + have, report)
+    if meters is not None:
+        meters.append(meter)
     for part, dest in zip(model.parts, dests):
         if not dest.exists():
             _download_part(client, model, part, dest, meter, cancel)
@@ -393,10 +403,15 @@ async def download_model(client: HubClient, model: RemoteModel, models_dir: Path
             with contextlib.suppress(RuntimeError):  # the loop closed under a stopping download
                 loop.call_soon_threadsafe(on_progress, progress)
 
+    meters: list[_Meter] = []
     work = loop.run_in_executor(executor, download_model_blocking, client, model, Path(models_dir), report,
-                                cancel)
+                                cancel, meters)
     try:
-        return await asyncio.shield(work)
+        while not work.done():   # a heartbeat, so a stalled connection shows its speed falling
+            await asyncio.wait({work}, timeout=TICK_S)
+            if meters and on_progress is not None and not work.done() and meters[0].stage == "downloading":
+                on_progress(meters[0].snapshot())
+        return work.result()
     except asyncio.CancelledError:
         cancel.cancel()
         with contextlib.suppress(Exception):

@@ -171,13 +171,20 @@ def summarize_card(text: str) -> str | None:
         block = block.strip()
         if not block or block.startswith(("#", "|", "<", "```", "![", "[!")):
             continue
-        paragraphs.append(" ".join(line.strip() for line in block.splitlines()))
+        paragraphs.append(_plain(" ".join(line.strip() for line in block.splitlines())))
         if sum(len(p) for p in paragraphs) >= SUMMARY_MAX_CHARS:
             break
     summary = "\n\n".join(paragraphs)
     if len(summary) > SUMMARY_MAX_CHARS:
         summary = summary[:SUMMARY_MAX_CHARS].rsplit(" ", 1)[0] + "…"
     return summary or None
+
+
+def _plain(markdown: str) -> str:
+    """Markdown emphasis, code and links as plain text."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", markdown)
+    text = re.sub(r"(\*\*|__|\*|`)(.+?)\1", r"\2", text)
+    return text
 
 
 @contextlib.contextmanager

@@ -38,6 +38,7 @@ class FakeHub:
     requests: list[Request] = field(default_factory=list)
     cut_after: dict[str, int] = field(default_factory=dict)    # file -> bytes sent before the first GET drops
     stall_after: dict[str, int] = field(default_factory=dict)  # file -> bytes sent before waiting for `release`
+    cut_every_get: bool = False                                # cut_after applies to every GET, not the first
     wrong_sha: set[str] = field(default_factory=set)
     chunk_delay_s: float = 0.0
     chunk_size: int = 16 * 1024
@@ -153,7 +154,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_body(self, filename: str, data: bytes, start: int):
         first_get = len(self.hub.file_requests(filename)) == 1
-        cut = self.hub.cut_after.get(filename) if first_get else None
+        cut = self.hub.cut_after.get(filename) if first_get or self.hub.cut_every_get else None
         stall = self.hub.stall_after.get(filename) if first_get else None
         pos = start
         while pos < len(data):

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Build dist/quickdraft_<version>_<arch>.deb from the PyInstaller bundle (dist/quickdraft/).
+#
+#   packaging/linux/build_deb.sh [BUNDLE_DIR] [OUT_DIR]
+#
+# Layout of the package:
+#   /opt/quickdraft/                         the one-folder bundle (quickdraft, _internal/)
+#   /usr/bin/quickdraft -> /opt/quickdraft/quickdraft            the desktop app
+#   /usr/bin/quickdraft-cli                  the command line: runs /opt/quickdraft/quickdraft --cli "$@"
+#   /usr/share/applications/quickdraft.desktop                  the menu entry (Development; Utility)
+#   /usr/share/icons/hicolor/{16..512}/apps/quickdraft.png, scalable/apps/quickdraft.svg
+#   /usr/share/doc/quickdraft/copyright
+# The menu and icon caches are refreshed by dpkg's triggers (desktop-file-utils, hicolor-icon-theme),
+# so the package needs no maintainer scripts.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BUNDLE="$(realpath "${1:-$ROOT/dist/quickdraft}")"
+OUT="$(realpath -m "${2:-$ROOT/dist}")"
+NAME=quickdraft
+ICON_SIZES="16 24 32 48 64 128 256 512"
+# Set DEB_MAINTAINER="Name <email>" for a release; the default address is a reserved, non-routable one.
+MAINTAINER="${DEB_MAINTAINER:-Quickdraft developers <packaging@quickdraft.invalid>}"
+
+# Libraries the bundle loads from the system (PyInstaller leaves out libc, OpenGL/EGL and what the
+# build machine lacks): found with objdump -p NEEDED over the bundle minus the files it contains.
+DEPENDS_FIXED="libgl1, libegl1, libxcb1, libxcb-icccm4, libxcb-keysyms1, libwayland-client0, libwayland-cursor0, libwayland-egl1"
+RECOMMENDS="libgtk-3-0 | libgtk-3-0t64"
+
+die() { echo "build_deb.sh: $*" >&2; exit 1; }
+
+app_version() {
+    sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$ROOT/app/__init__.py"
+}
+
+# The newest GLIBC_x.y symbol version any bundled binary needs: the libc6 the package depends on.
+glibc_needed() {
+    find "$BUNDLE" -type f \( -name '*.so*' -o -perm -u+x \) -print0 \
+        | xargs -0 objdump -T 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' \
+        | sort -uV | tail -n 1
+}
+
+write_control() {
+    local dir="$1" version="$2" arch="$3" glibc="$4" size
+    size="$(du -sk --exclude=DEBIAN "$dir" | cut -f1)"
+    mkdir -p "$dir/DEBIAN"
+    cat > "$dir/DEBIAN/control" <<EOF
+Package: $NAME
+Version: $version
+Architecture: $arch
+Maintainer: $MAINTAINER
+Installed-Size: $size
+Depends: libc6 (>= $glibc), $DEPENDS_FIXED
+Recommends: $RECOMMENDS
+Section: devel
+Priority: optional
+Description: desktop chat for local LLMs with speculative decoding
+ Quickdraft runs GGUF models on llama.cpp and answers faster with speculative
+ decoding: a small draft model proposes tokens, the main model verifies them
+ in one batch, and the window shows live tokens/second and acceptance rates.
+ .
+ Includes the quickdraft desktop app and the quickdraft-cli command line.
+EOF
+}
+
+install_files() {
+    local dir="$1"
+    mkdir -p "$dir/opt" "$dir/usr/bin" "$dir/usr/share/applications" "$dir/usr/share/doc/$NAME"
+    cp -a "$BUNDLE" "$dir/opt/$NAME"
+    ln -s "/opt/$NAME/quickdraft" "$dir/usr/bin/quickdraft"
+    printf '#!/bin/sh\nexec /opt/%s/quickdraft --cli "$@"\n' "$NAME" > "$dir/usr/bin/quickdraft-cli"
+    chmod 0755 "$dir/usr/bin/quickdraft-cli"
+    install -m 0644 "$ROOT/resources/quickdraft.desktop" "$dir/usr/share/applications/$NAME.desktop"
+    for size in $ICON_SIZES; do
+        install -D -m 0644 "$ROOT/resources/icons/quickdraft-$size.png" \
+            "$dir/usr/share/icons/hicolor/${size}x${size}/apps/$NAME.png"
+    done
+    install -D -m 0644 "$ROOT/resources/icons/quickdraft.svg" "$dir/usr/share/icons/hicolor/scalable/apps/$NAME.svg"
+    write_copyright "$dir/usr/share/doc/$NAME/copyright"
+}
+
+write_copyright() {
+    cat > "$1" <<'EOF'
+Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: quickdraft
+
+Files: *
+Copyright: the Quickdraft authors
+License: MIT
+
+Files: opt/quickdraft/_internal/*
+Comment: Bundled third-party runtime: CPython (PSF License), Qt 6 and PySide6 (LGPL-3.0),
+ llama.cpp and llama-cpp-python (MIT), NumPy (BSD-3-Clause) and the other Python packages
+ listed in Quickdraft's pyproject.toml, each under its own license.
+EOF
+}
+
+main() {
+    [ -x "$BUNDLE/quickdraft" ] || die "no bundle at $BUNDLE: build it first (pyinstaller packaging/quickdraft.spec)"
+    command -v dpkg-deb >/dev/null || die "dpkg-deb is required"
+    command -v objdump >/dev/null || die "objdump (binutils) is required"
+    local version arch glibc stage deb
+    version="$(app_version)"
+    [ -n "$version" ] || die "no __version__ in app/__init__.py"
+    arch="$(dpkg --print-architecture)"
+    glibc="$(glibc_needed)"
+    [ -n "$glibc" ] || die "could not read the glibc version the bundle needs"
+    stage="$ROOT/build/deb/${NAME}_${version}_${arch}"
+    deb="$OUT/${NAME}_${version}_${arch}.deb"
+    rm -rf "$stage"
+    mkdir -p "$stage" "$OUT"
+    install_files "$stage"
+    write_control "$stage" "$version" "$arch" "$glibc"
+    dpkg-deb --root-owner-group -Zxz --build "$stage" "$deb" >/dev/null
+    echo "$deb ($(du -h "$deb" | cut -f1), needs libc6 >= $glibc)"
+}
+
+main "$@"
