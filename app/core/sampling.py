@@ -33,6 +33,13 @@ def top_probability(logits: np.ndarray) -> float:
     return float(1.0 / np.exp(z, dtype=np.float64).sum())
 
 
+def _mass(logits: np.ndarray, ids: np.ndarray) -> float:
+    """Probability mass of ``ids`` at temperature 1."""
+    top = float(logits.max())
+    total = np.exp(logits.astype(np.float64) - top).sum()
+    return float(np.exp(logits[ids].astype(np.float64) - top).sum() / total)
+
+
 class Sampler:
     """Chooses tokens for one generation. Owns the random generator, so a seed replays a run."""
 
@@ -53,21 +60,31 @@ class Sampler:
 
     def _filtered(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         params = self.params
+        ids = self._candidates(logits)  # top-k and min-p applied
+        if params.top_p < 1.0:
+            ids = ids[np.argsort(-logits[ids], kind="stable")]
+            p = softmax(logits[ids])
+            # keep the smallest prefix whose mass reaches top_p (always at least one token)
+            ids = ids[: int(np.searchsorted(np.cumsum(p), params.top_p)) + 1]
+        return ids, softmax(logits[ids] / params.temperature)
+
+    def _candidates(self, logits: np.ndarray) -> np.ndarray:
+        """The tokens that can survive the filters, found without sorting a 150k vocabulary."""
+        params = self.params
         n_vocab = logits.shape[-1]
-        if 0 < params.top_k < n_vocab:
-            ids = np.argpartition(logits, -params.top_k)[-params.top_k:]
+        # both filters keep the highest logits, so their order does not matter: the cheap one first
+        if params.min_p > 0.0:
+            # p(x) >= min_p * p(best)  <=>  logit(x) >= logit(best) + ln(min_p)
+            ids = np.flatnonzero(logits >= logits.max() + np.log(params.min_p))
         else:
             ids = np.arange(n_vocab)
-        ids = ids[np.argsort(-logits[ids], kind="stable")]
-        p = softmax(logits[ids])
-        keep = len(ids)
-        if params.top_p < 1.0:
-            # keep the smallest prefix whose mass reaches top_p (always at least one token)
-            keep = min(keep, int(np.searchsorted(np.cumsum(p), params.top_p)) + 1)
-        if params.min_p > 0.0:
-            keep = min(keep, max(1, int(np.count_nonzero(p >= params.min_p * p[0]))))
-        ids = ids[:keep]
-        return ids, softmax(logits[ids] / params.temperature)
+        if 0 < params.top_k < len(ids):
+            ids = ids[np.argpartition(logits[ids], -params.top_k)[-params.top_k:]]
+        elif params.top_p < 1.0 and len(ids) > 4096:
+            head = np.argpartition(logits, -4096)[-4096:]
+            if _mass(logits, head) >= params.top_p:  # the top-p prefix lies within these
+                ids = head
+        return ids
 
     def sample(self, logits: np.ndarray) -> int:
         """The main model's next token."""

@@ -129,6 +129,7 @@ class _Meter:
         self.label, self.total, self.done, self.report = label, total, done, report
         self.stage = "downloading"
         self.samples: deque[tuple[float, int]] = deque([(time.monotonic(), done)], maxlen=50)
+        self.samples_lock = threading.Lock()   # the worker appends, the event loop's heartbeat reads
         self.last_report = 0.0
 
     def add(self, n: int) -> None:
@@ -153,7 +154,9 @@ class _Meter:
     def snapshot(self) -> Progress:
         """The progress now, speed included (it falls towards zero while the connection stalls)."""
         now = time.monotonic()
-        recent = [(t, d) for t, d in list(self.samples) if now - t <= 3.0] or [list(self.samples)[-1]]
+        with self.samples_lock:
+            samples = list(self.samples)
+        recent = [(t, d) for t, d in samples if now - t <= 3.0] or samples[-1:]
         t0, d0 = recent[0]
         speed = (self.done - d0) / (now - t0) if now > t0 and self.stage == "downloading" else 0.0
         eta = (self.total - self.done) / speed if speed > 0 else None
@@ -164,7 +167,8 @@ class _Meter:
         if self.report is None or (not force and now - self.last_report < PROGRESS_INTERVAL_S):
             return
         self.last_report = now
-        self.samples.append((now, self.done))
+        with self.samples_lock:
+            self.samples.append((now, self.done))
         self.report(self.snapshot())
 
 
@@ -186,9 +190,14 @@ def download_model_blocking(client: HubClient, model: RemoteModel, models_dir: P
     meter = _Meter(model.label, model.size, done_parts + have, report)
     if meters is not None:
         meters.append(meter)
-    for part, dest in zip(model.parts, dests):
-        if not dest.exists():
-            _download_part(client, model, part, dest, meter, cancel)
+    try:
+        for part, dest in zip(model.parts, dests):
+            if not dest.exists():
+                _download_part(client, model, part, dest, meter, cancel)
+    except BaseException:
+        if not any(partial_path(d).exists() or d.exists() for d in dests):
+            pending_path(first).unlink(missing_ok=True)   # nothing to resume: forget it
+        raise
     pending_path(first).unlink(missing_ok=True)
     ModelRegistry(models_dir).record_download(first, model.repo_id, model.filename, model.revision,
                                               [p.sha256 or "" for p in model.parts])
@@ -210,7 +219,7 @@ def _download_part(client: HubClient, model: RemoteModel, part: FilePart, dest: 
         except Exception as exc:
             if cancel.is_set():   # closing the response under a read raises whatever the read was doing
                 raise _cancelled(model, meter) from None
-            if not isinstance(exc, _TRANSPORT_ERRORS()):
+            if not isinstance(exc, _transport_errors()):
                 raise
             failures = 0 if _size(partial) > before else failures + 1
             if failures >= MAX_RETRIES:
@@ -236,7 +245,7 @@ def _timeout():
     return httpx2.Timeout(constants.HF_HUB_DOWNLOAD_TIMEOUT, connect=constants.HF_HUB_DOWNLOAD_TIMEOUT)
 
 
-def _TRANSPORT_ERRORS() -> tuple[type[Exception], ...]:
+def _transport_errors() -> tuple[type[Exception], ...]:
     import httpx2
 
     return (httpx2.TransportError,)

@@ -311,3 +311,13 @@ def test_cancelling_the_asyncio_task_stops_the_transfer(client, fake_hub, models
 
     asyncio.run(main())
     assert partial_path(local_path(models_dir, TINY_REPO, MAIN_FILE)).stat().st_size == 100_000
+
+
+def test_a_refused_download_leaves_nothing_to_resume(client, models_dir):
+    from app.models.hub import FilePart, RemoteModel
+
+    ghost = RemoteModel(TINY_REPO, "main", (FilePart("gone.gguf", 1000, None),), "?")
+    with pytest.raises(HubError, match="no such file"):
+        download_model_blocking(client, ghost, models_dir)
+    assert pending_downloads(models_dir) == []
+    assert [p for p in models_dir.rglob("*") if p.is_file()] == []
