@@ -33,13 +33,6 @@ def top_probability(logits: np.ndarray) -> float:
     return float(1.0 / np.exp(z, dtype=np.float64).sum())
 
 
-def _mass(logits: np.ndarray, ids: np.ndarray) -> float:
-    """Probability mass of ``ids`` at temperature 1."""
-    top = float(logits.max())
-    total = np.exp(logits.astype(np.float64) - top).sum()
-    return float(np.exp(logits[ids].astype(np.float64) - top).sum() / total)
-
-
 class Sampler:
     """Chooses tokens for one generation. Owns the random generator, so a seed replays a run."""
 
@@ -60,31 +53,37 @@ class Sampler:
 
     def _filtered(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         params = self.params
-        ids = self._candidates(logits)  # top-k and min-p applied
         if params.top_p < 1.0:
-            ids = ids[np.argsort(-logits[ids], kind="stable")]
-            p = softmax(logits[ids])
-            # keep the smallest prefix whose mass reaches top_p (always at least one token)
-            ids = ids[: int(np.searchsorted(np.cumsum(p), params.top_p)) + 1]
+            ids = self._top_p(self._top_k(logits), logits)
+            ids = self._min_p(ids, logits)
+        else:  # top-k and min-p both keep the highest logits: their order does not matter
+            ids = self._top_k(self._min_p(np.arange(logits.shape[-1]), logits), logits)
         return ids, softmax(logits[ids] / params.temperature)
 
-    def _candidates(self, logits: np.ndarray) -> np.ndarray:
-        """The tokens that can survive the filters, found without sorting a 150k vocabulary."""
-        params = self.params
-        n_vocab = logits.shape[-1]
-        # both filters keep the highest logits, so their order does not matter: the cheap one first
-        if params.min_p > 0.0:
-            # p(x) >= min_p * p(best)  <=>  logit(x) >= logit(best) + ln(min_p)
-            ids = np.flatnonzero(logits >= logits.max() + np.log(params.min_p))
-        else:
-            ids = np.arange(n_vocab)
-        if 0 < params.top_k < len(ids):
-            ids = ids[np.argpartition(logits[ids], -params.top_k)[-params.top_k:]]
-        elif params.top_p < 1.0 and len(ids) > 4096:
-            head = np.argpartition(logits, -4096)[-4096:]
-            if _mass(logits, head) >= params.top_p:  # the top-p prefix lies within these
-                ids = head
-        return ids
+    def _top_k(self, ids: np.ndarray, logits: np.ndarray | None = None) -> np.ndarray:
+        if logits is None:
+            logits, ids = ids, np.arange(ids.shape[-1])
+        k = self.params.top_k
+        return ids[np.argpartition(logits[ids], -k)[-k:]] if 0 < k < len(ids) else ids
+
+    def _min_p(self, ids: np.ndarray, logits: np.ndarray) -> np.ndarray:
+        if self.params.min_p <= 0.0:
+            return ids
+        # p(x) >= min_p * p(best)  <=>  logit(x) >= logit(best) + ln(min_p)
+        return ids[logits[ids] >= logits[ids].max() + np.log(self.params.min_p)]
+
+    def _top_p(self, ids: np.ndarray, logits: np.ndarray) -> np.ndarray:
+        """The smallest prefix of ``ids`` (by probability among ``ids``) whose mass reaches top_p."""
+        top = float(logits[ids].max())
+        weights = np.exp(logits[ids].astype(np.float64) - top)
+        total = weights.sum()
+        if len(ids) > 4096:  # sort only the head when it holds enough mass, as it nearly always does
+            head = np.argpartition(weights, -4096)[-4096:]
+            if weights[head].sum() >= self.params.top_p * total:
+                ids, weights = ids[head], weights[head]
+        order = np.argsort(-weights, kind="stable")
+        cut = int(np.searchsorted(np.cumsum(weights[order]) / total, self.params.top_p)) + 1
+        return ids[order[:cut]]
 
     def sample(self, logits: np.ndarray) -> int:
         """The main model's next token."""
