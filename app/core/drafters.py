@@ -82,11 +82,12 @@ class DraftModelDrafter:
 class PromptLookupDrafter:
     """Drafts by copying: finds the latest earlier occurrence of the last n tokens (n from
     ``ngram_max`` down to ``ngram_min``) in the prompt and the answer so far, and proposes what
-    followed it. No second model, so its drafts cost next to nothing."""
+    followed it. No second model, so its drafts cost next to nothing. The match length is the
+    drafts' score: a long match means a passage is being copied verbatim."""
 
     name = LOOKUP
 
-    def __init__(self, ngram_max: int = 4, ngram_min: int = 1):
+    def __init__(self, ngram_max: int = 16, ngram_min: int = 1):
         self.ngram_max = ngram_max
         self.ngram_min = ngram_min
         self._indexed: list[int] = []

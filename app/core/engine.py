@@ -22,7 +22,7 @@ from .events import Event
 from .lm import prefill
 from .gguf_info import GGUFInfo, check_pair, read_gguf_info
 from .params import ModelParams, SamplingParams, SpeculationParams
-from .policy import FixedPolicy, make_policy
+from .policy import AcceptanceModel, FixedPolicy, make_policy
 from .speculative import SpeculativeGeneration
 
 DRAFTERS = ("model", "lookup", "lookup+model", "none")
@@ -51,6 +51,7 @@ class Engine:
         self.draft_params = draft_params or (ModelParams(draft_info.path) if draft_info else None)
         self.profile_store = profile_store
         self._profile: CostProfile | None = None
+        self.acceptance = AcceptanceModel()  # what verification accepted, across a conversation
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -116,7 +117,7 @@ class Engine:
             main=self.main,
             vocab=self.main.model,
             drafter=chosen,
-            policy=make_policy(speculation, profile) if chosen else FixedPolicy(speculation),
+            policy=make_policy(speculation, profile, self.acceptance) if chosen else FixedPolicy(speculation),
             sampling=sampling,
             draft_min=speculation.draft_min,
             cancel=cancel,

@@ -46,6 +46,8 @@ class GGUFInfo:
     add_eos: bool
     chat_template: str | None
     tokens: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    key_length: int | None = None      # per-head K/V widths when the model states them (Gemma 3, Qwen3)
+    value_length: int | None = None
 
     @property
     def vocab_type_name(self) -> str:
@@ -60,7 +62,8 @@ class GGUFInfo:
         if not (self.n_layers and self.n_embd and self.n_head):
             return 0
         head_dim = self.n_embd // self.n_head
-        return 2 * 2 * self.n_layers * (self.n_head_kv or self.n_head) * head_dim
+        k, v = self.key_length or head_dim, self.value_length or head_dim
+        return 2 * self.n_layers * (self.n_head_kv or self.n_head) * (k + v)
 
 
 @dataclass(frozen=True)
@@ -209,6 +212,8 @@ def _info_from_header(header: _GGUFHeader, path: str, size: int) -> GGUFInfo:
         add_eos=bool(get("tokenizer.ggml.add_eos_token", False)),
         chat_template=get("tokenizer.chat_template"),
         tokens=tuple(tokens),
+        key_length=_int_or_none(get(f"{arch}.attention.key_length")),
+        value_length=_int_or_none(get(f"{arch}.attention.value_length")),
     )
 
 
@@ -228,7 +233,7 @@ def _quantization(header: _GGUFHeader, file_type) -> str:
 
     if file_type is not None:
         try:
-            return LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_")
+            return LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_").removeprefix("ALL_")
         except ValueError:
             pass
     weights = Counter(ttype for name, ttype, _ in header.tensors if name.endswith(".weight"))

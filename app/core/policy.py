@@ -79,16 +79,19 @@ class AcceptanceModel:
 
     Draft-model tokens are bucketed by the draft's own top probability, which is the prior: a draft
     that is over-confident here is corrected by what verification actually accepts. Prompt-lookup
-    tokens are bucketed by match length for the first token, and a bucket of their own for the
-    tokens that follow an accepted one (copied text tends to continue). Counts decay, so the model
-    follows the conversation as the text changes.
+    tokens are bucketed by the length of the match they continue (a long match means the answer is
+    copying a passage verbatim), the first token of a draft apart from the ones that follow an
+    accepted one (a copy that has started tends to go on). Counts decay, so the model follows the
+    conversation as the text changes; the engine keeps one model across a conversation's messages.
     """
 
-    PRIOR_WEIGHT = 3.0
+    PRIOR_WEIGHT = 6.0
     DECAY = 0.995
-    OPTIMISM = 1.0  # standard deviations: an untried bucket gets the benefit of the doubt
-    LOOKUP_PRIOR = {1: 0.2, 2: 0.35, 3: 0.5, 4: 0.6}
-    LOOKUP_NEXT_PRIOR = 0.8
+    OPTIMISM = 0.5  # standard deviations: an untried bucket gets some benefit of the doubt
+    # match-length buckets and the prior chance of the first copied token, then of the next ones
+    LOOKUP_BUCKETS = (1, 2, 3, 4, 6, 9, 13)
+    LOOKUP_PRIOR = {1: 0.2, 2: 0.35, 3: 0.45, 4: 0.55, 6: 0.65, 9: 0.75, 13: 0.8}
+    LOOKUP_NEXT_PRIOR = {1: 0.6, 2: 0.7, 3: 0.75, 4: 0.8, 6: 0.85, 9: 0.9, 13: 0.9}
 
     def __init__(self) -> None:
         self._counts: dict[tuple, list[float]] = {}
@@ -96,16 +99,17 @@ class AcceptanceModel:
     @staticmethod
     def bucket(source: str, n: int, score: float) -> tuple:
         if source == LOOKUP:
-            return (LOOKUP, "next") if n > 0 else (LOOKUP, min(int(score), 4))
+            length = max(b for b in AcceptanceModel.LOOKUP_BUCKETS if b <= max(1, int(score)))
+            return (LOOKUP, "next" if n > 0 else "first", length)
         return (MODEL, min(9, int(score * 10)))
 
     def prior(self, key: tuple) -> float:
         if key[0] == LOOKUP:
-            return self.LOOKUP_NEXT_PRIOR if key[1] == "next" else self.LOOKUP_PRIOR[key[1]]
+            return (self.LOOKUP_NEXT_PRIOR if key[1] == "next" else self.LOOKUP_PRIOR)[key[2]]
         return (key[1] + 0.5) / 10
 
     def chance(self, source: str, n: int, score: float) -> float:
-        """An optimistic estimate: the posterior mean plus one standard deviation, so a bucket is
+        """An optimistic estimate: the posterior mean plus half a standard deviation, so a bucket is
         tried until the evidence says it does not pay (exploring costs little: a round)."""
         key = self.bucket(source, n, score)
         accepted, tried = self._counts.get(key, (0.0, 0.0))
@@ -131,9 +135,9 @@ class AutoPolicy:
     batch of 16 may cost what a batch of 9 does when llama.cpp switches kernels); the draft is then
     cut to the best length, which may be 0: the main model decodes alone.
 
-    A draft model that cannot pay on this machine even when always right is never asked; one that
-    could pay but did not is asked less and less often (it probes again after 1, 2, 4, ... 64
-    rounds). Prompt lookup costs nearly nothing, so its learned acceptance alone decides.
+    A draft model that cannot pay on this machine even when always right is never asked. A drafter
+    whose rounds lose against the main model alone sits out 1, 2, 4, ... 64 rounds, and probes again
+    after them; a round that pays resets that.
     """
 
     MAX_BACKOFF = 64
@@ -146,8 +150,8 @@ class AutoPolicy:
         self.max_len = max(0, min(params.draft_max, profile.n_max - 1))
         self._chain: list[float] = []          # this round's acceptance chances
         self._chain_cost: list[float] = []     # and the cost of drafting each token
-        self._backoff = 0                      # rounds the draft model sits out after a loss
-        self._wait = 0
+        self._backoff = {MODEL: 0, LOOKUP: 0}  # rounds a drafter sits out after a losing round
+        self._wait = {MODEL: 0, LOOKUP: 0}
         self._round_source: str | None = None
         self._model_can_pay = profile.draft_step_s > 0 and self._best_length([1.0] * self.max_len,
                                                                              profile.draft_step_s) > 0
@@ -180,12 +184,11 @@ class AutoPolicy:
 
     def draft_length(self, source: str) -> int:
         self._chain, self._chain_cost = [], []
-        if source == MODEL:
-            if not self._model_can_pay:
-                return 0
-            if self._wait > 0:
-                self._wait -= 1
-                return 0
+        if source == MODEL and not self._model_can_pay:
+            return 0
+        if self._wait[source] > 0:
+            self._wait[source] -= 1
+            return 0
         self._round_source = source
         return self.max_len
 
@@ -225,23 +228,26 @@ class AutoPolicy:
     def observe(self, draft: "Draft", accepted: int) -> None:
         for i in range(min(accepted + 1, len(draft))):  # tokens after the first rejection say nothing
             self.acceptance.update(draft.sources[i], i, draft.scores[i], i < accepted)
-        if self._round_source == MODEL:
-            self._learn_whether_the_model_pays(len(draft), accepted)
+        if self._round_source is not None:
+            self._learn_whether_drafting_pays(self._round_source, len(draft), accepted)
         self._round_source = None
 
-    def _learn_whether_the_model_pays(self, verified: int, accepted: int) -> None:
-        """Back off from a draft model whose round was slower than the main model alone (its cost is
-        paid even when the draft is cut to nothing); a round that paid resets the back-off."""
+    def _learn_whether_drafting_pays(self, source: str, verified: int, accepted: int) -> None:
+        """Back off from a drafter whose round was slower than the main model alone (a draft
+        model's cost is paid even when its draft is cut to nothing); a paying round resets it."""
+        if verified == 0 and source == LOOKUP:
+            return  # lookup proposed nothing: it cost nothing
         sunk = sum(self._chain_cost)
         realised = (accepted + 1) / (sunk + self.profile.main_batch(verified + 1))
         if realised >= 1.0 / self.profile.main_batch(1):
-            self._backoff = 0
+            self._backoff[source] = 0
         else:
-            self._backoff = min(self.MAX_BACKOFF, max(1, self._backoff * 2))
-            self._wait = self._backoff
+            self._backoff[source] = min(self.MAX_BACKOFF, max(1, self._backoff[source] * 2))
+            self._wait[source] = self._backoff[source]
 
 
-def make_policy(params: SpeculationParams, profile: "CostProfile | None" = None) -> DraftPolicy:
+def make_policy(params: SpeculationParams, profile: "CostProfile | None" = None,
+                acceptance: AcceptanceModel | None = None) -> DraftPolicy:
     if params.policy == "fixed":
         return FixedPolicy(params) if params.p_min <= 0 else ConfidencePolicy(params)
     if params.policy == "pmin":
@@ -249,5 +255,5 @@ def make_policy(params: SpeculationParams, profile: "CostProfile | None" = None)
     if params.policy == "auto":
         if profile is None:
             raise ValueError("the auto policy needs a cost profile (calibrate first)")
-        return AutoPolicy(params, profile)
+        return AutoPolicy(params, profile, acceptance)
     raise ValueError(f"unknown draft policy {params.policy!r} (choose auto, fixed or pmin)")

@@ -30,7 +30,7 @@ from app.models.download import DownloadJob, DownloadManager, discard_pending, p
 from app.models.hub import HubClient, RemoteModel, RepoResult
 from app.models.memory import Fit, MachineMemory, estimate_memory, judge_fit, machine_memory
 from app.models.pairing import PairingResult, rank_drafts
-from app.models.registry import InstalledModel, ModelRegistry, find_hf_cache_models, quant_label
+from app.models.registry import InstalledModel, ModelRegistry, find_hf_cache_models
 from app.paths import AppPaths
 
 DEFAULT_CTX = 4096
@@ -382,7 +382,7 @@ class ModelManagerDialog(QDialog):
             return [name, error, *(_item("") for _ in range(6)), _item(""), source]
         i = m.info
         fit = self._fit(estimate_memory(i, self.ctx_spin.value(), m.size).total)
-        return [name, _item(i.architecture), _item(_params(i.parameter_count)), _item(quant_label(i)),
+        return [name, _item(i.architecture), _item(_params(i.parameter_count)), _item(i.quantization),
                 _item(format_bytes(m.size)), _item(f"{i.context_length:,}" if i.context_length else "?"),
                 _item(f"{i.vocab_type_name}, {i.vocab_size:,}"), _item("yes" if i.chat_template else "no"),
                 _item(fit.verdict, color=FIT_COLORS[fit.verdict], tooltip=fit.detail), source]

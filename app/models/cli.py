@@ -176,7 +176,7 @@ def _import(args) -> int:
 def _list(args) -> int:
     from .diskspace import format_bytes
     from .memory import estimate_memory, judge_fit, machine_memory
-    from .registry import ModelRegistry, quant_label
+    from .registry import ModelRegistry
 
     registry = ModelRegistry(_paths().models_dir)
     models = registry.list()
@@ -192,7 +192,7 @@ def _list(args) -> int:
             continue
         i = m.info
         fit = judge_fit(estimate_memory(i, args.ctx, m.size).total, machine)
-        rows.append((m.name, i.architecture, _params(i.parameter_count), quant_label(i), format_bytes(m.size),
+        rows.append((m.name, i.architecture, _params(i.parameter_count)(i), format_bytes(m.size),
                      f"{i.context_length or '?'}", f"{i.vocab_type_name} {i.vocab_size:,}",
                      "yes" if i.chat_template else "no", fit.verdict))
     _table(("model", "arch", "params", "quant", "size", "ctx", "vocabulary", "template", f"memory@{args.ctx}"),

@@ -235,11 +235,6 @@ class ModelRegistry:
         tmp.replace(self.registry_file)
 
 
-def quant_label(info: GGUFInfo) -> str:
-    """The quantization as people write it (gguf_info reports llama.cpp's file type: ALL_F32 -> F32)."""
-    return info.quantization.removeprefix("ALL_").removeprefix("MOSTLY_")
-
-
 def find_hf_cache_models(cache_dir: str | os.PathLike[str] | None = None) -> list[CachedGGUF]:
     """GGUF models in the Hugging Face cache (huggingface_hub.scan_cache_dir); none if there is no cache."""
     from huggingface_hub import scan_cache_dir

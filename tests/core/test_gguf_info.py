@@ -13,7 +13,7 @@ def test_metadata_of_a_tiny_model(tiny_models):
     assert info.tokens[:4] == ("<unk>", "<s>", "</s>", "<0x00>")
     assert (info.bos_token_id, info.eos_token_id, info.add_bos, info.add_eos) == (1, 2, True, False)
     assert info.n_layers == 2 and info.n_embd == 64 and info.context_length == 2048
-    assert info.quantization == "ALL_F32"
+    assert info.quantization == "F32"
     assert info.chat_template and "im_start" in info.chat_template
     assert info.parameter_count > 100_000
     assert info.file_size == tiny_models.main.stat().st_size

@@ -14,7 +14,7 @@ from app.core.tiny_gguf import TinySpec, write_tiny_model
 from app.models.catalog import default_catalog_path, find_pair, load_catalog, CatalogError
 from app.models.memory import MachineMemory, estimate_memory, judge_fit, machine_memory
 from app.models.pairing import family_name, rank_drafts
-from app.models.registry import ModelRegistry, RegistryError, find_hf_cache_models, quant_label
+from app.models.registry import ModelRegistry, RegistryError, find_hf_cache_models
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def test_import_copy_lists_gguf_metadata(models_dir, source_models):
     info = listed.info
     assert listed.source == "copy" and listed.error is None
     assert info.architecture == "llama"
-    assert quant_label(info) == "F32"
+    assert info.quantization == "F32"
     assert info.context_length == 2048
     assert info.vocab_type == "llama" and info.vocab_size == len(read_gguf_info(source_models["main"]).tokens)
     assert info.chat_template
