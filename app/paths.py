@@ -8,6 +8,7 @@ models under that folder; otherwise platformdirs' per-user directories are used.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,3 +56,8 @@ def app_paths(root: str | os.PathLike[str] | None = None) -> AppPaths:
         cache_dir=Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False)),
         models_dir=data / "models",
     )
+
+
+def resources_dir() -> Path:
+    """resources/ in the source tree, or inside a frozen (PyInstaller) app."""
+    return Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1])) / "resources"

@@ -27,15 +27,18 @@ def apply_args(argv: list[str]) -> argparse.Namespace:
 def run(argv: list[str] | None = None) -> int:
     apply_args(sys.argv[1:] if argv is None else argv)
     # imported here so the data dir is decided before any module looks at paths
+    from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
 
     from app.gui.main_window import MainWindow
     from app.gui.smoke import maybe_start_smoke
     from app.gui.theme import STYLE_SHEET
-    from app.paths import app_paths
+    from app.paths import app_paths, resources_dir
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Quickdraft")
+    app.setDesktopFileName("quickdraft")
+    app.setWindowIcon(QIcon(str(resources_dir() / "icons" / "quickdraft.svg")))
     app.setStyle("Fusion")
     app.setStyleSheet(STYLE_SHEET)
     window = MainWindow(app_paths())

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.core.errors import QuickdraftError
+from app.paths import resources_dir
 
 from .download import local_path
 from .registry import InstalledModel
@@ -57,8 +57,7 @@ class CatalogPair:
 
 def default_catalog_path() -> Path:
     """resources/catalog.json, in the source tree or next to a frozen (PyInstaller) app."""
-    base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[2]))
-    return base / "resources" / "catalog.json"
+    return resources_dir() / "catalog.json"
 
 
 def load_catalog(path: Path | None = None) -> list[CatalogPair]:

@@ -192,7 +192,7 @@ def _list(args) -> int:
             continue
         i = m.info
         fit = judge_fit(estimate_memory(i, args.ctx, m.size).total, machine)
-        rows.append((m.name, i.architecture, _params(i.parameter_count)(i), format_bytes(m.size),
+        rows.append((m.name, i.architecture, _params(i.parameter_count), i.quantization, format_bytes(m.size),
                      f"{i.context_length or '?'}", f"{i.vocab_type_name} {i.vocab_size:,}",
                      "yes" if i.chat_template else "no", fit.verdict))
     _table(("model", "arch", "params", "quant", "size", "ctx", "vocabulary", "template", f"memory@{args.ctx}"),
