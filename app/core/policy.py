@@ -38,8 +38,9 @@ class DraftPolicy(Protocol):
     def cut(self, draft: "Draft") -> int:
         """How many of the drafted tokens to send for verification."""
 
-    def observe(self, draft: "Draft", accepted: int) -> None:
-        """Verification accepted the first ``accepted`` tokens of ``draft``."""
+    def observe(self, draft: "Draft", accepted: int, draft_s: float | None = None) -> None:
+        """Verification accepted the first ``accepted`` tokens of ``draft``; drafting took
+        ``draft_s`` seconds (None: not measured)."""
 
 
 class FixedPolicy:
@@ -60,7 +61,7 @@ class FixedPolicy:
     def cut(self, draft: "Draft") -> int:
         return len(draft)
 
-    def observe(self, draft: "Draft", accepted: int) -> None:
+    def observe(self, draft: "Draft", accepted: int, draft_s: float | None = None) -> None:
         pass
 
 
@@ -135,12 +136,18 @@ class AutoPolicy:
     batch of 16 may cost what a batch of 9 does when llama.cpp switches kernels); the draft is then
     cut to the best length, which may be 0: the main model decodes alone.
 
-    A draft model that cannot pay on this machine even when always right is never asked. A drafter
-    whose rounds lose against the main model alone sits out 1, 2, 4, ... 64 rounds, and probes again
-    after them; a round that pays resets that.
+    A draft model that cannot pay on this machine even when always right is never asked. Each
+    drafter keeps a balance of the time its recent rounds saved (or lost) against the main model
+    alone; while it is negative the drafter sits out 1, 2, 4, ... 64 rounds between probes. A draft
+    model whose balance falls below PARK_STEPS main steps stops for the rest of this answer: every
+    probe first has to feed it the tokens it skipped (on a 2-core CPU that catch-up alone costs a
+    tenth of a main step per token, whenever it probes), so probing again within the answer cannot
+    pay. It probes again with the next answer, whose prompt it reads in the prompt phase.
     """
 
     MAX_BACKOFF = 64
+    BALANCE_DECAY = 0.8  # the balance follows the last few rounds: the text changes as it goes
+    PARK_STEPS = 2.0
 
     def __init__(self, params: SpeculationParams, profile: "CostProfile",
                  acceptance: AcceptanceModel | None = None):
@@ -152,6 +159,8 @@ class AutoPolicy:
         self._chain_cost: list[float] = []     # and the cost of drafting each token
         self._backoff = {MODEL: 0, LOOKUP: 0}  # rounds a drafter sits out after a losing round
         self._wait = {MODEL: 0, LOOKUP: 0}
+        self._balance = {MODEL: 0.0, LOOKUP: 0.0}  # seconds saved by a drafter's recent rounds
+        self._model_parked = False
         self._round_source: str | None = None
         self._model_can_pay = profile.draft_step_s > 0 and self._best_length([1.0] * self.max_len,
                                                                              profile.draft_step_s) > 0
@@ -184,7 +193,7 @@ class AutoPolicy:
 
     def draft_length(self, source: str) -> int:
         self._chain, self._chain_cost = [], []
-        if source == MODEL and not self._model_can_pay:
+        if source == MODEL and (self._model_parked or not self._model_can_pay):
             return 0
         if self._wait[source] > 0:
             self._wait[source] -= 1
@@ -225,25 +234,37 @@ class AutoPolicy:
         sunk = sum(costs)
         return max(range(len(chances) + 1), key=lambda k: self.expected_speed(chances, costs, k, sunk))
 
-    def observe(self, draft: "Draft", accepted: int) -> None:
+    def observe(self, draft: "Draft", accepted: int, draft_s: float | None = None) -> None:
         for i in range(min(accepted + 1, len(draft))):  # tokens after the first rejection say nothing
             self.acceptance.update(draft.sources[i], i, draft.scores[i], i < accepted)
         if self._round_source is not None:
-            self._learn_whether_drafting_pays(self._round_source, len(draft), accepted)
+            spent = sum(self._chain_cost) if draft_s is None else draft_s
+            self._learn_whether_drafting_pays(self._round_source, len(draft), accepted, spent)
         self._round_source = None
 
-    def _learn_whether_drafting_pays(self, source: str, verified: int, accepted: int) -> None:
-        """Back off from a drafter whose round was slower than the main model alone (a draft
-        model's cost is paid even when its draft is cut to nothing); a paying round resets it."""
+    def _learn_whether_drafting_pays(self, source: str, verified: int, accepted: int, spent: float) -> None:
+        """Keep the drafter's balance: what its round saved against the main model alone, which
+        would have taken one step per token. ``spent`` is the drafting time, measured when the loop
+        measures it: a draft model's catch-up on skipped tokens and the step that found its next
+        token not worth drafting cost time even when the draft is cut to nothing.
+
+        A negative balance puts the drafter out for a while: the wait doubles after each losing
+        round (up to MAX_BACKOFF) and stays after a paying one; a balance back above zero ends it.
+        A single lucky round must not reset it, or a draft model that mostly loses (chat text on a
+        CPU) keeps probing every other round, and every probe costs a draft step."""
         if verified == 0 and source == LOOKUP:
             return  # lookup proposed nothing: it cost nothing
-        sunk = sum(self._chain_cost)
-        realised = (accepted + 1) / (sunk + self.profile.main_batch(verified + 1))
-        if realised >= 1.0 / self.profile.main_batch(1):
+        step = self.profile.main_batch(1)
+        saved = (accepted + 1) * step - (spent + self.profile.main_batch(verified + 1))
+        self._balance[source] = self._balance[source] * self.BALANCE_DECAY + saved
+        if source == MODEL and self._balance[source] < -self.PARK_STEPS * step:
+            self._model_parked = True
+        if self._balance[source] >= 0:
             self._backoff[source] = 0
-        else:
+            return
+        if saved < 0:
             self._backoff[source] = min(self.MAX_BACKOFF, max(1, self._backoff[source] * 2))
-            self._wait[source] = self._backoff[source]
+        self._wait[source] = max(1, self._backoff[source])
 
 
 def make_policy(params: SpeculationParams, profile: "CostProfile | None" = None,

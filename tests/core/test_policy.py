@@ -83,6 +83,39 @@ def test_a_draft_model_that_loses_is_asked_rarely_but_probes_again():
     assert 3 <= drafting <= 0.15 * len(rounds)
 
 
+def test_a_draft_model_whose_probes_lose_is_parked_for_the_rest_of_the_answer():
+    pays_if_right = profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)], draft_step=0.3 * STEP)
+    acceptance = None
+    rounds_drafted = []
+    for answer in range(2):
+        policy = AutoPolicy(AUTO, pays_if_right, acceptance)
+        acceptance = policy.acceptance  # kept across a conversation, as the engine does
+        drafted = 0
+        for _ in range(200):
+            if policy.draft_length(MODEL) == 0:
+                policy.observe(Draft(), 0)
+                continue
+            drafted += 1
+            policy.step(0, 0.95, MODEL)
+            # the probe fed the draft model the skipped tokens and its token was rejected
+            policy.observe(Draft([1], [None], [MODEL], [0.95]), accepted=0, draft_s=2 * STEP)
+        rounds_drafted.append(drafted)
+    assert all(1 <= n <= 4 for n in rounds_drafted)  # parked within the answer, tried again in the next
+
+
+def test_lookup_is_never_parked_it_costs_nothing_to_probe():
+    policy = AutoPolicy(AUTO, profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)]))
+    drafted = 0
+    for _ in range(300):
+        if policy.draft_length(LOOKUP) == 0:
+            policy.observe(Draft(), 0)
+            continue
+        drafted += 1
+        policy.step(0, 13.0, LOOKUP)
+        policy.observe(Draft([1], [None], [LOOKUP], [13.0]), accepted=0, draft_s=0.0)
+    assert 5 <= drafted <= 20   # backs off to one probe in 64 rounds, but keeps probing
+
+
 @pytest.mark.parametrize("kind", ["lookup", "lookup+model", "model"])
 def test_auto_policy_output_is_the_main_models(kind):
     main = ReferenceModel(n_vocab=6, seed=4, sharpness=4.0)  # small vocabulary: repeats, so lookup matches
