@@ -208,6 +208,24 @@ def test_choosing_a_pair_emits_pair_chosen(qtbot, make_dialog, installed):
     assert blocker.args == [str(main), ""]
 
 
+def test_alone_the_chosen_pair_is_what_the_chat_opens_with(qtbot, qloop, paths, installed):
+    from app.gui.app import open_model_manager_alone
+    from app.storage.settings import SettingsStore
+
+    main, draft, _ = installed
+    dialog = open_model_manager_alone(paths, loop=qloop, machine=MACHINE)
+    qtbot.addWidget(dialog)
+    try:
+        dialog.tabs.setCurrentIndex(1)
+        qtbot.mouseClick(dialog.use_pair_button, Qt.MouseButton.LeftButton)
+        settings = SettingsStore(paths.settings_file).load()
+        assert (settings.main_model, settings.draft_model) == (str(main), str(draft))
+        assert settings.recent_main[0] == str(main)
+    finally:
+        dialog.shutdown()
+        qtbot.waitUntil(lambda: not dialog.busy, timeout=TIMEOUT_MS)
+
+
 def test_installed_tab_shows_metadata_and_deletes_with_confirmation(qtbot, make_dialog, installed):
     main, draft, other = installed
     dialog = make_dialog()
