@@ -83,6 +83,19 @@ def test_a_draft_model_that_loses_is_asked_rarely_but_probes_again():
     assert 3 <= drafting <= 0.15 * len(rounds)
 
 
+def _rounds_drafted_when_every_draft_is_rejected(policy, source, score, rounds, draft_s):
+    """Run ``rounds`` rounds in which each one-token draft is rejected; count the rounds that drafted."""
+    drafted = 0
+    for _ in range(rounds):
+        if policy.draft_length(source) == 0:
+            policy.observe(Draft(), 0)
+            continue
+        drafted += 1
+        policy.step(0, score, source)
+        policy.observe(Draft([1], [None], [source], [score]), accepted=0, draft_s=draft_s)
+    return drafted
+
+
 def test_a_draft_model_whose_probes_lose_is_parked_for_the_rest_of_the_answer():
     pays_if_right = profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)], draft_step=0.3 * STEP)
     acceptance = None
@@ -90,29 +103,14 @@ def test_a_draft_model_whose_probes_lose_is_parked_for_the_rest_of_the_answer():
     for answer in range(2):
         policy = AutoPolicy(AUTO, pays_if_right, acceptance)
         acceptance = policy.acceptance  # kept across a conversation, as the engine does
-        drafted = 0
-        for _ in range(200):
-            if policy.draft_length(MODEL) == 0:
-                policy.observe(Draft(), 0)
-                continue
-            drafted += 1
-            policy.step(0, 0.95, MODEL)
-            # the probe fed the draft model the skipped tokens and its token was rejected
-            policy.observe(Draft([1], [None], [MODEL], [0.95]), accepted=0, draft_s=2 * STEP)
-        rounds_drafted.append(drafted)
+        # each probe fed the draft model the skipped tokens (2 steps) and its token was rejected
+        rounds_drafted.append(_rounds_drafted_when_every_draft_is_rejected(policy, MODEL, 0.95, 200, 2 * STEP))
     assert all(1 <= n <= 4 for n in rounds_drafted)  # parked within the answer, tried again in the next
 
 
 def test_lookup_is_never_parked_it_costs_nothing_to_probe():
     policy = AutoPolicy(AUTO, profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)]))
-    drafted = 0
-    for _ in range(300):
-        if policy.draft_length(LOOKUP) == 0:
-            policy.observe(Draft(), 0)
-            continue
-        drafted += 1
-        policy.step(0, 13.0, LOOKUP)
-        policy.observe(Draft([1], [None], [LOOKUP], [13.0]), accepted=0, draft_s=0.0)
+    drafted = _rounds_drafted_when_every_draft_is_rejected(policy, LOOKUP, 13.0, 300, 0.0)
     assert 5 <= drafted <= 20   # backs off to one probe in 64 rounds, but keeps probing
 
 
