@@ -8,7 +8,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from .lm import Session, common_prefix_length, prefill
-from .policy import LOOKUP, MODEL, Decision, DraftPolicy
+from .policy import LOOKUP, MODEL, Decision, DraftPolicy, LookupMatch
 from .sampling import Sampler
 
 
@@ -17,12 +17,12 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     q: list[np.ndarray | None] = field(default_factory=list)  # per token; None = a deterministic proposal
     sources: list[str] = field(default_factory=list)          # which drafter proposed each token
-    scores: list[float] = field(default_factory=list)         # its confidence (see DraftPolicy.step)
+    scores: list[float | LookupMatch] = field(default_factory=list)  # its confidence (see DraftPolicy.step)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def add(self, token: int, q: np.ndarray | None, source: str, score: float) -> None:
+    def add(self, token: int, q: np.ndarray | None, source: str, score: float | LookupMatch) -> None:
         self.tokens.append(token)
         self.q.append(q)
         self.sources.append(source)
@@ -59,7 +59,8 @@ class DraftModelDrafter:
             prefill(self.session, prompt)
 
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
-        max_len = min(max_len, policy.draft_length(MODEL), self.session.n_ctx - len(context))
+        behind = len(context) - common_prefix_length(self.session.cached, context)
+        max_len = min(max_len, policy.draft_length(MODEL, behind), self.session.n_ctx - len(context))
         out = Draft()
         if max_len <= 0:
             return out  # nothing decoded: a round without drafting costs the draft model nothing
@@ -83,7 +84,8 @@ class PromptLookupDrafter:
     """Drafts by copying: finds the latest earlier occurrence of the last n tokens (n from
     ``ngram_max`` down to ``ngram_min``) in the prompt and the answer so far, and proposes what
     followed it. No second model, so its drafts cost next to nothing. The match length is the
-    drafts' score: a long match means a passage is being copied verbatim."""
+    drafts' score, with where it was found: a long match in the prompt means the answer copies the
+    user's text verbatim (an edit), one in the answer so far is more often a phrase said twice."""
 
     name = LOOKUP
 
@@ -91,18 +93,25 @@ class PromptLookupDrafter:
         self.ngram_max = ngram_max
         self.ngram_min = ngram_min
         self._indexed: list[int] = []
+        self._prompt_length = 0
         self._index: list[dict[tuple[int, ...], int]] = [{} for _ in range(ngram_max + 1)]
 
     def find(self, context: Sequence[int], max_len: int) -> tuple[int, list[int]]:
         """(match length, continuation) of the longest match; (0, []) when there is none."""
+        n, end = self._longest_match(context)
+        return n, list(context[end:end + max_len]) if n else []
+
+    def _longest_match(self, context: Sequence[int]) -> tuple[int, int]:
+        """(length, end) of the latest occurrence of the longest n-gram ending the context."""
         self._update_index(context)
         for n in range(min(self.ngram_max, len(context) - 1), self.ngram_min - 1, -1):
             end = self._index[n].get(tuple(context[-n:]))
             if end is not None:
-                return n, list(context[end:end + max_len])
-        return 0, []
+                return n, end
+        return 0, 0
 
     def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
+        self._prompt_length = len(prompt)
         self._update_index(prompt)
 
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
@@ -110,12 +119,15 @@ class PromptLookupDrafter:
         out = Draft()
         if max_len <= 0:
             return out
-        n, continuation = self.find(context, max_len)
-        for token in continuation:
-            decision = policy.step(len(out), float(n), LOOKUP)
+        n, end = self._longest_match(context)
+        if n == 0:
+            return out
+        match = LookupMatch(n, in_prompt=end < self._prompt_length)
+        for token in context[end:end + max_len]:
+            decision = policy.step(len(out), match, LOOKUP)
             if decision is Decision.STOP:
                 break
-            out.add(token, None, LOOKUP, float(n))
+            out.add(token, None, LOOKUP, match)
             if decision is Decision.LAST:
                 break
         return out

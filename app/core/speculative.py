@@ -18,7 +18,7 @@ from .events import Event, Origin, Round, StopReason, Summary, TokenPiece
 from .lm import Session, Vocabulary, common_prefix_length, prefill
 from .params import SamplingParams
 from .policy import DraftPolicy
-from .sampling import Sampler
+from .sampling import Sampler, top_probability
 from .text import TextAssembler
 
 
@@ -111,12 +111,14 @@ class SpeculativeGeneration:
         t1 = time.perf_counter()
         rows = self.main.eval([self.context[-1], *draft.tokens], all_logits=True)
         accepted, next_token = self.sampler.verify(rows, draft.tokens, draft.q)
+        confidence = [top_probability(row) for row in rows[:accepted + 1]] \
+            if self.policy.wants_main_confidence() else []
         # roll back: the main cache keeps the last token and the accepted draft, never the rejected
         self.main.truncate(len(self.context) + accepted)
         t2 = time.perf_counter()
         new_tokens = _cut_after_eog([*draft.tokens[:accepted], next_token], self.vocab)
         used_drafts = min(accepted, len(new_tokens))
-        self.policy.observe(draft, accepted, draft_s=t1 - t0)
+        self.policy.observe(draft, accepted, draft_s=t1 - t0, main_confidence=confidence)
         self.counters.record(len(draft), used_drafts, t1 - t0, t2 - t1)
         self.counters.main_tokens += len(new_tokens) - used_drafts
         yield from self._emit(new_tokens, n_from_draft=used_drafts)

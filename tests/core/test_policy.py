@@ -9,7 +9,7 @@ from app.core.costmodel import CostProfile, ProfileStore
 from app.core.drafters import Draft, DraftModelDrafter, LookupThenModelDrafter, PromptLookupDrafter
 from app.core.events import Round
 from app.core.params import SamplingParams, SpeculationParams
-from app.core.policy import LOOKUP, MODEL, AutoPolicy, Decision
+from app.core.policy import LOOKUP, MODEL, AutoPolicy, Decision, LookupMatch
 from app.core.speculative import SpeculativeGeneration
 
 from .reference_model import ReferenceModel, ReferenceSession
@@ -60,7 +60,7 @@ def test_acceptance_is_learned_from_what_verification_accepts():
         policy.observe(Draft([1], [None], [MODEL], [0.95]), accepted=0)
     after = policy.acceptance.chance(MODEL, 0, 0.95)
     assert before > 0.9
-    assert after < 0.2  # the prior and the optimism keep it off zero, so it is probed again later
+    assert after < 0.2  # the prior keeps it off zero, so it is probed again later
 
 
 def test_short_lookup_matches_must_earn_their_place():
@@ -108,6 +108,42 @@ def test_a_draft_model_whose_probes_lose_is_parked_for_the_rest_of_the_answer():
     assert all(1 <= n <= 4 for n in rounds_drafted)  # parked within the answer, tried again in the next
 
 
+def test_a_draft_model_sits_out_while_the_main_model_is_unsure():
+    pays_if_right = profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)], draft_step=0.3 * STEP)
+    policy = AutoPolicy(AUTO, pays_if_right)
+    assert policy.wants_main_confidence()
+    assert policy.draft_length(MODEL) > 0                    # nothing known yet: it may try
+    policy.observe(Draft(), 0, main_confidence=[0.4, 0.5, 0.3])
+    assert [policy.draft_length(MODEL) for _ in range(5)] == [0] * 5
+    assert policy.draft_length(LOOKUP) > 0                   # lookup costs nothing: not gated
+    policy.observe(Draft(), 0, main_confidence=[0.99] * 8)   # the text became easy
+    assert policy.draft_length(MODEL) > 0
+
+
+def test_a_draft_model_too_far_behind_to_catch_up_is_parked():
+    pays_if_right = profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)], draft_step=0.3 * STEP)
+    policy = AutoPolicy(AUTO, pays_if_right)
+    assert policy.draft_length(MODEL, behind=2) > 0          # a short catch-up is worth a round
+    assert policy.draft_length(MODEL, behind=200) == 0       # reading 200 skipped tokens is not
+    assert policy.draft_length(MODEL, behind=0) == 0         # and it only falls further behind
+    assert not policy.wants_main_confidence()
+
+
+def test_a_long_match_in_the_prompt_is_copied_one_in_the_answer_is_not():
+    # a CPU where a batch costs nearly one step per token up to 8, then 9..16 cost about the same
+    steps = [1, 1.95, 2.7, 3.3, 4.0, 4.7, 5.6, 7.2, 7.9, 8.5, 8.5, 8.5, 8.5, 8.5, 8.5, 8.5, 10.1]
+    policy = AutoPolicy(SpeculationParams(draft_max=16, policy="auto"), profile([STEP * s for s in steps]))
+    copying = LookupMatch(16, in_prompt=True)   # the answer copies the user's code, as an edit does
+    repeating = LookupMatch(16, in_prompt=False)  # a phrase the answer said before
+    policy.draft_length(LOOKUP)
+    assert policy.step(0, repeating, LOOKUP) is Decision.STOP
+    policy.draft_length(LOOKUP)
+    decisions = []
+    while not decisions or decisions[-1] is Decision.MORE:
+        decisions.append(policy.step(len(decisions), copying, LOOKUP))
+    assert len(decisions) == 15 and decisions[-1] is Decision.LAST
+
+
 def test_lookup_is_never_parked_it_costs_nothing_to_probe():
     policy = AutoPolicy(AUTO, profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)]))
     drafted = _rounds_drafted_when_every_draft_is_rejected(policy, LOOKUP, 13.0, 300, 0.0)
@@ -129,6 +165,36 @@ def test_auto_policy_output_is_the_main_models(kind):
         ctx.append(int(np.argmax(main.logits(ctx))))
     assert list(summary.token_ids) == ctx[3:]
     assert summary.accepted > 30
+
+
+def test_the_loop_tells_the_policy_how_sure_the_main_model_was():
+    main = ReferenceModel(n_vocab=12, seed=0)
+    seen = []
+
+    class Recording(AutoPolicy):
+        def observe(self, draft, accepted, draft_s=None, main_confidence=()):
+            seen.append((accepted, list(main_confidence)))
+            super().observe(draft, accepted, draft_s, main_confidence)
+
+    pays_if_right = profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)], draft_step=0.3 * STEP)
+    drafter = DraftModelDrafter(ReferenceSession(ReferenceModel(n_vocab=12, seed=0)))  # the same model
+    gen = SpeculativeGeneration(ReferenceSession(main), main, drafter, Recording(AUTO, pays_if_right),
+                                SamplingParams(max_tokens=40))
+    list(gen.run([1, 2, 3]))
+    assert seen and all(len(confidence) == accepted + 1 for accepted, confidence in seen)
+    assert all(0.0 < p <= 1.0 for _, confidence in seen for p in confidence)
+    assert sum(accepted for accepted, _ in seen) > 10
+
+
+def test_lookup_tells_a_match_in_the_prompt_from_one_in_the_answer():
+    prompt = [5, 6, 7, 8, 9]
+    lookup = PromptLookupDrafter(ngram_max=3)
+    policy = AutoPolicy(AUTO, FREE)
+    lookup.prepare(prompt, policy)
+    draft = lookup.draft(prompt + [1, 5, 6], 4, policy, None)
+    assert draft.tokens[:1] == [7] and draft.scores[0] == LookupMatch(2, in_prompt=True)
+    draft = lookup.draft(prompt + [1, 2, 3, 1, 2], 4, policy, None)
+    assert draft.tokens[:1] == [3] and draft.scores[0] == LookupMatch(2, in_prompt=False)
 
 
 def test_lookup_finds_the_continuation_of_a_repeated_text():
