@@ -1,0 +1,234 @@
+"""Tune the auto policy in seconds instead of benchmark hours: record once, replay many times.
+
+`record` decodes each prompt greedily with the main model alone, one token at a time, and notes for
+every answer position the main model's top probability, and the draft model's greedy token and top
+probability there (the draft reads the main model's answer, as it does while its drafts are being
+accepted). `replay` runs the real drafters and policy (app.core.drafters, app.core.policy) over those
+answers with a cost profile (`quickdraft calibrate` writes one under the cache dir), charging each
+round the profile's times: drafting, the draft model's catch-up on tokens it skipped, verification.
+It prints the speedup per prompt against the main model alone under the same profile. A profile from
+another machine replays what the policy would do there.
+
+    .venv/bin/python scripts/policy_replay.py record MAIN.gguf DRAFT.gguf --prompts ../shared/prompts/*.jsonl -o traces.json
+    .venv/bin/python scripts/policy_replay.py replay traces.json PROFILE.json --drafter lookup+model
+
+Greedy only, and the replayed answer is the recorded one: a replay cannot show the batch-numerics
+near-ties that `bench`'s "same" column reports. The draft's tokens after its first wrong one are
+replayed with the scores of its right-context guesses, which only changes where a draft is cut.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.bench import load_prompts  # noqa: E402
+from app.core.costmodel import CostProfile  # noqa: E402
+from app.core.drafters import Draft, PromptLookupDrafter  # noqa: E402
+from app.core.params import ModelParams, SpeculationParams  # noqa: E402
+from app.core.policy import MODEL, AcceptanceModel, Decision, make_policy  # noqa: E402
+from app.core.sampling import top_probability  # noqa: E402
+
+
+# -- record -----------------------------------------------------------------------------------------
+
+def record(args: argparse.Namespace) -> int:
+    from app.core.chat import prompt_tokens
+    from app.core.llama import LlamaModel, LlamaSession
+
+    main_model = LlamaModel(ModelParams(args.main))
+    main = LlamaSession(main_model, args.ctx, args.threads)
+    draft = LlamaSession(LlamaModel(ModelParams(args.draft)), args.ctx, args.threads)
+    traces = []
+    for prompt_id, messages in load_prompts(args.prompts):
+        prompt = prompt_tokens(main_model, messages)
+        tokens, main_p = greedy_answer(main, main_model, prompt, args.n_predict)
+        draft_tokens, draft_p = draft_guesses(draft, prompt, tokens)
+        traces.append(dict(id=prompt_id, prompt=prompt, tokens=tokens, main_p=main_p,
+                           draft_tokens=draft_tokens, draft_p=draft_p))
+        agree = np.mean([a == b for a, b in zip(draft_tokens, tokens)])
+        print(f"{prompt_id:10s} {len(tokens):4d} tokens  draft agrees {agree:.0%}  main sure {np.mean(main_p):.2f}")
+    catch_up = draft_batch_times(draft, traces[0]["prompt"])
+    Path(args.output).write_text(json.dumps(dict(traces=traces, draft_batch_s=catch_up)))
+    print(f"wrote {args.output}")
+    return 0
+
+
+def greedy_answer(session, model, prompt: list[int], n: int) -> tuple[list[int], list[float]]:
+    session.truncate(0)
+    logits = session.eval(prompt)[-1]
+    tokens, sure = [], []
+    for _ in range(n):
+        token = int(np.argmax(logits))
+        tokens.append(token)
+        sure.append(top_probability(logits))
+        if model.is_eog(token):
+            break
+        logits = session.eval([token])[-1]
+    return tokens, sure
+
+
+def draft_guesses(session, prompt: list[int], tokens: list[int]) -> tuple[list[int], list[float]]:
+    """The draft's guess for each answer position, reading the main model's answer."""
+    session.truncate(0)
+    session.eval(prompt[:-1])
+    sequence = [prompt[-1], *tokens[:-1]]
+    rows = np.concatenate([session.eval(sequence[i:i + 64], all_logits=True).copy()
+                           for i in range(0, len(sequence), 64)])
+    return [int(np.argmax(r)) for r in rows], [top_probability(r) for r in rows]
+
+
+def draft_batch_times(session, filler: list[int]) -> dict[int, float]:
+    """What the draft model takes to read n skipped tokens in one batch (its catch-up)."""
+    filler = (filler * 64)[:320]
+    session.truncate(0)
+    session.eval(filler[:256])
+    times = {}
+    for n in (1, 2, 4, 8, 16, 32, 64):
+        runs = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            session.eval(filler[256:256 + n])
+            runs.append(time.perf_counter() - t0)
+            session.truncate(256)
+        times[n] = statistics.median(runs)
+    return times
+
+
+# -- replay -----------------------------------------------------------------------------------------
+
+class Replay:
+    """One answer replayed through the drafters and the policy, with the profile's times."""
+
+    LOOKUP_ROUND_S = 1e-4  # a lookup probe in Python
+
+    def __init__(self, trace: dict, profile: CostProfile, drafter: str, acceptance: AcceptanceModel,
+                 catch_up: dict[int, float], params: SpeculationParams):
+        self.trace = trace
+        self.profile = profile
+        self.catch_up = catch_up
+        self.policy = make_policy(params, profile, acceptance)
+        self.lookup = PromptLookupDrafter() if "lookup" in drafter else None
+        self.use_model = "model" in drafter
+        self.prompt, self.answer = trace["prompt"], trace["tokens"]
+        if self.lookup:
+            self.lookup.prepare(self.prompt, self.policy)
+        self.model_has = len(self.prompt) if self.use_model and self.policy.may_draft(MODEL) else 0
+        self.seconds = profile.main_batch(1)  # the first token comes from the prompt phase
+        self.drafted = self.accepted = self.rounds = self.empty_rounds = 0
+
+    def run(self) -> float:
+        """Speedup against the main model alone, one step per token."""
+        done = 1
+        while done < len(self.answer):
+            done += self.round(done)
+        return len(self.answer) * self.profile.main_batch(1) / self.seconds
+
+    def round(self, done: int) -> int:
+        context = self.prompt + self.answer[:done]
+        budget = len(self.answer) - done - 1
+        draft, spent, model_read = Draft(), 0.0, None
+        if budget > 0 and self.lookup:
+            draft = self.lookup.draft(context, budget, self.policy, None)
+            spent += self.LOOKUP_ROUND_S
+        if budget > 0 and self.use_model and not len(draft):
+            draft, model_spent, model_read = self.model_draft(context, done, budget)
+            spent += model_spent
+        draft = draft.cut(self.policy.cut(draft))
+        accepted = 0
+        while accepted < len(draft) and draft.tokens[accepted] == self.answer[done + accepted]:
+            accepted += 1
+        self.seconds += spent + self.profile.main_batch(len(draft) + 1)
+        confidence = self.trace["main_p"][done:done + accepted + 1] if self.policy.wants_main_confidence() else ()
+        self.policy.observe(draft, accepted, draft_s=spent, main_confidence=confidence)
+        if model_read is not None:  # its cache keeps what it read that verification kept
+            self.model_has = len(context) + min(accepted, model_read)
+        self.rounds += 1
+        self.empty_rounds += not len(draft)
+        self.drafted += len(draft)
+        self.accepted += accepted
+        return accepted + 1
+
+    def model_draft(self, context: list[int], done: int, budget: int) -> tuple[Draft, float, int | None]:
+        """As DraftModelDrafter.draft: catch up, then one step per token while the policy says more."""
+        draft = Draft()
+        length = min(budget, self.policy.draft_length(MODEL, len(context) - self.model_has))
+        if length <= 0:
+            return draft, 0.0, None
+        spent = self.catch_up_s(len(context) - self.model_has)
+        guesses, scores = self.trace["draft_tokens"], self.trace["draft_p"]
+        on_track = True
+        while done + len(draft) < len(self.answer):
+            i = done + len(draft)
+            decision = self.policy.step(len(draft), scores[i], MODEL)
+            if decision is Decision.STOP:
+                break
+            draft.add(guesses[i] if on_track else -1, None, MODEL, scores[i])
+            if decision is Decision.LAST or len(draft) >= length:
+                break
+            on_track = on_track and guesses[i] == self.answer[i]
+            spent += self.profile.draft_step_s
+        return draft, spent, max(0, len(draft) - 1)
+
+    def catch_up_s(self, n: int) -> float:
+        sizes = sorted(self.catch_up)
+        scale = self.profile.draft_step_s / self.catch_up[sizes[0]]  # the recorded machine -> the profile's
+        return scale * float(np.interp(n, sizes, [self.catch_up[s] for s in sizes],
+                                       right=self.catch_up[sizes[-1]] * n / sizes[-1]))
+
+
+def replay(args: argparse.Namespace) -> int:
+    data = json.loads(Path(args.traces).read_text())
+    profile = CostProfile(**json.loads(Path(args.profile).read_text()))
+    catch_up = {int(k): v for k, v in data["draft_batch_s"].items()}
+    params = SpeculationParams(draft_max=args.draft_max, policy=args.policy)
+    acceptance = AcceptanceModel()  # one per replay, as the engine keeps one while it is loaded
+    speedups = {}
+    print(f"{'prompt':10s} {'speedup':>8s} {'drafted':>8s} {'accepted':>9s} {'rounds':>7s} {'0-draft':>8s}")
+    for trace in data["traces"]:
+        if args.only and trace["id"] not in args.only:
+            continue
+        r = Replay(trace, profile, args.drafter, acceptance, catch_up, params)
+        speedups[trace["id"]] = r.run()
+        print(f"{trace['id']:10s} {speedups[trace['id']]:7.2f}x {r.drafted:8d} {r.accepted:9d} "
+              f"{r.rounds:7d} {r.empty_rounds:8d}")
+    values = list(speedups.values())
+    print(f"median {statistics.median(values):.2f}x, slowest {min(values):.2f}x")
+    for group in sorted({k.split("-")[0] for k in speedups}):
+        part = [v for k, v in speedups.items() if k.split("-")[0] == group]
+        print(f"  {group}: median {statistics.median(part):.2f}x, slowest {min(part):.2f}x")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record", help="decode the prompts and note both models' guesses")
+    rec.add_argument("main")
+    rec.add_argument("draft")
+    rec.add_argument("--prompts", nargs="+", required=True)
+    rec.add_argument("-n", "--n-predict", type=int, default=128)
+    rec.add_argument("-t", "--threads", type=int, default=2)
+    rec.add_argument("--ctx", type=int, default=4096)
+    rec.add_argument("-o", "--output", default="traces.json")
+    rep = sub.add_parser("replay", help="run the policy over recorded answers with a cost profile")
+    rep.add_argument("traces")
+    rep.add_argument("profile")
+    rep.add_argument("--drafter", choices=["model", "lookup", "lookup+model"], default="lookup+model")
+    rep.add_argument("--policy", choices=["auto", "fixed", "pmin"], default="auto")
+    rep.add_argument("--draft-max", type=int, default=16)
+    rep.add_argument("--only", nargs="*", help="prompt ids to replay")
+    args = ap.parse_args(argv)
+    return record(args) if args.command == "record" else replay(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
