@@ -107,10 +107,10 @@ class AcceptanceModel:
     conversation's messages.
 
     The lookup priors are what the Qwen2.5-Coder 1.5B model's greedy answers to the code, chat and
-    edit benchmark prompts did (1,360 positions with a match): a match of 9+ tokens found in the prompt went on
-    for ~11 tokens (first token right 97-100%, each next one 97-98%), one found in the answer so far
-    for ~3 (first 77-89%, next 67-80%). On a machine where a batch of 16 costs 8 single steps, that
-    difference decides whether a long draft pays, and a wrong guess costs 7 steps.
+    edit benchmark prompts did (1,360 positions with a match): a match of 9+ tokens found in the
+    prompt went on for ~11 tokens (first token right 97-100%, each next one 97-98%), one found in
+    the answer so far for ~3 (first 77-89%, next 67-80%). On a machine where a batch of 16 costs 8
+    single steps, that difference decides whether a long draft pays, and a wrong guess costs 7.
     """
 
     PRIOR_WEIGHT = 6.0
@@ -179,9 +179,9 @@ class AutoPolicy:
     The draft model is not even asked while the main model's recent confidence (its top probability
     for the last few tokens it chose, which costs nothing to read off the verified rows) is below the
     acceptance at which drafting breaks even on this machine: a small draft model agrees with the
-    main one about as often as the main one is sure (on the benchmark prompts the two differ by 0.01-
-    0.04 per answer), so a round asked where the main model hesitates pays for the draft model's
-    catch-up and step to learn what the main model's doubt already said.
+    main one about as often as the main one is sure (on the benchmark prompts the two rates differ by
+    0.00-0.05 per answer), so a round asked where the main model hesitates pays for the draft
+    model's catch-up and step to learn what the main model's doubt already said.
     """
 
     MAX_BACKOFF = 64
@@ -228,12 +228,13 @@ class AutoPolicy:
 
     def _break_even_acceptance(self, cost: float) -> float:
         """The lowest acceptance chance at which drafting tokens of this cost pays (above 1: never)."""
-        if cost <= 0:
+        if cost <= 0 or self._best_length([1.0] * self.max_len, cost) == 0:
             return 2.0
-        for percent in range(1, 101):
-            if self._best_length([percent / 100] * self.max_len, cost) > 0:
-                return percent / 100
-        return 2.0
+        low, high = 0, 100  # percent: drafting does not pay at low, pays at high (it grows with it)
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (low, middle) if self._best_length([middle / 100] * self.max_len, cost) else (middle, high)
+        return high / 100
 
     def _best_round_gain(self, cost: float) -> float:
         """Seconds the best round can save against the main model alone: every drafted token right."""
