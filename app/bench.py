@@ -39,6 +39,9 @@ class PromptResult:
     difference_margin: float | None = None
     llama_tps: float | None = None
     engine_vs_llama: float | None = None
+    base_runs_tps: list[float] = field(default_factory=list)   # every run, in order
+    spec_runs_tps: list[float] = field(default_factory=list)
+    paired_speedup: float | None = None  # with --repeat: the median of each run pair's ratio
 
 
 @dataclass
@@ -56,6 +59,8 @@ class BenchReport:
             "spec_tps": med(x.spec_tps for x in r),
             "speedup": med(x.speedup for x in r),
             "min_speedup": min((x.speedup for x in r), default=None),
+            "paired_speedup": med(x.paired_speedup for x in r),
+            "min_paired_speedup": min((x.paired_speedup for x in r if x.paired_speedup is not None), default=None),
             "acceptance": med(x.acceptance for x in r),
             "mean_accepted_length": med(x.mean_accepted_length for x in r),
             "mean_draft_length": med(x.mean_draft_length for x in r),
@@ -97,7 +102,9 @@ def bench_prompt(engine: Engine, prompt_id: str, messages: list[dict], n_predict
                  speculation: SpeculationParams, drafter: str,
                  llama_baseline: Callable[[list[int], int], float] | None = None, repeat: int = 1) -> PromptResult:
     """Main alone, then speculative, alternating ``repeat`` times; each keeps its fastest run (load
-    from other programs only ever slows a run down, so the fastest is the least disturbed)."""
+    from other programs only ever slows a run down, so the fastest is the least disturbed). With
+    repeats there is a second estimate, the median ratio of the runs paired in time
+    (see ``paired_speedup``)."""
     tokens = engine.tokenize_messages(messages)
     bases, specs = [], []
     for _ in range(repeat):
@@ -134,7 +141,18 @@ def bench_prompt(engine: Engine, prompt_id: str, messages: list[dict], n_predict
         difference_margin=margin,
         llama_tps=llama_tps,
         engine_vs_llama=base.generation_tps / llama_tps if llama_tps else None,
+        base_runs_tps=[s.generation_tps for s in bases],
+        spec_runs_tps=[s.generation_tps for s in specs],
+        paired_speedup=paired_speedup([s.generation_tps for s in bases], [s.generation_tps for s in specs]),
     )
+
+
+def paired_speedup(base_tps: Sequence[float], spec_tps: Sequence[float]) -> float | None:
+    """The median of spec/base over runs made one after the other. A burst of load that lasts
+    longer than a run slows both runs of a pair and cancels out; one that hits a single run moves
+    one ratio, which the median ignores. None without at least two pairs."""
+    ratios = [s / b for b, s in zip(base_tps, spec_tps) if b > 0]
+    return statistics.median(ratios) if len(ratios) >= 2 else None
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -172,7 +190,8 @@ def make_llama_baseline(model_path: str, n_ctx: int, n_threads: int | None, n_gp
 
 def format_table(report: BenchReport) -> str:
     has_llama = any(r.llama_tps for r in report.results)
-    head = ["prompt", "tok", "base t/s", "spec t/s", "speedup", "accept", "acc len", "draft len",
+    has_pairs = any(r.paired_speedup is not None for r in report.results)
+    head = ["prompt", "tok", "base t/s", "spec t/s", "speedup", "paired", "accept", "acc len", "draft len",
             "0-draft", "draft ms", "verify ms", "same"]
     if has_llama:
         head += ["llama t/s", "ours/llama"]
@@ -181,25 +200,29 @@ def format_table(report: BenchReport) -> str:
         same = "yes" if r.identical else f"@{r.first_difference}" + (
             f" (margin {r.difference_margin:.3f})" if r.difference_margin is not None else "")
         row = [r.prompt_id, str(r.spec_tokens), f"{r.base_tps:.2f}", f"{r.spec_tps:.2f}", f"{r.speedup:.2f}x",
-               f"{100 * r.acceptance:.0f}%", f"{r.mean_accepted_length:.2f}", f"{r.mean_draft_length:.2f}",
+               _f(r.paired_speedup, "x"), f"{100 * r.acceptance:.0f}%", f"{r.mean_accepted_length:.2f}", f"{r.mean_draft_length:.2f}",
                str(r.rounds - r.drafting_rounds), f"{r.draft_ms_per_round:.1f}", f"{r.verify_ms_per_round:.1f}", same]
         if has_llama:
             row += [f"{r.llama_tps:.2f}" if r.llama_tps else "-",
                     f"{r.engine_vs_llama:.3f}" if r.engine_vs_llama else "-"]
         rows.append(row)
     m = report.medians()
-    med = ["median", "", _f(m["base_tps"]), _f(m["spec_tps"]), _f(m["speedup"], "x"),
+    med = ["median", "", _f(m["base_tps"]), _f(m["spec_tps"]), _f(m["speedup"], "x"), _f(m["paired_speedup"], "x"),
            _f(m["acceptance"] and 100 * m["acceptance"], "%", 0), _f(m["mean_accepted_length"]),
            _f(m["mean_draft_length"]), "", "", "", f"{m['identical']}/{len(report.results)}"]
     if has_llama:
         med += [_f(m["llama_tps"]), _f(m["engine_vs_llama"], "", 3)]
     rows.append(med)
+    if not has_pairs:
+        rows = [row[:5] + row[6:] for row in rows]
+        head = rows[0]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in rows]
     lines.insert(1, "-" * len(lines[0]))
     lines.insert(len(lines) - 1, "-" * len(lines[0]))
     if m["min_speedup"] is not None:
-        lines.append(f"slowest prompt: {m['min_speedup']:.2f}x of the main model alone")
+        paired = f" (paired runs: {m['min_paired_speedup']:.2f}x)" if m["min_paired_speedup"] is not None else ""
+        lines.append(f"slowest prompt: {m['min_speedup']:.2f}x of the main model alone{paired}")
     return "\n".join(lines)
 
 
