@@ -11,6 +11,11 @@ another machine replays what the policy would do there.
 
     .venv/bin/python scripts/policy_replay.py record MAIN.gguf DRAFT.gguf --prompts ../shared/prompts/*.jsonl -o traces.json
     .venv/bin/python scripts/policy_replay.py replay traces.json PROFILE.json --drafter lookup+model
+    .venv/bin/python scripts/policy_replay.py bound traces.json PROFILE.json
+
+`bound` is what prompt lookup could reach at best on that profile: an oracle that knows before each round
+how many of lookup's proposed tokens will be accepted and drafts exactly the length that finishes the
+answer soonest (dynamic programming over the answer). No policy can beat it with this drafter.
 
 Greedy only, and the replayed answer is the recorded one: a replay cannot show the batch-numerics
 near-ties that `bench`'s "same" column reports. The draft's tokens after its first wrong one are
@@ -200,12 +205,48 @@ def replay(args: argparse.Namespace) -> int:
         speedups[trace["id"]] = r.run()
         print(f"{trace['id']:10s} {speedups[trace['id']]:7.2f}x {r.drafted:8d} {r.accepted:9d} "
               f"{r.rounds:7d} {r.empty_rounds:8d}")
+    _print_summary(speedups)
+    return 0
+
+
+def bound(args: argparse.Namespace) -> int:
+    data = json.loads(Path(args.traces).read_text())
+    profile = CostProfile(**json.loads(Path(args.profile).read_text()))
+    speedups = {}
+    for trace in data["traces"]:
+        if args.only and trace["id"] not in args.only:
+            continue
+        speedups[trace["id"]] = lookup_bound(trace, profile, args.draft_max)
+        print(f"{trace['id']:10s} {speedups[trace['id']]:7.2f}x")
+    _print_summary(speedups)
+    return 0
+
+
+def lookup_bound(trace: dict, profile: CostProfile, draft_max: int) -> float:
+    """Speedup of the best possible use of lookup's proposals, knowing which will be accepted."""
+    prompt, answer = trace["prompt"], trace["tokens"]
+    lookup = PromptLookupDrafter()
+    proposals = {}  # position -> (tokens proposed, how many of them are right)
+    for done in range(1, len(answer)):
+        _, proposal = lookup.find(prompt + answer[:done], draft_max)
+        right = 0
+        while right < len(proposal) and done + right < len(answer) and proposal[right] == answer[done + right]:
+            right += 1
+        proposals[done] = (len(proposal), right)
+    finish = [0.0] * (len(answer) + 2)  # finish[i]: the least time to produce answer[i:]
+    for done in range(len(answer) - 1, 0, -1):
+        proposed, right = proposals[done]
+        finish[done] = min(profile.main_batch(length + 1) + finish[min(len(answer), done + min(right, length) + 1)]
+                           for length in range(proposed + 1))
+    return len(answer) * profile.main_batch(1) / (profile.main_batch(1) + finish[1])
+
+
+def _print_summary(speedups: dict[str, float]) -> None:
     values = list(speedups.values())
     print(f"median {statistics.median(values):.2f}x, slowest {min(values):.2f}x")
     for group in sorted({k.split("-")[0] for k in speedups}):
         part = [v for k, v in speedups.items() if k.split("-")[0] == group]
         print(f"  {group}: median {statistics.median(part):.2f}x, slowest {min(part):.2f}x")
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,8 +267,13 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--policy", choices=["auto", "fixed", "pmin"], default="auto")
     rep.add_argument("--draft-max", type=int, default=16)
     rep.add_argument("--only", nargs="*", help="prompt ids to replay")
+    top = sub.add_parser("bound", help="the best prompt lookup could do, knowing what will be accepted")
+    top.add_argument("traces")
+    top.add_argument("profile")
+    top.add_argument("--draft-max", type=int, default=16)
+    top.add_argument("--only", nargs="*", help="prompt ids")
     args = ap.parse_args(argv)
-    return record(args) if args.command == "record" else replay(args)
+    return {"record": record, "replay": replay, "bound": bound}[args.command](args)
 
 
 if __name__ == "__main__":
