@@ -200,7 +200,8 @@ def format_table(report: BenchReport) -> str:
         same = "yes" if r.identical else f"@{r.first_difference}" + (
             f" (margin {r.difference_margin:.3f})" if r.difference_margin is not None else "")
         row = [r.prompt_id, str(r.spec_tokens), f"{r.base_tps:.2f}", f"{r.spec_tps:.2f}", f"{r.speedup:.2f}x",
-               _f(r.paired_speedup, "x"), f"{100 * r.acceptance:.0f}%", f"{r.mean_accepted_length:.2f}", f"{r.mean_draft_length:.2f}",
+               _f(r.paired_speedup, "x"), f"{100 * r.acceptance:.0f}%", f"{r.mean_accepted_length:.2f}",
+               f"{r.mean_draft_length:.2f}",
                str(r.rounds - r.drafting_rounds), f"{r.draft_ms_per_round:.1f}", f"{r.verify_ms_per_round:.1f}", same]
         if has_llama:
             row += [f"{r.llama_tps:.2f}" if r.llama_tps else "-",

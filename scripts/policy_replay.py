@@ -9,7 +9,8 @@ round the profile's times: drafting, the draft model's catch-up on tokens it ski
 It prints the speedup per prompt against the main model alone under the same profile. A profile from
 another machine replays what the policy would do there.
 
-    .venv/bin/python scripts/policy_replay.py record MAIN.gguf DRAFT.gguf --prompts ../shared/prompts/*.jsonl -o traces.json
+    .venv/bin/python scripts/policy_replay.py record MAIN.gguf DRAFT.gguf --prompts ../shared/prompts/*.jsonl \
+        -o traces.json
     .venv/bin/python scripts/policy_replay.py replay traces.json PROFILE.json --drafter lookup+model
     .venv/bin/python scripts/policy_replay.py bound traces.json PROFILE.json
 
