@@ -117,6 +117,7 @@ def bench_prompt(engine: Engine, prompt_id: str, messages: list[dict], n_predict
     if diff is not None and diff < len(base.token_ids):
         margin = engine.logit_margin(tokens + list(base.token_ids[:diff])).margin
     llama_tps = max(llama_baseline(tokens, n_predict) for _ in range(repeat)) if llama_baseline else None
+    base_runs, spec_runs = [s.generation_tps for s in bases], [s.generation_tps for s in specs]
     rounds = max(spec.rounds, 1)
     return PromptResult(
         prompt_id=prompt_id,
@@ -141,9 +142,9 @@ def bench_prompt(engine: Engine, prompt_id: str, messages: list[dict], n_predict
         difference_margin=margin,
         llama_tps=llama_tps,
         engine_vs_llama=base.generation_tps / llama_tps if llama_tps else None,
-        base_runs_tps=[s.generation_tps for s in bases],
-        spec_runs_tps=[s.generation_tps for s in specs],
-        paired_speedup=paired_speedup([s.generation_tps for s in bases], [s.generation_tps for s in specs]),
+        base_runs_tps=base_runs,
+        spec_runs_tps=spec_runs,
+        paired_speedup=paired_speedup(base_runs, spec_runs),
     )
 
 
@@ -191,8 +192,8 @@ def make_llama_baseline(model_path: str, n_ctx: int, n_threads: int | None, n_gp
 def format_table(report: BenchReport) -> str:
     has_llama = any(r.llama_tps for r in report.results)
     has_pairs = any(r.paired_speedup is not None for r in report.results)
-    head = ["prompt", "tok", "base t/s", "spec t/s", "speedup", "paired", "accept", "acc len", "draft len",
-            "0-draft", "draft ms", "verify ms", "same"]
+    head = ["prompt", "tok", "base t/s", "spec t/s", "speedup", *_when(has_pairs, "paired"), "accept", "acc len",
+            "draft len", "0-draft", "draft ms", "verify ms", "same"]
     if has_llama:
         head += ["llama t/s", "ours/llama"]
     rows = [head]
@@ -200,23 +201,21 @@ def format_table(report: BenchReport) -> str:
         same = "yes" if r.identical else f"@{r.first_difference}" + (
             f" (margin {r.difference_margin:.3f})" if r.difference_margin is not None else "")
         row = [r.prompt_id, str(r.spec_tokens), f"{r.base_tps:.2f}", f"{r.spec_tps:.2f}", f"{r.speedup:.2f}x",
-               _f(r.paired_speedup, "x"), f"{100 * r.acceptance:.0f}%", f"{r.mean_accepted_length:.2f}",
-               f"{r.mean_draft_length:.2f}",
-               str(r.rounds - r.drafting_rounds), f"{r.draft_ms_per_round:.1f}", f"{r.verify_ms_per_round:.1f}", same]
+               *_when(has_pairs, _f(r.paired_speedup, "x")), f"{100 * r.acceptance:.0f}%",
+               f"{r.mean_accepted_length:.2f}", f"{r.mean_draft_length:.2f}", str(r.rounds - r.drafting_rounds),
+               f"{r.draft_ms_per_round:.1f}", f"{r.verify_ms_per_round:.1f}", same]
         if has_llama:
             row += [f"{r.llama_tps:.2f}" if r.llama_tps else "-",
                     f"{r.engine_vs_llama:.3f}" if r.engine_vs_llama else "-"]
         rows.append(row)
     m = report.medians()
-    med = ["median", "", _f(m["base_tps"]), _f(m["spec_tps"]), _f(m["speedup"], "x"), _f(m["paired_speedup"], "x"),
-           _f(m["acceptance"] and 100 * m["acceptance"], "%", 0), _f(m["mean_accepted_length"]),
-           _f(m["mean_draft_length"]), "", "", "", f"{m['identical']}/{len(report.results)}"]
+    med = ["median", "", _f(m["base_tps"]), _f(m["spec_tps"]), _f(m["speedup"], "x"),
+           *_when(has_pairs, _f(m["paired_speedup"], "x")), _f(m["acceptance"] and 100 * m["acceptance"], "%", 0),
+           _f(m["mean_accepted_length"]), _f(m["mean_draft_length"]), "", "", "",
+           f"{m['identical']}/{len(report.results)}"]
     if has_llama:
         med += [_f(m["llama_tps"]), _f(m["engine_vs_llama"], "", 3)]
     rows.append(med)
-    if not has_pairs:
-        rows = [row[:5] + row[6:] for row in rows]
-        head = rows[0]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in rows]
     lines.insert(1, "-" * len(lines[0]))
@@ -225,6 +224,11 @@ def format_table(report: BenchReport) -> str:
         paired = f" (paired runs: {m['min_paired_speedup']:.2f}x)" if m["min_paired_speedup"] is not None else ""
         lines.append(f"slowest prompt: {m['min_speedup']:.2f}x of the main model alone{paired}")
     return "\n".join(lines)
+
+
+def _when(condition: bool, cell: str) -> list[str]:
+    """A table cell present only in some tables (the paired estimate needs repeats)."""
+    return [cell] if condition else []
 
 
 def _f(value: float | None, suffix: str = "", digits: int = 2) -> str:

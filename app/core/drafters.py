@@ -8,7 +8,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from .lm import Session, common_prefix_length, prefill
-from .policy import LOOKUP, MODEL, Decision, DraftPolicy, LookupMatch
+from .policy import LOOKUP, MODEL, Decision, DraftPolicy, LookupMatch, Score
 from .sampling import Sampler
 
 
@@ -17,12 +17,12 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     q: list[np.ndarray | None] = field(default_factory=list)  # per token; None = a deterministic proposal
     sources: list[str] = field(default_factory=list)          # which drafter proposed each token
-    scores: list[float | LookupMatch] = field(default_factory=list)  # its confidence (see DraftPolicy.step)
+    scores: list[Score] = field(default_factory=list)          # its confidence (see DraftPolicy.step)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def add(self, token: int, q: np.ndarray | None, source: str, score: float | LookupMatch) -> None:
+    def add(self, token: int, q: np.ndarray | None, source: str, score: Score) -> None:
         self.tokens.append(token)
         self.q.append(q)
         self.sources.append(source)

@@ -30,6 +30,9 @@ class LookupMatch:
     in_prompt: bool = False
 
 
+Score = float | LookupMatch  # a drafted token's score: the draft model's top probability, or a lookup match
+
+
 class Decision(Enum):
     STOP = "stop"   # drop this token and stop drafting
     LAST = "last"   # keep this token, then stop (saves the draft step that would follow it)
@@ -43,7 +46,7 @@ class DraftPolicy(Protocol):
         """The most tokens a drafter of kind ``source`` may draft this round (0: do not draft);
         ``behind``: how many tokens it must read first (a draft model that sat out rounds)."""
 
-    def step(self, n: int, score: "float | LookupMatch", source: str) -> Decision:
+    def step(self, n: int, score: Score, source: str) -> Decision:
         """Token ``n`` (0-based) of this round's draft has ``score``: the draft model's top
         probability, or the prompt-lookup match it continues."""
 
@@ -72,7 +75,7 @@ class FixedPolicy:
     def draft_length(self, source: str, behind: int = 0) -> int:
         return self.params.draft_max
 
-    def step(self, n: int, score: "float | LookupMatch", source: str) -> Decision:
+    def step(self, n: int, score: Score, source: str) -> Decision:
         return Decision.MORE if n + 1 < self.params.draft_max else Decision.LAST
 
     def cut(self, draft: "Draft") -> int:
@@ -90,7 +93,7 @@ class ConfidencePolicy(FixedPolicy):
     """Up to ``draft_max`` tokens, stopping where the draft model's top probability falls below
     ``p_min`` (llama.cpp's --draft-p-min)."""
 
-    def step(self, n: int, score: "float | LookupMatch", source: str) -> Decision:
+    def step(self, n: int, score: Score, source: str) -> Decision:
         if source == MODEL and score < self.params.p_min:
             return Decision.STOP
         return super().step(n, score, source)
@@ -103,8 +106,8 @@ class AcceptanceModel:
     that is over-confident here is corrected by what verification actually accepts. Prompt-lookup
     tokens are bucketed by where the match was found and its length, the first token of a draft apart
     from the ones that follow an accepted one (a copy that has started tends to go on). Counts decay,
-    so the model follows the conversation as the text changes; the engine keeps one model across a
-    conversation's messages.
+    so the model follows the conversation as the text changes; the engine keeps one model while its
+    pair is loaded.
 
     The lookup priors are what the Qwen2.5-Coder 1.5B model's greedy answers to the code, chat and
     edit benchmark prompts did (1,360 positions with a match): a match of 9+ tokens found in the
@@ -128,11 +131,10 @@ class AcceptanceModel:
         self._counts: dict[tuple, list[float]] = {}
 
     @staticmethod
-    def bucket(source: str, n: int, score: "float | LookupMatch") -> tuple:
+    def bucket(source: str, n: int, score: Score) -> tuple:
         if source == LOOKUP:
-            match = score if isinstance(score, LookupMatch) else LookupMatch(int(score))
-            length = max(b for b in AcceptanceModel.LOOKUP_BUCKETS if b <= max(1, match.length))
-            return (LOOKUP, "prompt" if match.in_prompt else "answer", "next" if n > 0 else "first", length)
+            length = max(b for b in AcceptanceModel.LOOKUP_BUCKETS if b <= max(1, score.length))
+            return (LOOKUP, "prompt" if score.in_prompt else "answer", "next" if n > 0 else "first", length)
         return (MODEL, min(9, int(score * 10)))
 
     def prior(self, key: tuple) -> float:
@@ -141,14 +143,14 @@ class AcceptanceModel:
             return self.LOOKUP_PRIOR[where, which][length]
         return (key[1] + 0.5) / 10
 
-    def chance(self, source: str, n: int, score: "float | LookupMatch") -> float:
+    def chance(self, source: str, n: int, score: Score) -> float:
         """The posterior mean. No optimism on top: where a batch costs nearly one step per token, a
         long draft that a hopeful estimate sends and verification rejects costs 7 steps."""
         key = self.bucket(source, n, score)
         accepted, tried = self._counts.get(key, (0.0, 0.0))
         return (accepted + self.PRIOR_WEIGHT * self.prior(key)) / (tried + self.PRIOR_WEIGHT)
 
-    def update(self, source: str, n: int, score: "float | LookupMatch", accepted: bool) -> None:
+    def update(self, source: str, n: int, score: Score, accepted: bool) -> None:
         counts = self._counts.setdefault(self.bucket(source, n, score), [0.0, 0.0])
         counts[0] = counts[0] * self.DECAY + accepted
         counts[1] = counts[1] * self.DECAY + 1.0
@@ -202,9 +204,10 @@ class AutoPolicy:
         self._balance = {MODEL: 0.0, LOOKUP: 0.0}  # seconds saved by a drafter's recent rounds
         self._model_parked = False
         self._round_source: str | None = None
-        self._model_break_even = self._break_even_acceptance(profile.draft_step_s)
-        self._model_can_pay = self._model_break_even <= 1.0
-        self._model_best_gain_s = self._best_round_gain(profile.draft_step_s)
+        best_if_right = self._best_length([1.0] * self.max_len, profile.draft_step_s) if profile.draft_step_s > 0 else 0
+        self._model_can_pay = best_if_right > 0
+        self._model_break_even = self._break_even_acceptance(profile.draft_step_s) if self._model_can_pay else 2.0
+        self._model_best_gain_s = self._round_gain(best_if_right, profile.draft_step_s)
         # the draft model reads skipped tokens in one batch: assume it batches as well as the main one
         self._catch_up_s = profile.draft_step_s * profile.main_batch(profile.n_max) / profile.n_max \
             / profile.main_batch(1)
@@ -227,18 +230,15 @@ class AutoPolicy:
         return expected / (draft_time + self.profile.main_batch(length + 1))
 
     def _break_even_acceptance(self, cost: float) -> float:
-        """The lowest acceptance chance at which drafting tokens of this cost pays (above 1: never)."""
-        if cost <= 0 or self._best_length([1.0] * self.max_len, cost) == 0:
-            return 2.0
+        """The lowest acceptance chance at which drafting tokens of this cost pays (they pay at 1)."""
         low, high = 0, 100  # percent: drafting does not pay at low, pays at high (it grows with it)
         while high - low > 1:
             middle = (low + high) // 2
             low, high = (low, middle) if self._best_length([middle / 100] * self.max_len, cost) else (middle, high)
         return high / 100
 
-    def _best_round_gain(self, cost: float) -> float:
-        """Seconds the best round can save against the main model alone: every drafted token right."""
-        length = self._best_length([1.0] * self.max_len, cost) if cost > 0 else 0
+    def _round_gain(self, length: int, cost: float) -> float:
+        """Seconds a round of ``length`` drafted tokens, every one right, saves against the main model alone."""
         return (length + 1) * self.profile.main_batch(1) - length * cost - self.profile.main_batch(length + 1)
 
     def _best_length(self, chances: list[float], cost: float) -> int:
@@ -271,7 +271,7 @@ class AutoPolicy:
     def wants_main_confidence(self) -> bool:
         return self._model_can_pay and not self._model_parked
 
-    def step(self, n: int, score: "float | LookupMatch", source: str) -> Decision:
+    def step(self, n: int, score: Score, source: str) -> Decision:
         a = self.acceptance.chance(source, n, score)
         self._chain.append(a)
         self._chain_cost.append(self.token_cost(source))
@@ -285,7 +285,7 @@ class AutoPolicy:
             return Decision.LAST
         return Decision.MORE
 
-    def _optimistic_future(self, n: int, score: "float | LookupMatch", source: str) -> float:
+    def _optimistic_future(self, n: int, score: Score, source: str) -> float:
         """The best speed reachable by drafting more tokens, assuming they come with the same score
         (for lookup: a copy that goes on)."""
         best = 0.0

@@ -30,7 +30,7 @@ def test_no_drafting_when_verification_costs_as_much_as_sequential_steps():
     policy = AutoPolicy(AUTO, LINEAR)
     assert policy.draft_length(MODEL) == 0        # the draft model can never pay here
     assert policy.draft_length(LOOKUP) == 8       # lookup is free to try, but...
-    assert policy.step(0, 4.0, LOOKUP) is Decision.STOP  # ...not even a long match pays
+    assert policy.step(0, LookupMatch(4), LOOKUP) is Decision.STOP  # ...not even a long match pays
 
 
 def test_long_drafts_when_verification_is_free():
@@ -65,11 +65,11 @@ def test_acceptance_is_learned_from_what_verification_accepts():
 
 def test_short_lookup_matches_must_earn_their_place():
     policy = AutoPolicy(AUTO, profile([STEP * (1 + 0.5 * (n - 1)) for n in range(1, 10)]))
-    assert policy.acceptance.chance(LOOKUP, 0, 1) < policy.acceptance.chance(LOOKUP, 0, 4)
+    assert policy.acceptance.chance(LOOKUP, 0, LookupMatch(1)) < policy.acceptance.chance(LOOKUP, 0, LookupMatch(4))
     policy.draft_length(LOOKUP)
-    assert policy.step(0, 1.0, LOOKUP) is Decision.STOP     # a 1-token match is a poor bet here
+    assert policy.step(0, LookupMatch(1), LOOKUP) is Decision.STOP     # a 1-token match is a poor bet here
     policy.draft_length(LOOKUP)
-    assert policy.step(0, 4.0, LOOKUP) is not Decision.STOP  # a 4-token match is a good one
+    assert policy.step(0, LookupMatch(4), LOOKUP) is not Decision.STOP  # a 4-token match is a good one
 
 
 def test_a_draft_model_that_loses_is_asked_rarely_but_probes_again():
@@ -146,7 +146,7 @@ def test_a_long_match_in_the_prompt_is_copied_one_in_the_answer_is_not():
 
 def test_lookup_is_never_parked_it_costs_nothing_to_probe():
     policy = AutoPolicy(AUTO, profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)]))
-    drafted = _rounds_drafted_when_every_draft_is_rejected(policy, LOOKUP, 13.0, 300, 0.0)
+    drafted = _rounds_drafted_when_every_draft_is_rejected(policy, LOOKUP, LookupMatch(13), 300, 0.0)
     assert 5 <= drafted <= 20   # backs off to one probe in 64 rounds, but keeps probing
 
 
@@ -251,13 +251,13 @@ def test_a_jumpy_profile_is_looked_across_when_copying_pays():
                      0.433, 0.433, 0.433, 0.433, 0.514])
     policy = AutoPolicy(SpeculationParams(draft_max=16, policy="auto"), jumpy)
     for _ in range(40):  # a copy that goes on: long matches and their continuations are accepted
-        policy.acceptance.update(LOOKUP, 0, 4, True)
-        policy.acceptance.update(LOOKUP, 1, 4, True)
+        policy.acceptance.update(LOOKUP, 0, LookupMatch(4), True)
+        policy.acceptance.update(LOOKUP, 1, LookupMatch(4), True)
     assert policy.draft_length(LOOKUP) == 16
     decisions = []
     while not decisions or decisions[-1] is Decision.MORE:
-        decisions.append(policy.step(len(decisions), 4.0, LOOKUP))
+        decisions.append(policy.step(len(decisions), LookupMatch(4), LOOKUP))
     assert decisions[-1] is Decision.LAST
     assert len(decisions) == 15   # past the expensive middle, and 15 + 1 fits the cheap batch of 16
-    draft = Draft(list(range(16)), [None] * 16, [LOOKUP] * 16, [4.0] * 16)
+    draft = Draft(list(range(16)), [None] * 16, [LOOKUP] * 16, [LookupMatch(4)] * 16)
     assert policy.cut(draft) >= 15
