@@ -19,8 +19,9 @@ how many of lookup's proposed tokens will be accepted and drafts exactly the len
 answer soonest (dynamic programming over the answer). No policy can beat it with this drafter.
 
 Greedy only, and the replayed answer is the recorded one: a replay cannot show the batch-numerics
-near-ties that `bench`'s "same" column reports. The draft's tokens after its first wrong one are
-replayed with the scores of its right-context guesses, which only changes where a draft is cut.
+near-ties that `bench`'s "same" column reports. The draft model is a stand-in that gives the recorded
+guesses; after its first wrong token its guesses are never right and keep the scores of its
+right-context guesses, which only changes where a draft is cut.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -37,11 +37,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.bench import load_prompts  # noqa: E402
-from app.core.costmodel import CostProfile  # noqa: E402
-from app.core.drafters import Draft, PromptLookupDrafter  # noqa: E402
-from app.core.params import ModelParams, SpeculationParams  # noqa: E402
-from app.core.policy import MODEL, AcceptanceModel, Decision, make_policy  # noqa: E402
-from app.core.sampling import top_probability  # noqa: E402
+from app.core.costmodel import CostProfile, round_robin_medians  # noqa: E402
+from app.core.drafters import (Draft, DraftModelDrafter, Drafter, LookupThenModelDrafter,  # noqa: E402
+                               PromptLookupDrafter)
+from app.core.params import ModelParams, SamplingParams, SpeculationParams  # noqa: E402
+from app.core.policy import AcceptanceModel, make_policy  # noqa: E402
+from app.core.sampling import Sampler, top_probability  # noqa: E402
 
 
 # -- record -----------------------------------------------------------------------------------------
@@ -95,24 +96,49 @@ def draft_guesses(session, prompt: list[int], tokens: list[int]) -> tuple[list[i
 def draft_batch_times(session, filler: list[int]) -> dict[int, float]:
     """What the draft model takes to read n skipped tokens in one batch (its catch-up)."""
     filler = (filler * 64)[:320]
-    session.truncate(0)
-    session.eval(filler[:256])
-    times = {}
-    for n in (1, 2, 4, 8, 16, 32, 64):
-        runs = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            session.eval(filler[256:256 + n])
-            runs.append(time.perf_counter() - t0)
-            session.truncate(256)
-        times[n] = statistics.median(runs)
-    return times
+    sizes = (1, 2, 4, 8, 16, 32, 64)
+    times = round_robin_medians(session, filler[:256], [filler[256:256 + n] for n in sizes], 5, None, "draft")
+    return dict(zip(sizes, times))
 
 
 # -- replay -----------------------------------------------------------------------------------------
 
+class RecordedDraftModel:
+    """Stands in for the draft model's session (app.core.lm.Session), so the real DraftModelDrafter
+    runs: while its cache follows the recorded answer its logits give the recorded guess with the
+    recorded top probability, once it holds a wrong drafted token they give a guess that is never
+    right. Each eval is charged the profile's time: a step, or a batch read when it catches up."""
+
+    def __init__(self, trace: dict, step_s: float, batch_s):
+        self.sequence = trace["prompt"] + trace["tokens"]
+        self.answer_start = len(trace["prompt"])
+        self.guesses, self.scores = trace["draft_tokens"], trace["draft_p"]
+        self.n_vocab = max(self.sequence + self.guesses) + 2  # the last id is the guess never right
+        self.n_ctx = len(self.sequence) + 1
+        self.cached: list[int] = []
+        self.step_s, self.batch_s = step_s, batch_s
+        self.seconds = 0.0
+
+    def eval(self, tokens, all_logits: bool = False) -> np.ndarray:
+        self.cached.extend(tokens)
+        self.seconds += self.step_s if len(tokens) == 1 else self.batch_s(len(tokens))
+        return self._next_logits()[None, :]
+
+    def truncate(self, n_keep: int) -> None:
+        del self.cached[n_keep:]
+
+    def _next_logits(self) -> np.ndarray:
+        i = len(self.cached) - self.answer_start  # the answer position the cache predicts
+        on_track = self.cached == self.sequence[:len(self.cached)]
+        p = min(self.scores[min(i, len(self.scores) - 1)], 1 - 1e-7)
+        token = self.guesses[i] if on_track and 0 <= i < len(self.guesses) else self.n_vocab - 1
+        logits = np.zeros(self.n_vocab, dtype=np.float32)
+        logits[token] = np.log(p / (1 - p) * (self.n_vocab - 1))  # softmax gives it probability p
+        return logits
+
+
 class Replay:
-    """One answer replayed through the drafters and the policy, with the profile's times."""
+    """One answer replayed through the real drafters and policy, with the profile's times."""
 
     LOOKUP_ROUND_S = 1e-4  # a lookup probe in Python
 
@@ -120,14 +146,12 @@ class Replay:
                  catch_up: dict[int, float], params: SpeculationParams):
         self.trace = trace
         self.profile = profile
-        self.catch_up = catch_up
         self.policy = make_policy(params, profile, acceptance)
-        self.lookup = PromptLookupDrafter() if "lookup" in drafter else None
-        self.use_model = "model" in drafter
         self.prompt, self.answer = trace["prompt"], trace["tokens"]
-        if self.lookup:
-            self.lookup.prepare(self.prompt, self.policy)
-        self.model_has = len(self.prompt) if self.use_model and self.policy.may_draft(MODEL) else 0
+        self.draft_model = RecordedDraftModel(trace, profile.draft_step_s, catch_up_time(catch_up, profile))
+        self.uses_lookup = "lookup" in drafter
+        self.drafter = make_drafter(drafter, self.draft_model)
+        self.drafter.prepare(self.prompt, self.policy)
         self.seconds = profile.main_batch(1)  # the first token comes from the prompt phase
         self.drafted = self.accepted = self.rounds = self.empty_rounds = 0
 
@@ -139,69 +163,67 @@ class Replay:
         return len(self.answer) * self.profile.main_batch(1) / self.seconds
 
     def round(self, done: int) -> int:
+        """As SpeculativeGeneration._round, with the profile's times instead of the clock's."""
         context = self.prompt + self.answer[:done]
         budget = len(self.answer) - done - 1
-        draft, spent, model_read = Draft(), 0.0, None
-        if budget > 0 and self.lookup:
-            draft = self.lookup.draft(context, budget, self.policy, None)
-            spent += self.LOOKUP_ROUND_S
-        if budget > 0 and self.use_model and not len(draft):
-            draft, model_spent, model_read = self.model_draft(context, done, budget)
-            spent += model_spent
-        draft = draft.cut(self.policy.cut(draft))
-        accepted = 0
-        while accepted < len(draft) and draft.tokens[accepted] == self.answer[done + accepted]:
-            accepted += 1
+        draft, spent = Draft(), 0.0
+        if budget > 0:
+            before = self.draft_model.seconds
+            draft = self.drafter.draft(context, budget, self.policy, GREEDY)
+            spent = self.draft_model.seconds - before + (self.LOOKUP_ROUND_S if self.uses_lookup else 0.0)
+            draft = draft.cut(self.policy.cut(draft))
+        accepted = right_prefix(draft.tokens, self.answer, done)
         self.seconds += spent + self.profile.main_batch(len(draft) + 1)
         confidence = self.trace["main_p"][done:done + accepted + 1] if self.policy.wants_main_confidence() else ()
         self.policy.observe(draft, accepted, draft_s=spent, main_confidence=confidence)
-        if model_read is not None:  # its cache keeps what it read that verification kept
-            self.model_has = len(context) + min(accepted, model_read)
+        self.drafter.sync(self.prompt + self.answer[:done + accepted + 1])
         self.rounds += 1
         self.empty_rounds += not len(draft)
         self.drafted += len(draft)
         self.accepted += accepted
         return accepted + 1
 
-    def model_draft(self, context: list[int], done: int, budget: int) -> tuple[Draft, float, int | None]:
-        """As DraftModelDrafter.draft: catch up, then one step per token while the policy says more."""
-        draft = Draft()
-        length = min(budget, self.policy.draft_length(MODEL, len(context) - self.model_has))
-        if length <= 0:
-            return draft, 0.0, None
-        spent = self.catch_up_s(len(context) - self.model_has)
-        guesses, scores = self.trace["draft_tokens"], self.trace["draft_p"]
-        on_track = True
-        while done + len(draft) < len(self.answer):
-            i = done + len(draft)
-            decision = self.policy.step(len(draft), scores[i], MODEL)
-            if decision is Decision.STOP:
-                break
-            draft.add(guesses[i] if on_track else -1, None, MODEL, scores[i])
-            if decision is Decision.LAST or len(draft) >= length:
-                break
-            on_track = on_track and guesses[i] == self.answer[i]
-            spent += self.profile.draft_step_s
-        return draft, spent, max(0, len(draft) - 1)
 
-    def catch_up_s(self, n: int) -> float:
-        sizes = sorted(self.catch_up)
-        scale = self.profile.draft_step_s / self.catch_up[sizes[0]]  # the recorded machine -> the profile's
-        return scale * float(np.interp(n, sizes, [self.catch_up[s] for s in sizes],
-                                       right=self.catch_up[sizes[-1]] * n / sizes[-1]))
+GREEDY = Sampler(SamplingParams(temperature=0.0))
+
+
+def make_drafter(kind: str, draft_model: RecordedDraftModel) -> Drafter:
+    model = DraftModelDrafter(draft_model)
+    return {"model": model, "lookup": PromptLookupDrafter(),
+            "lookup+model": LookupThenModelDrafter(PromptLookupDrafter(), model)}[kind]
+
+
+def catch_up_time(catch_up: dict[int, float], profile: CostProfile):
+    """Seconds for the draft model to read n tokens in one batch: the recorded machine's times,
+    scaled to the profile's draft step."""
+    sizes = sorted(catch_up)
+    scale = profile.draft_step_s / catch_up[sizes[0]]
+    times = [catch_up[size] for size in sizes]
+    return lambda n: scale * float(np.interp(n, sizes, times, right=times[-1] * n / sizes[-1]))
+
+
+def right_prefix(proposal: list[int], answer: list[int], start: int) -> int:
+    """How many of ``proposal``'s first tokens are the answer's from ``start`` on."""
+    right = 0
+    while right < len(proposal) and start + right < len(answer) and proposal[right] == answer[start + right]:
+        right += 1
+    return right
+
+
+def load(args: argparse.Namespace) -> tuple[list[dict], dict[int, float], CostProfile]:
+    data = json.loads(Path(args.traces).read_text())
+    traces = [t for t in data["traces"] if not args.only or t["id"] in args.only]
+    catch_up = {int(k): v for k, v in data["draft_batch_s"].items()}
+    return traces, catch_up, CostProfile(**json.loads(Path(args.profile).read_text()))
 
 
 def replay(args: argparse.Namespace) -> int:
-    data = json.loads(Path(args.traces).read_text())
-    profile = CostProfile(**json.loads(Path(args.profile).read_text()))
-    catch_up = {int(k): v for k, v in data["draft_batch_s"].items()}
+    traces, catch_up, profile = load(args)
     params = SpeculationParams(draft_max=args.draft_max, policy=args.policy)
     acceptance = AcceptanceModel()  # one per replay, as the engine keeps one while it is loaded
     speedups = {}
     print(f"{'prompt':10s} {'speedup':>8s} {'drafted':>8s} {'accepted':>9s} {'rounds':>7s} {'0-draft':>8s}")
-    for trace in data["traces"]:
-        if args.only and trace["id"] not in args.only:
-            continue
+    for trace in traces:
         r = Replay(trace, profile, args.drafter, acceptance, catch_up, params)
         speedups[trace["id"]] = r.run()
         print(f"{trace['id']:10s} {speedups[trace['id']]:7.2f}x {r.drafted:8d} {r.accepted:9d} "
@@ -211,12 +233,9 @@ def replay(args: argparse.Namespace) -> int:
 
 
 def bound(args: argparse.Namespace) -> int:
-    data = json.loads(Path(args.traces).read_text())
-    profile = CostProfile(**json.loads(Path(args.profile).read_text()))
+    traces, _, profile = load(args)
     speedups = {}
-    for trace in data["traces"]:
-        if args.only and trace["id"] not in args.only:
-            continue
+    for trace in traces:
         speedups[trace["id"]] = lookup_bound(trace, profile, args.draft_max)
         print(f"{trace['id']:10s} {speedups[trace['id']]:7.2f}x")
     _print_summary(speedups)
@@ -230,10 +249,7 @@ def lookup_bound(trace: dict, profile: CostProfile, draft_max: int) -> float:
     proposals = {}  # position -> (tokens proposed, how many of them are right)
     for done in range(1, len(answer)):
         _, proposal = lookup.find(prompt + answer[:done], draft_max)
-        right = 0
-        while right < len(proposal) and done + right < len(answer) and proposal[right] == answer[done + right]:
-            right += 1
-        proposals[done] = (len(proposal), right)
+        proposals[done] = (len(proposal), right_prefix(proposal, answer, done))
     finish = [0.0] * (len(answer) + 2)  # finish[i]: the least time to produce answer[i:]
     for done in range(len(answer) - 1, 0, -1):
         proposed, right = proposals[done]

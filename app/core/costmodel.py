@@ -102,11 +102,11 @@ def calibrate(main: Session, draft: Session | None, key: dict, n_max: int, fille
     started = time.perf_counter()
     prefix = _repeat(filler, min(context_tokens, main.n_ctx - n_max - 1))
     batches = [_repeat(filler[::-1], n) for n in range(1, n_max + 1)]
-    main_times = _round_robin_medians(main, prefix, batches, repeats, progress, "main model")
+    main_times = round_robin_medians(main, prefix, batches, repeats, progress, "main model")
     draft_time = 0.0
     if draft is not None:
         draft_prefix = _repeat(filler, min(context_tokens, draft.n_ctx - 2))
-        draft_time = _round_robin_medians(draft, draft_prefix, [filler[:1]], repeats + 2, progress, "draft model")[0]
+        draft_time = round_robin_medians(draft, draft_prefix, [filler[:1]], repeats + 2, progress, "draft model")[0]
     for session in (main, draft):
         if session is not None:
             session.truncate(0)
@@ -120,7 +120,7 @@ def _repeat(tokens: Sequence[int], n: int) -> list[int]:
     return (tokens * (n // len(tokens) + 1))[:n]
 
 
-def _round_robin_medians(session: Session, prefix: list[int], batches: list[list[int]], repeats: int,
+def round_robin_medians(session: Session, prefix: list[int], batches: list[list[int]], repeats: int,
                          progress: Callable[[str], None] | None, label: str) -> list[float]:
     session.truncate(0)
     session.eval(prefix)
