@@ -2,7 +2,7 @@
 
     quickdraft generate --main M [--draft D] -p PROMPT
     quickdraft bench --main M --draft D --prompts FILE...
-    quickdraft info FILE.gguf
+    quickdraft info [FILE.gguf] [-m MAIN [-md DRAFT]]
     quickdraft check-pair MAIN DRAFT
     quickdraft models ...
 """
@@ -74,9 +74,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also time llama-cpp-python's own Llama greedy loop on the main model")
     bench.set_defaults(handler=cmd_bench)
 
-    info = sub.add_parser("info", help="what a GGUF file says about itself (no weights loaded)")
-    info.add_argument("file")
+    info = sub.add_parser("info", help="this build's llama.cpp backends and devices; what a GGUF file says "
+                                       "about itself; with -m, where a loaded pair's layers go")
+    info.add_argument("file", nargs="?", help="a GGUF file to describe (no weights loaded)")
+    info.add_argument("-m", "--main", help="load this main model and show where its layers went")
+    info.add_argument("-md", "--draft", help="and this draft model")
+    _gpu_layer_args(info)
+    info.add_argument("-c", "--ctx", type=int, default=4096, help="context size the pair is loaded with (4096)")
     info.add_argument("--json", action="store_true")
+    info.add_argument("--brief", action="store_true", help="one line: the backend and the GPUs found")
     info.set_defaults(handler=cmd_info)
 
     pair = sub.add_parser("check-pair", help="can DRAFT draft for MAIN?")
@@ -105,12 +111,27 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", choices=["model", "lookup", "lookup+model", "none"], default=None,
                    help="who drafts: the draft model, prompt lookup (n-gram copy), lookup then the model, "
                         "or nobody (default: lookup+model with --draft, else lookup)")
-    p.add_argument("-ngl", "--gpu-layers", type=int, default=0, help="main model layers on the GPU (-1 = all)")
-    p.add_argument("-ngld", "--gpu-layers-draft", type=int, default=0, help="draft model layers on the GPU")
+    _gpu_layer_args(p)
     p.add_argument("-c", "--ctx", type=int, default=4096, help="context size of the main model (4096)")
     p.add_argument("-cd", "--ctx-draft", type=int, default=None, help="context size of the draft (= --ctx)")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads for the main model")
     p.add_argument("-td", "--threads-draft", type=int, default=None, help="threads for the draft (= --threads)")
+
+
+def _gpu_layer_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-ngl", "--gpu-layers", type=_gpu_layers, default="auto",
+                   help="main model layers on the GPU: auto (what fits after the draft; default), -1 = all, or N")
+    p.add_argument("-ngld", "--gpu-layers-draft", type=_gpu_layers, default="auto",
+                   help="draft model layers on the GPU: auto (all if they fit; default), -1 = all, or N")
+
+
+def _gpu_layers(text: str):
+    from .core.params import parse_gpu_layers
+
+    try:
+        return parse_gpu_layers(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_models(sub) -> None:
@@ -137,12 +158,16 @@ def _load_engine(args):
         draft = ModelParams(args.draft, n_gpu_layers=args.gpu_layers_draft, n_ctx=args.ctx_draft or args.ctx,
                             n_threads=args.threads_draft or args.threads)
     engine = Engine.load(main, draft, profile_store=ProfileStore(app_paths().profiles_dir))
-    if (args.gpu_layers or args.gpu_layers_draft) and not engine.gpu_offload_supported:
+    if _asks_for_gpu(args) and not engine.gpu_offload_supported:
         print("warning: this build of llama-cpp-python cannot offload to a GPU; every layer runs on the CPU "
               "(README: GPU support)", file=sys.stderr)
     for warning in engine.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return engine
+
+
+def _asks_for_gpu(args) -> bool:
+    return any(layers not in (0, "auto") for layers in (args.gpu_layers, args.gpu_layers_draft))
 
 
 def _speculation(args):
@@ -174,6 +199,7 @@ def cmd_generate(args) -> int:
                               seed=args.seed, max_tokens=args.n_predict, stop=tuple(args.stop))
     cancel = threading.Event()
     summary = None
+    placement = {name: where.describe() for name, where in engine.placement().items()}
     try:
         events = engine.generate(_messages(args), sampling=sampling, speculation=_speculation(args),
                                  drafter=_drafter(args), cancel=cancel)
@@ -189,10 +215,12 @@ def cmd_generate(args) -> int:
     finally:
         engine.close()
     if args.json:
-        print(json.dumps(summary.to_dict(), indent=2))
+        print(json.dumps({**summary.to_dict(), "placement": placement, "backend": _system_summary()}, indent=2))
     else:
         print(file=sys.stdout)
         print(format_stats(summary, args.draft_max if _drafter(args) != "none" else 0), file=sys.stderr)
+        for name, where in placement.items():
+            print(f"{name + ' model':<9} = {where}", file=sys.stderr)
     return 0 if summary.error is None else 1
 
 
@@ -225,13 +253,15 @@ def cmd_bench(args) -> int:
     speculation = _speculation(args)
     if args.policy == "auto" and _drafter(args) != "none":
         _ensure_profile(engine, args)
-    baseline = (make_llama_baseline(args.main, args.ctx, args.threads, args.gpu_layers)
+    baseline = (make_llama_baseline(args.main, args.ctx, args.threads, engine.main_params.n_gpu_layers)
                 if args.llama_baseline else None)
     report = BenchReport(settings={
         "main": args.main, "draft": args.draft, "n_predict": args.n_predict, "draft_max": args.draft_max,
         "draft_min": args.draft_min, "p_min": args.draft_p_min, "policy": args.policy, "drafter": _drafter(args),
         "threads": args.threads, "ctx": args.ctx, "repeat": args.repeat, "gpu_layers": args.gpu_layers,
-        "gpu_layers_draft": args.gpu_layers_draft, "prompts": args.prompts})
+        "gpu_layers_draft": args.gpu_layers_draft, "prompts": args.prompts,
+        "placement": {name: p.describe() for name, p in engine.placement().items()},
+        "backend": _system_summary()})
     try:
         for prompt_id, messages in prompts:
             result = bench_prompt(engine, prompt_id, messages, args.n_predict, speculation, _drafter(args), baseline,
@@ -274,29 +304,90 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_info(args) -> int:
-    from .core.gguf_info import read_gguf_info
-    from .core.llama import gpu_offload_supported
+    from .core.devices import system_info
 
-    info = read_gguf_info(args.file)
-    rows = {
-        "file": info.path, "name": info.display_name, "architecture": info.architecture,
-        "parameters": f"{info.parameter_count / 1e9:.2f} B" if info.parameter_count >= 1e8 else f"{info.parameter_count:,}",
-        "quantization": info.quantization, "file size": f"{info.file_size / 2**20:.1f} MiB",
-        "context length": info.context_length, "layers": info.n_layers,
-        "vocabulary": f"{info.vocab_type_name}, {info.vocab_size:,} tokens",
-        "bos / eos": f"{info.bos_token_id} / {info.eos_token_id} (add bos: {info.add_bos})",
-        "chat template": "yes" if info.chat_template else "no (a plain transcript is used)",
-        "GPU offload": "available in this build" if gpu_offload_supported() else "not in this build (CPU only)",
-    }
+    system = system_info()
+    if args.brief:
+        print(f"llama.cpp backends: {', '.join(system.backends)}; {system.summary()}")
+        return 0
+    data: dict = {"system": _system_json(system)}
+    if args.file:
+        data["file"] = _file_info(args.file)
+    if args.main:
+        data["placement"] = _loaded_placement(args)
     if args.json:
-        data = {k: v for k, v in vars(info).items() if k not in ("tokens", "chat_template")}
-        data["has_chat_template"] = bool(info.chat_template)
-        data["gpu_offload_supported"] = gpu_offload_supported()
         print(json.dumps(data, indent=2))
-    else:
-        for key, value in rows.items():
-            print(f"{key:>15}: {value}")
+        return 0
+    _print_system(system)
+    if args.file:
+        print()
+        _print_rows(_file_rows(data["file"]))
+    if args.main:
+        print()
+        _print_rows({f"{name} model": where for name, where in data["placement"].items()})
     return 0
+
+
+def _system_json(system) -> dict:
+    return {"backends": list(system.backends), "gpu_offload_supported": bool(system.gpus),
+            "devices": [vars(d) for d in system.devices], "problem": system.problem(),
+            "cpu_features": system.cpu_features}
+
+
+def _system_summary() -> str:
+    from .core.devices import system_info
+
+    return system_info().summary()
+
+
+def _print_system(system) -> None:
+    rows = {"backends": ", ".join(system.backends), "runs on": system.summary()}
+    for i, device in enumerate(system.devices):
+        rows[f"device {i}"] = device.describe()
+    if system.problem():
+        rows["note"] = system.problem()
+    rows["CPU features"] = system.cpu_features
+    _print_rows(rows)
+
+
+def _file_info(path: str) -> dict:
+    from .core.gguf_info import read_gguf_info
+
+    info = read_gguf_info(path)
+    data = {k: v for k, v in vars(info).items() if k not in ("tokens", "chat_template", "tensor_bytes")}
+    data["display_name"] = info.display_name
+    data["vocab_type_name"] = info.vocab_type_name
+    data["has_chat_template"] = bool(info.chat_template)
+    return data
+
+
+def _file_rows(info: dict) -> dict:
+    n = info["parameter_count"]
+    return {
+        "file": info["path"], "name": info["display_name"], "architecture": info["architecture"],
+        "parameters": f"{n / 1e9:.2f} B" if n >= 1e8 else f"{n:,}",
+        "quantization": info["quantization"], "file size": f"{info['file_size'] / 2**20:.1f} MiB",
+        "context length": info["context_length"], "layers": info["n_layers"],
+        "vocabulary": f"{info['vocab_type_name']}, {info['vocab_size']:,} tokens",
+        "bos / eos": f"{info['bos_token_id']} / {info['eos_token_id']} (add bos: {info['add_bos']})",
+        "chat template": "yes" if info["has_chat_template"] else "no (a plain transcript is used)",
+    }
+
+
+def _loaded_placement(args) -> dict[str, str]:
+    args.ctx_draft = None
+    args.threads = args.threads_draft = None
+    engine = _load_engine(args)
+    try:
+        return {name: where.describe() for name, where in engine.placement().items()}
+    finally:
+        engine.close()
+
+
+def _print_rows(rows: dict) -> None:
+    width = max(len(k) for k in rows)
+    for key, value in rows.items():
+        print(f"{key:>{width}}: {value}")
 
 
 def cmd_check_pair(args) -> int:

@@ -213,7 +213,10 @@ def right_prefix(proposal: list[int], answer: list[int], start: int) -> int:
 def load(args: argparse.Namespace) -> tuple[list[dict], dict[int, float], CostProfile]:
     data = json.loads(Path(args.traces).read_text())
     traces = [t for t in data["traces"] if not args.only or t["id"] in args.only]
-    catch_up = {int(k): v for k, v in data["draft_batch_s"].items()}
+    catch_up = data["draft_batch_s"]
+    if getattr(args, "catch_up", None):  # the draft's batch times measured with the profile, not the traces
+        catch_up = json.loads(Path(args.catch_up).read_text())
+    catch_up = {int(k): v for k, v in catch_up.items()}
     return traces, catch_up, CostProfile(**json.loads(Path(args.profile).read_text()))
 
 
@@ -284,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--policy", choices=["auto", "fixed", "pmin"], default="auto")
     rep.add_argument("--draft-max", type=int, default=16)
     rep.add_argument("--only", nargs="*", help="prompt ids to replay")
+    rep.add_argument("--catch-up", help="a JSON {n: seconds} of the draft model reading n tokens in one batch, "
+                                        "measured on the profile's machine (default: the recording machine's)")
     top = sub.add_parser("bound", help="the best prompt lookup could do, knowing what will be accepted")
     top.add_argument("traces")
     top.add_argument("profile")

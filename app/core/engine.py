@@ -13,7 +13,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from . import llama
+from . import devices, llama
 from .chat import Message, prompt_tokens
 from .costmodel import CALIBRATION_TEXT, CostProfile, ProfileStore, calibrate, profile_key
 from .drafters import DraftModelDrafter, Drafter, LookupThenModelDrafter, PromptLookupDrafter
@@ -22,6 +22,7 @@ from .events import Event
 from .lm import prefill
 from .gguf_info import GGUFInfo, check_pair, read_gguf_info
 from .params import ModelParams, SamplingParams, SpeculationParams
+from .placement import footprint, plan_gpu_layers, resolved
 from .policy import AcceptanceModel, FixedPolicy, make_policy
 from .speculative import SpeculativeGeneration
 
@@ -71,6 +72,10 @@ class Engine:
                     f"{draft_info.display_name} cannot draft for {main_info.display_name}: "
                     + "; ".join(pair.reasons) + ".")
             warnings += pair.warnings
+        placement = plan_gpu_layers(main, main_info, draft, draft_info, devices.free_gpu_bytes())
+        main = resolved(main, placement.main_layers)
+        draft = resolved(draft, placement.draft_layers) if draft is not None else None
+        warnings += placement.notes
         _check_fits_in_memory(main_info, main, draft_info, draft)
         loaded: list = []
         try:
@@ -89,6 +94,13 @@ class Engine:
     @property
     def gpu_offload_supported(self) -> bool:
         return llama.gpu_offload_supported()
+
+    def placement(self) -> dict[str, "llama.LayerPlacement"]:
+        """Where each loaded model's layers went, as llama.cpp reported it."""
+        out = {"main": self.main.model.placement}
+        if self.draft is not None:
+            out["draft"] = self.draft.model.placement
+        return out
 
     def close(self) -> None:
         for session in (self.draft, self.main):
@@ -207,7 +219,6 @@ def _check_fits_in_memory(main_info: GGUFInfo, main: ModelParams,
 
 
 def _cpu_bytes(info: GGUFInfo, params: ModelParams) -> int:
-    if params.n_gpu_layers != 0 and llama.gpu_offload_supported():
-        return 0  # weights and cache (mostly) live in VRAM; llama.cpp reports if they do not fit
-    n_ctx = params.n_ctx or info.context_length or 4096
-    return info.file_size + info.kv_bytes_per_token() * n_ctx
+    if not llama.gpu_offload_supported():
+        return footprint(info, params.n_ctx, params.n_batch).total_bytes()
+    return footprint(info, params.n_ctx, params.n_batch).cpu_bytes(int(params.n_gpu_layers))

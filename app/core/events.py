@@ -128,6 +128,7 @@ class Summary:
             "stop_reason": self.stop_reason.value,
             "error": self.error,
             "text": self.text,
+            "token_ids": list(self.token_ids),
         }
 
 

@@ -48,6 +48,7 @@ class GGUFInfo:
     tokens: tuple[str, ...] = field(default=(), repr=False, compare=False)
     key_length: int | None = None      # per-head K/V widths when the model states them (Gemma 3, Qwen3)
     value_length: int | None = None
+    tensor_bytes: tuple[tuple[str, int], ...] = field(default=(), repr=False, compare=False)  # (name, bytes)
 
     @property
     def vocab_type_name(self) -> str:
@@ -214,7 +215,15 @@ def _info_from_header(header: _GGUFHeader, path: str, size: int) -> GGUFInfo:
         tokens=tuple(tokens),
         key_length=_int_or_none(get(f"{arch}.attention.key_length")),
         value_length=_int_or_none(get(f"{arch}.attention.value_length")),
+        tensor_bytes=tuple((name, _tensor_bytes(ttype, n)) for name, ttype, n in header.tensors),
     )
+
+
+def _tensor_bytes(ttype: int, n_elements: int) -> int:
+    from gguf import GGML_QUANT_SIZES
+
+    block, type_size = GGML_QUANT_SIZES[ttype]
+    return n_elements // block * type_size
 
 
 def _first(value):

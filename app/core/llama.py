@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import threading
+import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from .errors import DecodeError, ModelLoadError
-from .params import ModelParams
+from .params import AUTO, ModelParams
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -32,16 +35,20 @@ def _llama():
 
 # --- logging: llama.cpp prints every tensor while loading; keep warnings and errors only ------------
 
+_GGML_LOG_LEVEL_INFO = 2
 _GGML_LOG_LEVEL_WARN = 3
 _GGML_LOG_LEVEL_ERROR = 4
 _GGML_LOG_LEVEL_CONT = 5
 _last_level = [0]
+_load_log: list[str] | None = None  # while a model loads: its info lines, which say where its layers went
 
 
 def _log(level: int, text: bytes | None, _user_data) -> None:
     if level == _GGML_LOG_LEVEL_CONT:
         level = _last_level[0]
     _last_level[0] = level
+    if _load_log is not None and level == _GGML_LOG_LEVEL_INFO and text:
+        _load_log.append(text.decode("utf-8", "replace"))
     if level < _GGML_LOG_LEVEL_WARN or not text:
         return
     message = text.decode("utf-8", "replace").rstrip()
@@ -84,19 +91,57 @@ def _take_errors() -> str:
     return text
 
 
+@dataclass(frozen=True)
+class LayerPlacement:
+    """Where llama.cpp put one model: layers offloaded (of all, the output layer counted) and the
+    size of each weight buffer by device ("CUDA0", "Vulkan0", "CPU_Mapped", ...)."""
+
+    offloaded: int
+    total: int
+    buffers_mib: tuple[tuple[str, float], ...] = ()
+
+    def describe(self) -> str:
+        where = ", ".join(f"{name} {mib / 1024:.2f} GiB" if mib >= 1024 else f"{name} {mib:.0f} MiB"
+                          for name, mib in self.buffers_mib)
+        layers = f"{self.offloaded}/{self.total} layers on the GPU" if self.total else "all layers on the CPU"
+        return f"{layers} ({where})" if where else layers
+
+
+_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_BUFFER = re.compile(r"(\S+) model buffer size =\s*([\d.]+) MiB")
+
+
+def parse_placement(lines: Sequence[str]) -> LayerPlacement:
+    """Read llama.cpp's load log (a CPU-only build logs no offload line: nothing was offloaded)."""
+    offloaded = total = 0
+    buffers = []
+    for line in lines:
+        if m := _OFFLOADED.search(line):
+            offloaded, total = int(m.group(1)), int(m.group(2))
+        elif m := _BUFFER.search(line):
+            buffers.append((m.group(1), float(m.group(2))))
+    return LayerPlacement(offloaded, total, tuple(buffers))
+
+
 class LlamaModel:
     """Weights and vocabulary of one GGUF model."""
 
     def __init__(self, params: ModelParams):
+        global _load_log
         ensure_backend()
         llama_cpp = _llama()
         self.params = params
         self.path = str(params.path)
         mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = params.n_gpu_layers if params.n_gpu_layers >= 0 else 0x7FFFFFFF
+        mparams.n_gpu_layers = _layers_to_offload(params)
         mparams.use_mmap = params.use_mmap
         _recent_errors.clear()
-        model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
+        _load_log = []
+        try:
+            model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
+            self.placement = parse_placement(_load_log)
+        finally:
+            _load_log = None
         if not model:
             raise ModelLoadError(_load_failure_message(self.path, _take_errors()))
         self._model = model
@@ -172,6 +217,17 @@ class LlamaModel:
             pass
 
 
+def _layers_to_offload(params: ModelParams) -> int:
+    layers = params.n_gpu_layers
+    if layers == AUTO:  # one model on its own (the engine resolves a pair's layers together)
+        from .devices import free_gpu_bytes
+        from .gguf_info import read_gguf_info
+        from .placement import plan_gpu_layers
+
+        layers = plan_gpu_layers(params, read_gguf_info(params.path), None, None, free_gpu_bytes()).main_layers
+    return int(layers) if int(layers) >= 0 else 0x7FFFFFFF
+
+
 def _load_failure_message(path: str, log: str) -> str:
     name = Path(path).name
     lowered = log.lower()
@@ -182,6 +238,11 @@ def _load_failure_message(path: str, log: str) -> str:
     if "alloc" in lowered or "memory" in lowered:
         return f"Not enough memory to load {name}. Offload fewer layers to the GPU or choose a smaller model. ({log})"
     return f"llama.cpp could not load {name}." + (f" It said: {log}" if log else "")
+
+
+def logits_view(pointer, rows: int, n_vocab: int) -> np.ndarray:
+    """llama.cpp's logits rows as a numpy array without a copy (valid until the next decode)."""
+    return np.ctypeslib.as_array(pointer, shape=(rows, n_vocab))
 
 
 class LlamaSession:
@@ -218,6 +279,7 @@ class LlamaSession:
         for i in range(n_batch):
             self._batch.seq_id[i][0] = 0
         self._cached: list[int] = []
+        self.decode_s = 0.0  # time spent inside llama_decode, for the host-overhead benchmark
 
     @property
     def cached(self) -> list[int]:
@@ -246,15 +308,16 @@ class LlamaSession:
         self._logits_flags[:n] = 1 if all_logits else 0
         self._logits_flags[n - 1] = 1
         self._batch.n_tokens = n
+        t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(self._ctx, self._batch)
+        self.decode_s += time.perf_counter() - t0
         if rc != 0:
             self.truncate(start)
             raise DecodeError(f"llama.cpp failed to decode a batch of {n} tokens (code {rc}). {_take_errors()}".rstrip())
         self._cached.extend(int(t) for t in tokens)
         n_out = n if all_logits else 1
         first = 0 if all_logits else n - 1
-        ptr = llama_cpp.llama_get_logits_ith(self._ctx, first)
-        return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
+        return logits_view(llama_cpp.llama_get_logits_ith(self._ctx, first), n_out, self.n_vocab)
 
     def truncate(self, n_keep: int) -> None:
         if n_keep >= len(self._cached):

@@ -32,11 +32,20 @@ class Vocabulary(Protocol):
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share. Runs every round on whole contexts, so it compares
+    list slices (in C) and bisects to the first difference instead of stepping token by token."""
     n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    a, b = list(a[:n]), list(b[:n])
+    if a == b:  # the usual case: one cache holds a prefix of the other
+        return n
+    low, high = 0, n  # a[:low] == b[:low], a[:high] != b[:high]
+    while high - low > 1:
+        mid = (low + high) // 2
+        if a[low:mid] == b[low:mid]:
+            low = mid
+        else:
+            high = mid
+    return low
 
 
 def prefill(session: Session, tokens: Sequence[int]) -> np.ndarray:

@@ -44,16 +44,37 @@ class SpeculationParams:
             raise ValueError("p_min must be between 0 and 1")
 
 
+AUTO = "auto"  # GPU layers: the draft wholly on the GPU first, then what fits of the main model
+
+
+def parse_gpu_layers(value: int | str) -> int | str:
+    """"auto", -1 (all layers) or a number of layers; raises ValueError for anything else."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    if isinstance(value, bool):
+        raise ValueError(f"GPU layers must be 'auto', -1 (all) or a number of layers, not {value!r}")
+    try:
+        layers = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"GPU layers must be 'auto', -1 (all) or a number of layers, not {value!r}") from None
+    if layers < -1:
+        raise ValueError(f"GPU layers must be 'auto', -1 (all) or a number of layers, not {layers}")
+    return layers
+
+
 @dataclass(frozen=True)
 class ModelParams:
     """How one model is loaded: GPU layers, context size and threads are per model."""
 
     path: str
-    n_gpu_layers: int = 0     # -1 = all layers
+    n_gpu_layers: int | str = AUTO  # AUTO, -1 = all layers, or a number of layers
     n_ctx: int = 4096         # 0 = the model's training context
     n_threads: int | None = None  # None = a sensible default for this machine
     n_batch: int = 512
     use_mmap: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "n_gpu_layers", parse_gpu_layers(self.n_gpu_layers))
 
 
 @dataclass(frozen=True)

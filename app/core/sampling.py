@@ -6,6 +6,7 @@ their probabilities at temperature 1, then the temperature reshapes what is left
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -27,10 +28,21 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-def top_probability(logits: np.ndarray) -> float:
-    """max(softmax(logits)) without building the whole distribution twice."""
-    z = logits - logits.max()
-    return float(1.0 / np.exp(z, dtype=np.float64).sum())
+_scratch = threading.local()
+
+
+def top_probability(logits: np.ndarray, best: float | None = None) -> float:
+    """max(softmax(logits)) = 1 / sum(exp(logits - max)), exact to float32 rounding (the sum is
+    pairwise, about 1e-7 relative). It runs on every drafted token, so it works in place in a buffer
+    kept per thread: one pass each to subtract, exponentiate and add, in float32, and no allocation
+    (a float64 copy of a 152k-token row cost three times as much). ``best``: the max, when known."""
+    row = logits if logits.dtype == np.float32 else logits.astype(np.float32)
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or buf.shape != row.shape:
+        buf = _scratch.buf = np.empty_like(row)
+    np.subtract(row, row.max() if best is None else best, out=buf)
+    np.exp(buf, out=buf)
+    return float(1.0 / buf.sum(dtype=np.float64))
 
 
 class Sampler:
@@ -96,7 +108,8 @@ class Sampler:
         """A drafter's next token: the argmax when greedy, else a sample from the draft's own
         distribution q, kept for the acceptance rule."""
         if self.greedy:
-            return DraftPick(int(np.argmax(logits)), None, top_probability(logits))
+            token = int(np.argmax(logits))
+            return DraftPick(token, None, top_probability(logits, float(logits[token])))
         q = self.probs(logits)
         token = self._draw(q)
         return DraftPick(token, q, float(q.max()))

@@ -40,10 +40,12 @@ class TinySpec:
     chat_template: str | None = CHATML_TEMPLATE
     architecture: str = "llama"   # set to a made-up name to test an architecture llama.cpp refuses
     name: str = "tiny"
+    vocab_size: int = 0           # pad the vocabulary with filler words to this many tokens (0: no padding)
 
 
-def vocabulary(other: bool = False) -> tuple[list[str], list[float], list[int]]:
-    """Token texts, scores and types of the tiny byte-level SentencePiece vocabulary."""
+def vocabulary(other: bool = False, size: int = 0) -> tuple[list[str], list[float], list[int]]:
+    """Token texts, scores and types of the tiny byte-level SentencePiece vocabulary, padded with
+    filler words to ``size`` tokens (a real model's vocabulary size, for what costs per token)."""
     import gguf
 
     tokens = ["<unk>", "<s>", "</s>"]
@@ -55,6 +57,9 @@ def vocabulary(other: bool = False) -> tuple[list[str], list[float], list[int]]:
     else:
         tokens += [f"<0x{b:02X}>" for b in range(256)] + words
         types += [gguf.TokenType.BYTE] * 256 + [gguf.TokenType.NORMAL] * len(words)
+    filler = max(0, size - len(tokens))
+    tokens += [f"\u2581w{i}" for i in range(filler)]
+    types += [gguf.TokenType.NORMAL] * filler
     scores = [0.0] * 3 + [-float(i) for i in range(len(tokens) - 3)]
     return tokens, scores, [int(t) for t in types]
 
@@ -65,7 +70,7 @@ def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tokens, scores, types = vocabulary(spec.other_vocab)
+    tokens, scores, types = vocabulary(spec.other_vocab, spec.vocab_size)
     n_vocab = len(tokens)
     head_dim = spec.n_embd // spec.n_head
     n_embd_kv = head_dim * spec.n_head_kv

@@ -26,6 +26,7 @@ from app.gui.message_view import ChatView, MessageWidget
 from app.gui.model_bar import ModelBar
 from app.gui.settings_panel import SettingsPanel
 from app.gui.stats_panel import StatsPanel
+from app.gui.hardware_status import HardwareStatus
 from app.gui.worker import (Batch, CompareResult, EngineWorker, GenerateRequest, LoadedInfo, LoadFailure,
                             LoadRequest, Started)
 from app.paths import AppPaths
@@ -94,6 +95,8 @@ class MainWindow(QMainWindow):
         self.stats_panel = StatsPanel()
         self.charts = ChartsPanel()
         self.settings_panel = SettingsPanel(self.settings)
+        self.hardware = HardwareStatus()
+        self.statusBar().addPermanentWidget(self.hardware, 1)
         self._connect_widgets()
 
         chat = QWidget()
@@ -210,6 +213,7 @@ class MainWindow(QMainWindow):
         self.model_bar.set_recent(list(self.settings.recent_main), list(self.settings.recent_drafts))
         self.model_bar.set_drafter(self.settings.drafter)
         self.composer.colour_tokens.setChecked(self.settings.colour_tokens)
+        self.hardware.show_system()
         conversations = self.store.conversations()
         if conversations:
             self.select_conversation(conversations[0].id)
@@ -532,6 +536,7 @@ class MainWindow(QMainWindow):
         self.loading = False
         self.loaded = info
         self.model_bar.set_loaded(info.main_name, info.draft_name)
+        self.hardware.show_placement(info.placement)
         self.composer.set_generating(False)
         settings = replace(self.settings, main_model=info.main_path, draft_model=info.draft_path or "")
         settings = settings.with_recent_main(info.main_path)
@@ -549,6 +554,7 @@ class MainWindow(QMainWindow):
             self.loaded = None
         if self.loaded is None:
             self.model_bar.set_unloaded()
+            self.hardware.show_placement(())
         else:
             self.model_bar.set_loaded(self.loaded.main_name, self.loaded.draft_name)
         self.composer.set_generating(False)

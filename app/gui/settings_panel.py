@@ -7,8 +7,10 @@ from dataclasses import replace
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QWidget
 
-from app.storage.settings import DRAFT_POLICIES, Settings
+from app.core.params import AUTO
+from app.storage.settings import DRAFT_POLICIES, GPU_LAYER_FIELDS, Settings
 
+AUTO_LAYERS = -2  # the GPU-layer editors' minimum, shown as "auto"
 # field name, label, kind, minimum, maximum, step, tooltip
 FIELDS = [
     ("temperature", "Temperature", float, 0.0, 2.0, 0.05, "0 = greedy: always the most likely token"),
@@ -21,16 +23,18 @@ FIELDS = [
     ("draft_min", "Draft min", int, 0, 64, 1, "Shorter drafts are dropped"),
     ("p_min", "Draft p-min", float, 0.0, 1.0, 0.05, "Stop drafting when the draft is less sure than this"),
     ("n_ctx", "Context size", int, 0, 262144, 512, "Tokens of context; 0 = the model's own (reload to apply)"),
-    ("main_gpu_layers", "GPU layers (main)", int, -1, 999, 1, "-1 = all (reload to apply)"),
-    ("draft_gpu_layers", "GPU layers (draft)", int, -1, 999, 1, "-1 = all (reload to apply)"),
+    ("main_gpu_layers", "GPU layers (main)", int, AUTO_LAYERS, 999, 1,
+     "auto = what fits in free GPU memory after the draft; -1 = all (reload to apply)"),
+    ("draft_gpu_layers", "GPU layers (draft)", int, AUTO_LAYERS, 999, 1,
+     "auto = all if they fit (a draft on the CPU rarely pays); -1 = all (reload to apply)"),
     ("threads", "Threads", int, 0, 512, 1, "0 = automatic (reload to apply)"),
 ]
 POLICY_NAMES = {"auto": "auto (measured cost model)", "fixed": "fixed: always draft max",
                 "pmin": "until draft p < p-min"}
 SECTIONS = {"temperature": "SAMPLING", "draft_max": "SPECULATION", "n_ctx": "LOADING"}
 # shown instead of the minimum value, which means something special
-SPECIAL = {"top_k": "off", "seed": "random", "n_ctx": "model's own", "main_gpu_layers": "all",
-           "draft_gpu_layers": "all", "threads": "auto"}
+SPECIAL = {"top_k": "off", "seed": "random", "n_ctx": "model's own", "main_gpu_layers": "auto",
+           "draft_gpu_layers": "auto", "threads": "auto"}
 
 
 class SettingsPanel(QWidget):
@@ -47,7 +51,7 @@ class SettingsPanel(QWidget):
             if name in SECTIONS:
                 form.addRow(self._section(SECTIONS[name]))
             editor = self._editor(kind, low, high, step, tip, SPECIAL.get(name, ""))
-            editor.setValue(getattr(settings, name))
+            editor.setValue(_editor_value(getattr(settings, name)))
             editor.valueChanged.connect(lambda value, n=name: self._edited(n, value))
             self.editors[name] = editor
             form.addRow(label, editor)
@@ -90,8 +94,16 @@ class SettingsPanel(QWidget):
         return self._settings
 
     def set_value(self, name: str, value) -> None:
-        self.editors[name].setValue(value)
+        self.editors[name].setValue(_editor_value(value))
 
     def _edited(self, name: str, value) -> None:
-        self._settings = replace(self._settings, **{name: type(getattr(self._settings, name))(value)})
+        if name in GPU_LAYER_FIELDS:
+            value = AUTO if value == AUTO_LAYERS else int(value)
+        else:
+            value = type(getattr(self._settings, name))(value)
+        self._settings = replace(self._settings, **{name: value})
         self.changed.emit(self._settings)
+
+
+def _editor_value(value):
+    return AUTO_LAYERS if value == AUTO else value

@@ -38,6 +38,7 @@ class LoadedInfo:
     main_name: str
     draft_name: str | None
     warnings: tuple[str, ...]
+    placement: tuple[str, ...] = ()   # where each model's layers went, a line each
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ class EngineWorker(QObject):
             self.loaded.emit(LoadedInfo(
                 request.main.path, request.draft.path if request.draft else None,
                 engine.main_info.display_name, engine.draft_info.display_name if engine.draft_info else None,
-                engine.warnings))
+                engine.warnings, tuple(f"{name}: {where.describe()}" for name, where in engine.placement().items())))
         finally:
             self.busy.clear()
 

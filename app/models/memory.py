@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
 from app.core.gguf_info import GGUFInfo
+from app.core.placement import footprint, usable_bytes
 
 from .diskspace import format_bytes
 
-COMPUTE_BUFFER_BYTES = 256 * 1024 * 1024   # llama.cpp's scratch and output buffers, roughly
 FITS_FRACTION = 0.6                         # of total RAM: comfortable next to the OS and other apps
 TIGHT_FRACTION = 0.9
 
@@ -22,9 +21,10 @@ TIGHT_FRACTION = 0.9
 class MachineMemory:
     ram_total: int | None
     ram_available: int | None
-    gpu_offload: bool            # llama.cpp was built with a GPU backend
+    gpu_offload: bool            # llama.cpp found a GPU it can offload to
     vram_total: int | None       # None: no GPU visible, or its memory is unknown
     vram_free: int | None
+    gpu_name: str = ""
 
     def describe(self) -> str:
         ram = f"RAM {format_bytes(self.ram_total)}" if self.ram_total else "RAM unknown"
@@ -33,7 +33,9 @@ class MachineMemory:
         if not self.gpu_offload:
             return f"{ram}; llama.cpp runs on the CPU"
         vram = f"VRAM {format_bytes(self.vram_total)}" if self.vram_total else "VRAM unknown"
-        return f"{ram}; GPU offload available, {vram}"
+        if self.vram_free is not None:
+            vram += f" ({format_bytes(self.vram_free)} free)"
+        return f"{ram}; {self.gpu_name or 'GPU'}: {vram}"
 
 
 @dataclass(frozen=True)
@@ -63,17 +65,27 @@ class Fit:
 
 
 def estimate_memory(info: GGUFInfo, n_ctx: int, weights_bytes: int | None = None) -> MemoryEstimate:
-    """Memory to run ``info`` with ``n_ctx`` tokens of context (F16 KV cache)."""
+    """Memory to run ``info`` with ``n_ctx`` tokens of context (F16 KV cache), with the compute buffer
+    the engine's GPU-layer planner counts (app.core.placement)."""
     ctx = min(n_ctx, info.context_length) if info.context_length else n_ctx
     weights = weights_bytes if weights_bytes is not None else info.file_size
-    buffers = min(COMPUTE_BUFFER_BYTES, max(16 * 1024 * 1024, weights // 8))
-    return MemoryEstimate(weights, info.kv_bytes_per_token() * ctx, buffers, ctx)
+    return MemoryEstimate(weights, info.kv_bytes_per_token() * ctx, footprint(info, ctx).compute_bytes, ctx)
 
 
 def judge_fit(needed: int, machine: MachineMemory) -> Fit:
-    """Fits, tight or too large, against VRAM where llama.cpp can use a GPU with known memory, else RAM."""
+    """Fits, tight or too large. With a GPU, "fits" means every layer goes on it (what auto GPU layers
+    would do, keeping the same safety margin); a model that fits only partly runs with its other layers
+    in RAM, slower: "tight". Without a GPU, against RAM."""
     if machine.gpu_offload and machine.vram_total:
-        return _judge(needed, machine.vram_total, machine.vram_free, "VRAM")
+        free = machine.vram_free if machine.vram_free is not None else machine.vram_total
+        if needed <= usable_bytes(free):
+            return Fit("fits", f"needs {format_bytes(needed)}: all layers on the GPU "
+                               f"({format_bytes(free)} VRAM free)")
+        if machine.ram_total and needed <= usable_bytes(free) + machine.ram_total * FITS_FRACTION:
+            return Fit("tight", f"needs {format_bytes(needed)}, more than the {format_bytes(free)} of VRAM free: "
+                                f"partial GPU offload, the other layers run on the CPU (slower)")
+        return Fit("too large", f"needs {format_bytes(needed)}: more than VRAM and RAM can hold; choose a smaller "
+                                f"quantization or model")
     if not machine.ram_total:
         return Fit("unknown", f"needs {format_bytes(needed)}; this machine's memory is unknown")
     return _judge(needed, machine.ram_total, machine.ram_available, "RAM")
@@ -91,11 +103,13 @@ def _judge(needed: int, total: int, free: int | None, kind: str) -> Fit:
 
 @lru_cache(maxsize=1)
 def machine_memory() -> MachineMemory:
-    """This machine's RAM and, where llama.cpp can offload to a GPU, its VRAM (nvidia-smi, if present)."""
+    """This machine's RAM and the memory of the GPUs llama.cpp found (as its device registry reports it)."""
     total, available = _ram()
-    offload = _gpu_offload()
-    vram_total, vram_free = _nvidia_vram() if offload else (None, None)
-    return MachineMemory(total, available, offload, vram_total, vram_free)
+    gpus = _gpus()
+    if not gpus:
+        return MachineMemory(total, available, False, None, None)
+    return MachineMemory(total, available, True, sum(d.total_bytes for d in gpus) or None,
+                         sum(d.free_bytes for d in gpus), " + ".join(d.description for d in gpus))
 
 
 def _ram() -> tuple[int | None, int | None]:
@@ -153,27 +167,13 @@ def _windows_ram() -> tuple[int | None, int | None]:
     return int(status.ullTotalPhys), int(status.ullAvailPhys)
 
 
-def _gpu_offload() -> bool:
+def _gpus() -> tuple:
     try:
-        import llama_cpp
+        from app.core.devices import system_info
 
-        return bool(llama_cpp.llama_supports_gpu_offload())
+        return system_info().gpus
     except Exception:  # llama.cpp missing or its library failed to load: no GPU to count on
-        return False
-
-
-def _nvidia_vram() -> tuple[int | None, int | None]:
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return None, None
-    try:
-        out = subprocess.run([exe, "--query-gpu=memory.total,memory.free", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=10)
-        first = out.stdout.strip().splitlines()[0]
-        total_mib, free_mib = (int(x) for x in first.split(","))
-        return total_mib * 1024 * 1024, free_mib * 1024 * 1024
-    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
-        return None, None
+        return ()
 
 
 __all__ = ["Fit", "MachineMemory", "MemoryEstimate", "estimate_memory", "judge_fit", "machine_memory"]

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.core.params import AUTO, ModelParams, SamplingParams, SpeculationParams, parse_gpu_layers
 
 log = logging.getLogger(__name__)
 RECENT_LIMIT = 10
@@ -35,8 +35,8 @@ class Settings:
     p_min: float = 0.0
     draft_policy: str = "auto"          # "auto" (the machine's cost model) | "fixed" | "pmin"
     n_ctx: int = 4096
-    main_gpu_layers: int = 0
-    draft_gpu_layers: int = 0
+    main_gpu_layers: int | str = AUTO   # "auto": the draft wholly on the GPU first, then what fits; -1 = all
+    draft_gpu_layers: int | str = AUTO
     threads: int = 0                    # 0 = the engine's default for this machine
     colour_tokens: bool = False
     default_system_prompt: str = "You are a helpful assistant."
@@ -114,7 +114,10 @@ def _from_dict(data: dict[str, Any]) -> Settings:
     for f in fields(Settings):
         if f.name not in data:
             continue
-        value = _coerce(data[f.name], getattr(defaults, f.name))
+        if f.name in GPU_LAYER_FIELDS:
+            value = _gpu_layers_or_none(data[f.name])
+        else:
+            value = _coerce(data[f.name], getattr(defaults, f.name))
         if value is not None:
             values[f.name] = value
     if values.get("draft_policy") not in (None, *DRAFT_POLICIES):
@@ -122,6 +125,16 @@ def _from_dict(data: dict[str, Any]) -> Settings:
     if values.get("drafter") not in (None, *DRAFTERS):
         del values["drafter"]
     return replace(defaults, **values)
+
+
+GPU_LAYER_FIELDS = ("main_gpu_layers", "draft_gpu_layers")
+
+
+def _gpu_layers_or_none(value: Any) -> int | str | None:
+    try:
+        return parse_gpu_layers(value)
+    except ValueError:
+        return None
 
 
 def _coerce(value: Any, default: Any) -> Any:

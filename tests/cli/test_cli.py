@@ -59,7 +59,7 @@ def test_user_errors_are_one_clear_line(tiny_models, tmp_path, case):
 
 def test_info_and_check_pair(tiny_models, tmp_path):
     r = quickdraft("info", str(tiny_models.main), "--json", tmp_path=tmp_path)
-    assert r.returncode == 0 and json.loads(r.stdout)["vocab_size"] == 270
+    assert r.returncode == 0 and json.loads(r.stdout)["file"]["vocab_size"] == 270
     ok = quickdraft("check-pair", str(tiny_models.main), str(tiny_models.other), tmp_path=tmp_path)
     assert ok.returncode == 0 and "compatible" in ok.stdout
     bad = quickdraft("check-pair", str(tiny_models.main), str(tiny_models.other_vocab), tmp_path=tmp_path)

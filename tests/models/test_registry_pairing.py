@@ -143,9 +143,12 @@ def test_fit_verdict_against_ram(needed, verdict):
 
 
 def test_fit_uses_vram_when_llama_cpp_can_offload():
-    machine = MachineMemory(64 * 10**9, 60 * 10**9, True, 8 * 10**9, 7 * 10**9)
-    fit = judge_fit(12 * 10**9, machine)
-    assert fit.verdict == "too large" and "VRAM" in fit.detail
+    machine = MachineMemory(64 * 10**9, 60 * 10**9, True, 8 * 10**9, 7 * 10**9, "RTX 4060")
+    assert judge_fit(5 * 10**9, machine).verdict == "fits"
+    partial = judge_fit(12 * 10**9, machine)
+    assert partial.verdict == "tight" and "partial GPU offload" in partial.detail and "VRAM" in partial.detail
+    assert judge_fit(60 * 10**9, machine).verdict == "too large"
+    assert "RTX 4060" in machine.describe() and "free" in machine.describe()
 
 
 def test_this_machine_has_some_ram():

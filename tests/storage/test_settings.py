@@ -63,3 +63,15 @@ def test_settings_build_engine_parameters():
     assert s.speculation().draft_min == 4  # never more than draft max
     assert s.main_params("/m.gguf").n_gpu_layers == -1 and s.draft_params("/d.gguf").n_ctx == 1024
     assert replace(s, seed=3).sampling().seed == 3
+
+
+def test_gpu_layers_default_to_auto_and_keep_a_chosen_number(tmp_path):
+    assert Settings().main_gpu_layers == "auto" == Settings().draft_gpu_layers
+    assert Settings().main_params("/m.gguf").n_gpu_layers == "auto"
+    s = store(tmp_path)
+    s.path.parent.mkdir(parents=True)
+    s.path.write_text(json.dumps({"main_gpu_layers": 20, "draft_gpu_layers": "lots"}))
+    loaded = s.load()
+    assert loaded.main_gpu_layers == 20 and loaded.draft_gpu_layers == "auto"
+    s.save(replace(loaded, draft_gpu_layers=-1))
+    assert store(tmp_path).load().draft_gpu_layers == -1

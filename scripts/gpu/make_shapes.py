@@ -1,0 +1,162 @@
+"""Write GGUF models shaped like real ones, with random weights, for measuring what a model costs.
+
+A model's speed depends on its shapes and tensor types, not on its weights, so a file with the layer
+count, widths, vocabulary and quantization mix of Qwen2.5 7B Instruct Q4_K_M costs what that model
+costs to run, while being written in seconds on any machine (no download, no 15 GB F16 file to
+quantize). Tensor types follow llama.cpp's Q4_K_M rules (llama-quant.cpp): Q4_K, with Q6_K for the
+output matrix and for attn_v / ffn_down in the layers that get more bits, and llama.cpp's fallbacks
+(Q5_0, Q8_0) where a row is not a multiple of 256 (the 0.5B model's 896-wide rows). Quantized blocks
+hold random bits with small, finite scales, so every kernel sees ordinary numbers.
+
+    python scripts/gpu/make_shapes.py OUT_DIR [--shapes 0.5b,7b,14b]      # tiny: a seconds-long smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from app.core.tiny_gguf import vocabulary  # noqa: E402
+
+QK_K = 256
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    n_ff: int
+    n_vocab: int
+    tied: bool            # the output layer reuses the token embeddings
+
+
+# Qwen2.5 (Instruct / Coder Instruct) shapes, from their config.json files
+SHAPES = {
+    "0.5b": Shape("qwen2.5-0.5b-shape", 896, 24, 14, 2, 4864, 151_936, tied=True),
+    "1.5b": Shape("qwen2.5-1.5b-shape", 1536, 28, 12, 2, 8960, 151_936, tied=True),
+    "7b": Shape("qwen2.5-7b-shape", 3584, 28, 28, 4, 18944, 152_064, tied=False),
+    "14b": Shape("qwen2.5-14b-shape", 5120, 48, 40, 8, 13824, 152_064, tied=False),
+    "tiny": Shape("qwen2.5-tiny-shape", 256, 4, 4, 2, 512, 151_936, tied=True),  # smoke tests of the pipeline
+}
+
+# bytes per block and elements per block of the types written here, and their fallbacks
+BLOCKS = {"Q4_K": (144, QK_K), "Q6_K": (210, QK_K), "Q5_0": (22, 32), "Q8_0": (34, 32)}
+FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}
+SCALE_OFFSETS = {"Q4_K": (0, 2), "Q6_K": (208,), "Q5_0": (0,), "Q8_0": (0,)}  # where fp16 scales sit in a block
+
+
+def use_more_bits(i_layer: int, n_layer: int) -> bool:
+    """llama.cpp's choice of layers that get Q6_K in Q4_K_M."""
+    return i_layer < n_layer // 8 or i_layer >= 7 * n_layer // 8 or (i_layer - n_layer // 8) % 3 == 2
+
+
+def tensor_type(name: str, n_cols: int, i_layer: int, n_layer: int) -> str:
+    if name == "output.weight":
+        kind = "Q6_K"
+    elif name.endswith(("attn_v.weight", "ffn_down.weight")) and use_more_bits(i_layer, n_layer):
+        kind = "Q6_K"
+    else:
+        kind = "Q4_K"
+    return kind if n_cols % QK_K == 0 else FALLBACK[kind]
+
+
+def random_blocks(rng: np.random.Generator, kind: str, n_rows: int, n_cols: int) -> np.ndarray:
+    size, per_block = BLOCKS[kind]
+    blocks = rng.integers(0, 256, size=(n_rows, n_cols // per_block, size), dtype=np.uint8)
+    scale = np.frombuffer(np.float16(0.5 / (16 * np.sqrt(n_cols))).tobytes(), dtype=np.uint8)
+    for offset in SCALE_OFFSETS[kind]:
+        blocks[:, :, offset:offset + 2] = scale
+    return blocks.reshape(n_rows, -1)
+
+
+def tensors(shape: Shape):
+    """(name, kind, rows, cols) in the order llama.cpp's qwen2 loader lists them."""
+    e, kv = shape.n_embd, shape.n_embd // shape.n_head * shape.n_head_kv
+    # with tied embeddings llama.cpp quantizes the token embeddings as the output matrix
+    embd_rule = "output.weight" if shape.tied else "token_embd.weight"
+    yield "token_embd.weight", tensor_type(embd_rule, e, 0, 1), shape.n_vocab, e
+    yield "output_norm.weight", "F32", 1, e
+    if not shape.tied:
+        yield "output.weight", tensor_type("output.weight", e, 0, 1), shape.n_vocab, e
+    for i in range(shape.n_layer):
+        for name, rows, cols in (("attn_q", e, e), ("attn_k", kv, e), ("attn_v", kv, e), ("attn_output", e, e),
+                                 ("ffn_gate", shape.n_ff, e), ("ffn_up", shape.n_ff, e),
+                                 ("ffn_down", e, shape.n_ff)):
+            full = f"blk.{i}.{name}.weight"
+            yield full, tensor_type(full, cols, i, shape.n_layer), rows, cols
+        for name, width in (("attn_q", e), ("attn_k", kv), ("attn_v", kv)):
+            yield f"blk.{i}.{name}.bias", "F32", 1, width
+        yield f"blk.{i}.attn_norm.weight", "F32", 1, e
+        yield f"blk.{i}.ffn_norm.weight", "F32", 1, e
+
+
+def write_shape(path: Path, shape: Shape, seed: int = 0) -> Path:
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    tokens, scores, types = vocabulary(size=shape.n_vocab)
+    w = gguf.GGUFWriter(str(path), "qwen2")
+    w.add_name(shape.name)
+    w.add_uint32("qwen2.context_length", 32768)
+    w.add_uint32("qwen2.embedding_length", shape.n_embd)
+    w.add_uint32("qwen2.block_count", shape.n_layer)
+    w.add_uint32("qwen2.feed_forward_length", shape.n_ff)
+    w.add_uint32("qwen2.attention.head_count", shape.n_head)
+    w.add_uint32("qwen2.attention.head_count_kv", shape.n_head_kv)
+    w.add_float32("qwen2.attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_float32("qwen2.rope.freq_base", 1_000_000.0)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(True)
+    planned = list(tensors(shape))
+    for name, kind, rows, cols in planned:
+        if kind == "F32":
+            w.add_tensor_info(name, (cols,), np.dtype(np.float32), cols * 4)
+        else:
+            size, per_block = BLOCKS[kind]
+            nbytes = rows * cols // per_block * size
+            w.add_tensor_info(name, (rows, cols // per_block * size), np.dtype(np.uint8), nbytes,
+                              raw_dtype=gguf.GGMLQuantizationType[kind])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for name, kind, rows, cols in planned:
+        if kind == "F32":
+            data = np.ones(cols, np.float32) if "norm" in name else (rng.standard_normal(cols) * 0.02).astype(np.float32)
+        else:
+            data = random_blocks(rng, kind, rows, cols)
+        w.write_tensor_data(data)
+    w.close()
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out_dir")
+    parser.add_argument("--shapes", default="0.5b,7b,14b", help=f"comma-separated: {', '.join(SHAPES)}")
+    args = parser.parse_args(argv)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for key in args.shapes.split(","):
+        shape = SHAPES[key]
+        path = write_shape(out / f"{shape.name}-q4_k_m.gguf", shape)
+        print(f"{key}\t{path}\t{path.stat().st_size / 2**30:.2f} GiB", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
