@@ -4,7 +4,7 @@
 #   scripts/setup.sh [--backend auto|cpu|cuda|vulkan|metal] [--venv DIR] [--run] [--print-backend]
 #
 # llama-cpp-python is built for the best llama.cpp backend this machine has: CUDA when nvcc is found,
-# Metal on Apple Silicon, Vulkan when the Vulkan headers and glslc are present, else the CPU. The
+# Metal on Apple Silicon, Vulkan when the Vulkan and SPIR-V headers and glslc are there, else the CPU. The
 # script says which it chose and why. --backend (or QUICKDRAFT_BACKEND) picks one; CMAKE_ARGS, when
 # set, is passed to llama.cpp's CMake as it is and wins over both. CUDA_ARCHITECTURES (e.g. "86;89")
 # limits a CUDA build to those GPUs; without it the build targets the GPU it finds, or common ones.
@@ -39,10 +39,16 @@ find_nvcc() {
   return 1
 }
 
-vulkan_headers() {
-  [ -n "${VULKAN_SDK:-}" ] && [ -f "$VULKAN_SDK/include/vulkan/vulkan.h" ] && return 0
-  { have pkg-config && pkg-config --exists vulkan; } && return 0
-  [ -f /usr/include/vulkan/vulkan.h ] || [ -f /usr/local/include/vulkan/vulkan.h ]
+vulkan_headers() {  # llama.cpp's Vulkan backend needs the Vulkan and the SPIR-V headers
+  has_header vulkan/vulkan.h && has_header spirv/unified1/spirv.hpp
+}
+
+has_header() {
+  local dir
+  for dir in ${VULKAN_SDK:+"$VULKAN_SDK/include"} /usr/include /usr/local/include; do
+    [ -f "$dir/$1" ] && return 0
+  done
+  return 1
 }
 
 detect_backend() {  # prints "backend<TAB>why"
@@ -51,9 +57,9 @@ detect_backend() {  # prints "backend<TAB>why"
   elif [ "$(uname -s)" = Darwin ] && [ "$(uname -m)" = arm64 ]; then
     printf 'metal\tthis is a Mac with Apple Silicon\n'
   elif vulkan_headers && have glslc; then
-    printf 'vulkan\tthe Vulkan headers and glslc were found\n'
+    printf 'vulkan\tthe Vulkan and SPIR-V headers and glslc were found\n'
   else
-    printf 'cpu\tno GPU toolchain was found (nvcc for CUDA; Vulkan headers and glslc for Vulkan)\n'
+    printf 'cpu\tno GPU toolchain was found (nvcc for CUDA; Vulkan and SPIR-V headers and glslc for Vulkan)\n'
   fi
 }
 

@@ -41,7 +41,7 @@ stage_build() {
   local backend="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$ARCH"
   [ "${CPU_ONLY:-0}" = 1 ] && backend="-DGGML_CUDA=OFF"
   # shellcheck disable=SC2086
-  cmake -S "$W/src/vendor/llama.cpp" -B "$W/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+  cmake -S "$W/src/vendor/llama.cpp" -B "$W/build" $(command -v ninja >/dev/null && echo -G Ninja) -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF $backend >"$R/cmake.log" 2>&1 \
     || { tail -30 "$R/cmake.log"; exit 1; }
   time cmake --build "$W/build" --target llama-speculative-simple llama-bench -j "$JOBS" >"$R/build.log" 2>&1 \

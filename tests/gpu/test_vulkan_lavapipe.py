@@ -3,7 +3,7 @@
 Opt-in, like the real-model tier: it needs a second environment whose llama-cpp-python was built with
 Vulkan, named by QUICKDRAFT_VULKAN_PYTHON (README: "Proving GPU offload without a GPU"):
 
-    sudo apt install libvulkan-dev glslc mesa-vulkan-drivers
+    sudo apt install libvulkan-dev glslc spirv-headers mesa-vulkan-drivers
     ./scripts/setup.sh --backend vulkan --venv .venv-vulkan
     QUICKDRAFT_VULKAN_PYTHON=.venv-vulkan/bin/python .venv/bin/python -m pytest -m vulkan tests/gpu
 

@@ -16,7 +16,7 @@ TOOLS = ("bash", "dirname", "sed", "grep", "tr", "cat")
 def fake_bin(tmp_path: Path, *, nvcc=False, glslc=False, uname=("Linux", "x86_64")) -> Path:
     """A PATH holding only what the script needs, plus the toolchains a test pretends to have."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(parents=True)
     for tool in TOOLS:
         (bin_dir / tool).symlink_to(shutil.which(tool))
     (bin_dir / "uname").write_text(f'#!/bin/sh\n[ "$1" = -m ] && echo {uname[1]} || echo {uname[0]}\n')
@@ -42,10 +42,12 @@ def backend(tmp_path: Path, *args: str, vulkan_sdk: Path | None = None, cmake_ar
     return r.stdout.split("backend: ", 1)[1].strip()
 
 
-def sdk(tmp_path: Path) -> Path:
-    header = tmp_path / "sdk" / "include" / "vulkan" / "vulkan.h"
-    header.parent.mkdir(parents=True)
-    header.write_text("/* a Vulkan SDK */")
+def sdk(tmp_path: Path, spirv: bool = True) -> Path:
+    headers = ["vulkan/vulkan.h"] + (["spirv/unified1/spirv.hpp"] if spirv else [])
+    for header in headers:
+        path = tmp_path / "sdk" / "include" / header
+        path.parent.mkdir(parents=True)
+        path.write_text("/* a Vulkan SDK */")
     return tmp_path / "sdk"
 
 
@@ -57,10 +59,12 @@ def test_apple_silicon_means_metal(tmp_path):
     assert backend(tmp_path, uname=("Darwin", "arm64")).startswith("metal")
 
 
-def test_vulkan_needs_both_headers_and_glslc(tmp_path):
+def test_vulkan_needs_its_headers_and_glslc(tmp_path):
     assert backend(tmp_path / "a", glslc=True, vulkan_sdk=sdk(tmp_path / "a")).startswith("vulkan")
     without_glslc = backend(tmp_path / "b", vulkan_sdk=sdk(tmp_path / "b"))
     assert without_glslc.startswith("cpu (no GPU toolchain was found")
+    if not Path("/usr/include/spirv/unified1/spirv.hpp").exists():  # this machine's own headers would count
+        assert backend(tmp_path / "c", glslc=True, vulkan_sdk=sdk(tmp_path / "c", spirv=False)).startswith("cpu")
 
 
 def test_a_flag_or_cmake_args_override_the_choice(tmp_path):
