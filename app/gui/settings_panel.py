@@ -7,23 +7,23 @@ from dataclasses import replace
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QWidget
 
-from app.storage.settings import DRAFT_POLICIES, Settings
+from app.storage.settings import DRAFT_POLICIES, LIMITS, Settings
 
-# field name, label, kind, minimum, maximum, step, tooltip
+# field name, label, step, tooltip; the kind and range come from Settings and LIMITS
 FIELDS = [
-    ("temperature", "Temperature", float, 0.0, 2.0, 0.05, "0 = greedy: always the most likely token"),
-    ("top_k", "Top-k", int, 0, 1000, 1, "0 = off"),
-    ("top_p", "Top-p", float, 0.0, 1.0, 0.01, "1 = off"),
-    ("min_p", "Min-p", float, 0.0, 1.0, 0.01, "0 = off"),
-    ("seed", "Seed", int, -1, 2**31 - 1, 1, "-1 = a new random seed each time"),
-    ("max_tokens", "Max tokens", int, 1, 131072, 64, "The longest answer"),
-    ("draft_max", "Draft max", int, 0, 64, 1, "Most tokens drafted per round"),
-    ("draft_min", "Draft min", int, 0, 64, 1, "Shorter drafts are dropped"),
-    ("p_min", "Draft p-min", float, 0.0, 1.0, 0.05, "Stop drafting when the draft is less sure than this"),
-    ("n_ctx", "Context size", int, 0, 262144, 512, "Tokens of context; 0 = the model's own (reload to apply)"),
-    ("main_gpu_layers", "GPU layers (main)", int, -1, 999, 1, "-1 = all (reload to apply)"),
-    ("draft_gpu_layers", "GPU layers (draft)", int, -1, 999, 1, "-1 = all (reload to apply)"),
-    ("threads", "Threads", int, 0, 512, 1, "0 = automatic (reload to apply)"),
+    ("temperature", "Temperature", 0.05, "0 = greedy: always the most likely token"),
+    ("top_k", "Top-k", 1, "0 = off"),
+    ("top_p", "Top-p", 0.01, "1 = off"),
+    ("min_p", "Min-p", 0.01, "0 = off"),
+    ("seed", "Seed", 1, "-1 = a new random seed each time"),
+    ("max_tokens", "Max tokens", 64, "The longest answer"),
+    ("draft_max", "Draft max", 1, "Most tokens drafted per round"),
+    ("draft_min", "Draft min", 1, "Shorter drafts are dropped"),
+    ("p_min", "Draft p-min", 0.05, "Stop drafting when the draft is less sure than this"),
+    ("n_ctx", "Context size", 512, "Tokens of context; 0 = the model's own (reload to apply)"),
+    ("main_gpu_layers", "GPU layers (main)", 1, "-1 = all (reload to apply)"),
+    ("draft_gpu_layers", "GPU layers (draft)", 1, "-1 = all (reload to apply)"),
+    ("threads", "Threads", 1, "0 = automatic (reload to apply)"),
 ]
 POLICY_NAMES = {"auto": "auto (measured cost model)", "fixed": "fixed: always draft max",
                 "pmin": "until draft p < p-min"}
@@ -43,10 +43,11 @@ class SettingsPanel(QWidget):
         form = QFormLayout(self)
         form.setContentsMargins(12, 12, 12, 12)
         form.setVerticalSpacing(6)
-        for name, label, kind, low, high, step, tip in FIELDS:
+        for name, label, step, tip in FIELDS:
             if name in SECTIONS:
                 form.addRow(self._section(SECTIONS[name]))
-            editor = self._editor(kind, low, high, step, tip, SPECIAL.get(name, ""))
+            low, high = LIMITS[name]
+            editor = self._editor(type(getattr(settings, name)), low, high, step, tip, SPECIAL.get(name, ""))
             editor.setValue(getattr(settings, name))
             editor.valueChanged.connect(lambda value, n=name: self._edited(n, value))
             self.editors[name] = editor
