@@ -184,7 +184,8 @@ class ModelBar(QFrame):
         main = self.current_main()
         if not main:
             return "Choose the main model first: drafts are checked against it."
-        return unreadable_reason(main) or f"{Path(path).name} is the main model itself; choose another file as the draft."
+        itself = f"{Path(path).name} is the main model itself; choose another file as the draft."
+        return unreadable_reason(main) or itself
 
     def option_for(self, path: str) -> DraftOption | None:
         return next((o for o in self.options if o.path == path), None)
