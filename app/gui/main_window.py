@@ -257,7 +257,11 @@ class MainWindow(QMainWindow):
         except AttributeError:
             self.show_error("The model manager is not installed")
             return
-        dialog = dialog_class(self.paths, self)
+        try:
+            dialog = dialog_class(self.paths, self)
+        except OSError as exc:  # the models folder cannot be created or read
+            self.show_error(f"The model manager cannot open: {exc}")
+            return
         dialog.pair_chosen.connect(lambda main, draft: self.set_model_pair(main, draft or None))
         dialog.show()
         self.model_manager = dialog

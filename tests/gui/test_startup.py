@@ -53,6 +53,8 @@ def test_a_data_dir_that_cannot_be_created(make_window, tmp_path):
     text = window.banner.text()
     assert window.isVisible() and "could not be created" in text and "kept in memory only" in text
     assert still_usable(window)
+    window.model_manager_action.trigger()
+    assert "model manager cannot open" in window.error_text()
 
 
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="needs a user that permission bits stop")
