@@ -10,6 +10,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.core.tiny_gguf import TinySpec, write_tiny_model
+from app.gui.main_window import MainWindow
 from app.paths import app_paths
 from app.storage.settings import LIMITS
 from tests.gui.conftest import wait_loaded
@@ -46,10 +47,12 @@ def test_a_damaged_or_invalid_settings_file(make_window, tmp_path, kind):
     assert still_usable(window)
 
 
-def test_a_data_dir_that_cannot_be_created(make_window, tmp_path):
+def test_a_data_dir_that_cannot_be_created(qtbot, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("the data dir would have to be inside this file")
-    window = make_window(blocker / "root")
+    window = MainWindow(app_paths(blocker / "root"))
+    qtbot.addWidget(window)
+    window.show()
     text = window.banner.text()
     assert window.isVisible() and "could not be created" in text and "kept in memory only" in text
     assert still_usable(window)
