@@ -1,9 +1,12 @@
-"""An inline message strip above the chat: errors, warnings and results, never a modal box."""
+"""An inline message strip above the chat: errors, warnings and results, never a modal box.
+Messages often quote file and model names, so they are shown as plain text."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QToolButton
+
+from app.gui.plain import plain_label
 
 
 class Banner(QFrame):
@@ -11,7 +14,7 @@ class Banner(QFrame):
         super().__init__(parent)
         self.setObjectName("banner")
         self.kind = ""
-        self._label = QLabel()
+        self._label = plain_label()
         self._label.setWordWrap(True)
         self._label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         close = QToolButton()

@@ -7,7 +7,6 @@ signals, are buffered, and the view repaints on a timer (REPAINT_MS), never once
 from __future__ import annotations
 
 import importlib
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -31,10 +30,10 @@ from app.gui.worker import (Batch, CompareResult, EngineWorker, GenerateRequest,
                             LoadRequest, Started)
 from app.paths import AppPaths
 from app.storage.conversations import ConversationStore
+from app.storage.opening import open_storage
 from app.storage.settings import Settings, SettingsStore
 
 REPAINT_MS = 150          # ~7 Hz: counters, charts and the streaming message
-QUIT_WAIT_S = 30.0        # how long quitting waits for the worker to finish its current step
 TITLE_CHARS = 48
 MODEL_MANAGER_MODULE = "app.gui.model_manager"
 
@@ -53,15 +52,16 @@ class ActiveGeneration:
 class MainWindow(QMainWindow):
     _load = Signal(object)          # LoadRequest, to the worker
     _generate = Signal(object)      # GenerateRequest, to the worker
-    _unload = Signal()
+    _finish = Signal()              # to the worker: free the models and end the thread
 
     def __init__(self, paths: AppPaths, settings_store: SettingsStore | None = None,
                  conversations: ConversationStore | None = None, autoload: bool = True):
         super().__init__()
-        self.paths = paths.ensure()
-        self.settings_store = settings_store or SettingsStore(paths.settings_file)
-        self.settings: Settings = self.settings_store.load()
-        self.store = conversations or ConversationStore(paths.conversations_db)
+        self.paths = paths
+        storage = open_storage(paths, settings_store, conversations)
+        self.settings_store = storage.settings_store
+        self.settings: Settings = storage.settings
+        self.store = storage.conversations
         self.conversation_id: int | None = None
         self.loaded: LoadedInfo | None = None
         self.loading = False
@@ -77,8 +77,8 @@ class MainWindow(QMainWindow):
         self._repaint_timer.setInterval(REPAINT_MS)
         self._repaint_timer.timeout.connect(self._repaint)
         self._restore()
-        if self.settings_store.problem:
-            self.banner.show_message(self.settings_store.problem, "warning")
+        if storage.problems:
+            self.banner.show_message("\n".join(storage.problems), "warning")
         if autoload and self.settings.main_model and Path(self.settings.main_model).is_file():
             self.set_model_pair(self.settings.main_model, self.settings.draft_model or None)
 
@@ -197,7 +197,7 @@ class MainWindow(QMainWindow):
         self.worker.moveToThread(self.thread)
         self._load.connect(self.worker.load, Qt.ConnectionType.QueuedConnection)
         self._generate.connect(self.worker.generate, Qt.ConnectionType.QueuedConnection)
-        self._unload.connect(self.worker.unload, Qt.ConnectionType.QueuedConnection)
+        self._finish.connect(self.worker.finish, Qt.ConnectionType.QueuedConnection)
         self.worker.loading.connect(self.model_bar.set_loading)
         self.worker.loaded.connect(self._on_loaded)
         self.worker.load_failed.connect(self._on_load_failed)
@@ -261,7 +261,11 @@ class MainWindow(QMainWindow):
         except AttributeError:
             self.show_error("The model manager is not installed")
             return
-        dialog = dialog_class(self.paths, self)
+        try:
+            dialog = dialog_class(self.paths, self)
+        except OSError as exc:  # the models folder cannot be created or read
+            self.show_error(f"The model manager cannot open: {exc}")
+            return
         dialog.pair_chosen.connect(lambda main, draft: self.set_model_pair(main, draft or None))
         dialog.show()
         self.model_manager = dialog
@@ -371,7 +375,10 @@ class MainWindow(QMainWindow):
         if self.loaded is None:
             self.show_error("No model is loaded. Choose a main model in the bar above and press Load.")
             return False
-        return True
+        problem = self.settings.generation_problem()
+        if problem:
+            self.show_error(problem)
+        return not problem
 
     def _prompt_messages(self, conversation_id: int, upto_id: int | None = None) -> list[dict]:
         conv = self.store.get(conversation_id)
@@ -398,12 +405,12 @@ class MainWindow(QMainWindow):
         return kind
 
     def _start_answer(self) -> None:
-        history = self._prompt_messages(self.conversation_id)
+        # the request first: if it cannot be made, no empty answer is saved or left "generating…"
+        request = GenerateRequest(tuple(self._prompt_messages(self.conversation_id)), self.settings.sampling(),
+                                  self.settings.speculation(), self._drafter())
         message = self.store.add_message(self.conversation_id, "assistant", "")
         widget = self.chat_view.add_message(message.id, "assistant")
         widget.set_streaming(True)
-        request = GenerateRequest(tuple(history), self.settings.sampling(), self.settings.speculation(),
-                                  self._drafter())
         self._begin(ActiveGeneration(request, self.conversation_id, message.id, widget))
 
     def _begin(self, active: ActiveGeneration) -> None:
@@ -598,19 +605,16 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
     def _shut_down(self) -> None:
-        """Cancel, let the worker finish its step and deliver what it made, then stop it."""
+        """Cancel, let the worker end its current step and stop its thread, then take in what it
+        sent meanwhile. The GUI thread blocks on the worker's thread rather than spinning an event
+        loop: on Python 3.11 each PySide call that returns nothing may cost a reference to None."""
         self._closed = True
         self.stop()
-        deadline = time.monotonic() + QUIT_WAIT_S
-        while (self.worker.busy.is_set() or self.active is not None) and time.monotonic() < deadline:
-            QCoreApplication.processEvents()
-            self.worker.busy.wait(0.01)
-        QCoreApplication.processEvents()
-        self._save_partial()
         self._repaint_timer.stop()
-        self._unload.emit()
-        self.thread.quit()
+        self._finish.emit()   # queued behind the step the worker is in: a load cannot be cut short
         self.thread.wait()
+        QCoreApplication.sendPostedEvents()   # its last batches, summary and idle, in order
+        self._save_partial()
         self.store.close()
 
 

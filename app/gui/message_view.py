@@ -14,7 +14,8 @@ ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System"}
 
 
 class MessageBody(QTextBrowser):
-    """A borderless, scroll-less browser as tall as its document."""
+    """A borderless, scroll-less browser as tall as its document. It loads no resource: what it
+    shows comes from models and users, and an image or style sheet there must not read a file."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -26,6 +27,9 @@ class MessageBody(QTextBrowser):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.document().setDocumentMargin(2)
         self.document().documentLayout().documentSizeChanged.connect(self._fit)
+
+    def loadResource(self, kind: int, _name: QUrl):
+        return render.inert_resource(kind)
 
     def _fit(self, size: QSizeF) -> None:
         self.setFixedHeight(int(size.height()) + 4)
@@ -131,12 +135,10 @@ class MessageWidget(QFrame):
         QGuiApplication.clipboard().setText(self.text)
 
     def _anchor_clicked(self, url: QUrl) -> None:
-        target = url.toString()
-        if target.startswith(render.COPY_CODE):
-            blocks = render.code_blocks(self.text)
-            index = int(target.removeprefix(render.COPY_CODE))
-            if index < len(blocks):
-                QGuiApplication.clipboard().setText(blocks[index])
+        index = render.copy_code_index(url.toString())
+        blocks = render.code_blocks(self.text) if index is not None else []
+        if index is not None and index < len(blocks):
+            QGuiApplication.clipboard().setText(blocks[index])
 
 
 class ChatView(QScrollArea):

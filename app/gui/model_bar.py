@@ -1,8 +1,9 @@
-"""Choose the main model and its draft. Only compatible drafts can be chosen; an incompatible one
-stays in the list, disabled, with the reason."""
+"""Choose the main model and its draft. Only compatible drafts can be chosen; an incompatible or
+unreadable one stays in the list, disabled, with the reason. A damaged file never stops the bar."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,8 +14,10 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QFrame, QHBoxLayout, QLab
 
 from app.core.errors import QuickdraftError
 from app.core.gguf_info import GGUFInfo, check_pair, read_gguf_info
+from app.gui.plain import plain_label, plain_tooltip
 
 MAX_SCANNED_FILES = 200
+UNREADABLE = (QuickdraftError, OSError)   # what reading a damaged or inaccessible GGUF can raise
 
 DRAFTER_LABELS = {
     "lookup+model": "Lookup + draft",
@@ -36,11 +39,11 @@ def draft_options(main_path: str, candidates: list[str]) -> list[DraftOption]:
     """Every candidate draft for ``main_path``, checked with the engine's own compatibility rules."""
     try:
         main = read_gguf_info(main_path)
-    except QuickdraftError:
+    except UNREADABLE:
         return []
     options = []
     for path in candidates:
-        if Path(path).resolve() == Path(main_path).resolve():
+        if os.path.realpath(path) == os.path.realpath(main_path):  # Path.resolve raises on a symlink loop
             continue
         options.append(_option(main, path))
     return options
@@ -50,12 +53,25 @@ def _option(main: GGUFInfo, path: str) -> DraftOption:
     name = Path(path).name
     try:
         draft = read_gguf_info(path)
-    except QuickdraftError as exc:
-        return DraftOption(path, f"{name} (unreadable)", False, str(exc))
+    except UNREADABLE as exc:
+        return DraftOption(path, f"{name} (unreadable)", False, _reason(exc))
     pair = check_pair(main, draft)
     if not pair.compatible:
         return DraftOption(path, f"{name} (incompatible)", False, "; ".join(pair.reasons))
     return DraftOption(path, name, True, "; ".join(pair.warnings))
+
+
+def unreadable_reason(path: str) -> str:
+    """Why ``path`` cannot be read as a GGUF model; "" when it can."""
+    try:
+        read_gguf_info(path)
+    except UNREADABLE as exc:
+        return _reason(exc)
+    return ""
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__
 
 
 def scan_models(folder: Path, recursive: bool) -> list[str]:
@@ -105,7 +121,7 @@ class ModelBar(QFrame):
         self.progress.setRange(0, 0)
         self.progress.setFixedWidth(90)
         self.progress.hide()
-        self.status = QLabel("No model loaded")
+        self.status = plain_label("No model loaded")
         self.status.setObjectName("status")
         for widget in (QLabel("Main"), self.main_combo, self.main_open, QLabel("Draft"), self.draft_combo,
                        self.draft_open, QLabel("Drafting"), self.drafter, self.load_button, self.progress, self.status):
@@ -168,11 +184,8 @@ class ModelBar(QFrame):
         main = self.current_main()
         if not main:
             return "Choose the main model first: drafts are checked against it."
-        try:
-            read_gguf_info(main)
-        except QuickdraftError as exc:
-            return str(exc)
-        return f"{Path(path).name} is the main model itself; choose another file as the draft."
+        itself = f"{Path(path).name} is the main model itself; choose another file as the draft."
+        return unreadable_reason(main) or itself
 
     def option_for(self, path: str) -> DraftOption | None:
         return next((o for o in self.options if o.path == path), None)
@@ -192,13 +205,22 @@ class ModelBar(QFrame):
         self.main_combo.blockSignals(True)
         self.main_combo.clear()
         for path in paths:
-            self.main_combo.addItem(Path(path).name, path)
-            self.main_combo.setItemData(self.main_combo.count() - 1, path, Qt.ItemDataRole.ToolTipRole)
+            self._add_main_item(path)
         if not paths:
             self.main_combo.setPlaceholderText("Open a GGUF model…")
         self.main_combo.setCurrentIndex(0 if paths else -1)
         self.main_combo.blockSignals(False)
         self._fill_drafts()
+
+    def _add_main_item(self, path: str) -> None:
+        """The main model, or "(unreadable)" with the reason: it stays listed (it may be the one the
+        settings name) but cannot be picked again."""
+        reason = unreadable_reason(path)
+        self.main_combo.addItem(f"{Path(path).name} (unreadable)" if reason else Path(path).name, path)
+        index = self.main_combo.count() - 1
+        self.main_combo.setItemData(index, plain_tooltip(f"{path}\n{reason}" if reason else path),
+                                    Qt.ItemDataRole.ToolTipRole)
+        self.main_combo.model().item(index).setEnabled(not reason)
 
     def _main_changed(self, _index: int) -> None:
         self._fill_drafts()
@@ -224,7 +246,7 @@ class ModelBar(QFrame):
         for option in self.options:
             item = QStandardItem(option.label)
             item.setData(option.path, Qt.ItemDataRole.UserRole)
-            item.setToolTip(f"{option.path}\n{option.reason}" if option.reason else option.path)
+            item.setToolTip(plain_tooltip(f"{option.path}\n{option.reason}" if option.reason else option.path))
             item.setEnabled(option.enabled)
             model.appendRow(item)
         index = self.draft_combo.findData(previous) if previous else -1

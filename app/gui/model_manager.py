@@ -18,12 +18,13 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QAbstractItemView, QApplication, QCheckBox, QDialog, QFileDialog, QFrame, QGroupBox, QHBoxLayout,
-    QHeaderView, QLabel, QLineEdit, QMessageBox, QProgressBar, QPushButton, QSpinBox, QSplitter,
+    QHeaderView, QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox, QSplitter,
     QTableWidget, QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget, QComboBox,
 )
 
 from app.core.errors import QuickdraftError
 from app.gui.banner import Banner
+from app.gui.plain import ask, plain_label, plain_tooltip
 from app.models.catalog import CatalogError, CatalogPair, load_catalog
 from app.models.diskspace import format_bytes
 from app.models.download import DownloadJob, DownloadManager, discard_pending, pending_downloads
@@ -62,7 +63,7 @@ def _item(text: str, data=None, color: str | None = None, tooltip: str | None = 
     if color:
         item.setForeground(QColor(color))
     if tooltip:
-        item.setToolTip(tooltip)
+        item.setToolTip(plain_tooltip(tooltip))
     return item
 
 
@@ -100,12 +101,13 @@ class DownloadRow(QFrame):
         super().__init__()
         self.setObjectName("panel")
         self.model = model
-        self.title = QLabel(f"<b>{model.label}</b> <span style='color:#6a737d'>{model.repo_id}</span>")
+        self.title = QLabel(f"<b>{html.escape(model.label)}</b> "
+                            f"<span style='color:#6a737d'>{html.escape(model.repo_id)}</span>")
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.bar.setTextVisible(False)
         self.bar.setFixedHeight(8)
-        self.status = QLabel("waiting")
+        self.status = plain_label("waiting")
         self.status.setObjectName("status")
         self.status.setWordWrap(True)
         self.cancel_button = QPushButton("Cancel")
@@ -203,7 +205,7 @@ class ModelManagerDialog(QDialog):
         self.installed_table = _table(["Model", "Architecture", "Params", "Quant", "Size", "Context",
                                        "Vocabulary", "Template", "Memory", "Source"])
         self.installed_table.itemSelectionChanged.connect(self._show_details)
-        self.details = QLabel("Select a model to see its details. Drop GGUF files here to import them.")
+        self.details = plain_label("Select a model to see its details. Drop GGUF files here to import them.")
         self.details.setWordWrap(True)
         self.details.setObjectName("status")
         self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -232,9 +234,9 @@ class ModelManagerDialog(QDialog):
         tools.addWidget(QLabel("Memory at"))
         tools.addWidget(self.ctx_spin)
         tools.addWidget(self.use_main_button)
-        self.disk_label = QLabel()
+        self.disk_label = plain_label()
         self.disk_label.setObjectName("footer")
-        self.machine_label = QLabel(self.machine.describe())
+        self.machine_label = plain_label(self.machine.describe())
         self.machine_label.setObjectName("footer")
         footer = QHBoxLayout()
         footer.addWidget(self.disk_label, 1)
@@ -321,7 +323,7 @@ class ModelManagerDialog(QDialog):
     def _catalog_tab(self) -> QWidget:
         self.catalog_table = _table(["Pair", "For", "Download", "Memory", "Here", "Installed"])
         self.catalog_table.itemSelectionChanged.connect(self._show_catalog_details)
-        self.catalog_details = QLabel("Select a pair to see which files it downloads.")
+        self.catalog_details = plain_label("Select a pair to see which files it downloads.")
         self.catalog_details.setObjectName("status")
         self.catalog_details.setWordWrap(True)
         self.catalog_details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -465,8 +467,7 @@ class ModelManagerDialog(QDialog):
         self.banner.show_message(message, "info")
 
     def _ask(self, text: str) -> bool:
-        answer = QMessageBox.question(self, "Delete model", text)
-        return answer == QMessageBox.StandardButton.Yes
+        return ask(self, "Delete model", text)
 
     def _pick_files(self) -> list[str]:
         files, _ = QFileDialog.getOpenFileNames(self, "Import GGUF models", str(Path.home()),
@@ -608,7 +609,7 @@ class ModelManagerDialog(QDialog):
             self.spawn(self._list_files(repo_id))
 
     async def _list_files(self, repo_id: str) -> None:
-        self.card_label.setText(f"Loading {repo_id}…")
+        self.card_label.setText(f"Loading {html.escape(repo_id)}…")
         self.remote_models = []
         _fill(self.files_table, [])
         models = await self.run_blocking(self.client.list_models, repo_id)

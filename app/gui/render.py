@@ -1,5 +1,9 @@
 """Message text to HTML for a QTextBrowser: Markdown through Qt's own parser, fenced code blocks
-highlighted with Pygments and given a copy link, or token pieces coloured by their origin."""
+highlighted with Pygments and given a copy link, or token pieces coloured by their origin.
+
+Model and user text never load anything: raw HTML in Markdown is shown as text, an image becomes a
+link labelled with its alt text, and the documents involved refuse every resource (a model that
+writes ``![x](/dev/zero)`` must not make the window read a file)."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import TextLexer, get_lexer_by_name, guess_lexer
 from pygments.util import ClassNotFound
-from PySide6.QtGui import QTextDocument
+from PySide6.QtGui import QImage, QTextCharFormat, QTextCursor, QTextDocument, QTextFormat
 
 from app.gui import theme
 
@@ -21,6 +25,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _BODY = re.compile(r"<body[^>]*>(.*)</body>", re.DOTALL)
 _FORMATTER = HtmlFormatter(noclasses=True, nowrap=True, style="friendly")
 COPY_CODE = "copy-code:"
+_COPY_CODE_LINK = re.compile(re.escape(COPY_CODE) + r"(\d{1,6})")
+MARKDOWN = QTextDocument.MarkdownFeature.MarkdownDialectGitHub | QTextDocument.MarkdownFeature.MarkdownNoHTML
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,29 @@ def code_blocks(text: str) -> list[str]:
     return [b.content for b in split_blocks(text) if b.kind == "code"]
 
 
+def copy_code_index(link: str) -> int | None:
+    """The code block a copy link names; None for any other link (a model can write links too)."""
+    match = _COPY_CODE_LINK.fullmatch(link)
+    return int(match.group(1)) if match else None
+
+
+def inert_resource(kind: int) -> QImage | str:
+    """What a document showing model or user text gets for any resource it asks for. Not None:
+    Qt then reads a local file itself (QTextDocument::loadResource, QTextImageHandler)."""
+    if kind == QTextDocument.ResourceType.ImageResource.value:
+        blank = QImage(1, 1, QImage.Format.Format_ARGB32)
+        blank.fill(0)
+        return blank
+    return ""
+
+
+class InertDocument(QTextDocument):
+    """A document that loads no resource: no file, no URL, no Qt resource."""
+
+    def loadResource(self, kind: int, _name) -> QImage | str:
+        return inert_resource(kind)
+
+
 def render_markdown(text: str) -> str:
     parts = []
     code_index = 0
@@ -88,10 +117,36 @@ def render_runs(runs: list[tuple[str, str]] | list[list[str]]) -> str:
 # While an answer streams only its last block changes: earlier blocks come from these caches.
 @lru_cache(maxsize=512)
 def _prose_html(markdown: str) -> str:
-    doc = QTextDocument()
-    doc.setMarkdown(markdown)
+    doc = InertDocument()
+    doc.setMarkdown(markdown, MARKDOWN)
+    _images_to_links(doc)
     match = _BODY.search(doc.toHtml())
     return match.group(1) if match else html.escape(markdown)
+
+
+def _images_to_links(doc: QTextDocument) -> None:
+    """Each image becomes a link (never followed) labelled with its alt text, or its address."""
+    images = [fragment for fragment in _fragments(doc) if fragment.charFormat().isImageFormat()]
+    for fragment in reversed(images):  # from the end, so earlier positions stay valid
+        image = fragment.charFormat().toImageFormat()
+        alt = clean(str(image.property(QTextFormat.Property.ImageAltText) or ""))
+        link = QTextCharFormat()
+        link.setAnchor(True)
+        link.setAnchorHref(image.name())
+        cursor = QTextCursor(doc)
+        cursor.setPosition(fragment.position())
+        cursor.setPosition(fragment.position() + fragment.length(), QTextCursor.MoveMode.KeepAnchor)
+        cursor.insertText(alt if alt.strip() else clean(image.name()) or "image", link)
+
+
+def _fragments(doc: QTextDocument):
+    block = doc.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            yield it.fragment()
+            it += 1
+        block = block.next()
 
 
 @lru_cache(maxsize=512)

@@ -8,26 +8,26 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QWidget
 
 from app.core.params import AUTO
-from app.storage.settings import DRAFT_POLICIES, GPU_LAYER_FIELDS, Settings
+from app.storage.settings import DRAFT_POLICIES, GPU_LAYER_FIELDS, LIMITS, Settings
 
 AUTO_LAYERS = -2  # the GPU-layer editors' minimum, shown as "auto"
-# field name, label, kind, minimum, maximum, step, tooltip
+# field name, label, step, tooltip; the kind and range come from Settings and LIMITS
 FIELDS = [
-    ("temperature", "Temperature", float, 0.0, 2.0, 0.05, "0 = greedy: always the most likely token"),
-    ("top_k", "Top-k", int, 0, 1000, 1, "0 = off"),
-    ("top_p", "Top-p", float, 0.0, 1.0, 0.01, "1 = off"),
-    ("min_p", "Min-p", float, 0.0, 1.0, 0.01, "0 = off"),
-    ("seed", "Seed", int, -1, 2**31 - 1, 1, "-1 = a new random seed each time"),
-    ("max_tokens", "Max tokens", int, 1, 131072, 64, "The longest answer"),
-    ("draft_max", "Draft max", int, 0, 64, 1, "Most tokens drafted per round"),
-    ("draft_min", "Draft min", int, 0, 64, 1, "Shorter drafts are dropped"),
-    ("p_min", "Draft p-min", float, 0.0, 1.0, 0.05, "Stop drafting when the draft is less sure than this"),
-    ("n_ctx", "Context size", int, 0, 262144, 512, "Tokens of context; 0 = the model's own (reload to apply)"),
-    ("main_gpu_layers", "GPU layers (main)", int, AUTO_LAYERS, 999, 1,
+    ("temperature", "Temperature", 0.05, "0 = greedy: always the most likely token"),
+    ("top_k", "Top-k", 1, "0 = off"),
+    ("top_p", "Top-p", 0.01, "1 = off"),
+    ("min_p", "Min-p", 0.01, "0 = off"),
+    ("seed", "Seed", 1, "-1 = a new random seed each time"),
+    ("max_tokens", "Max tokens", 64, "The longest answer"),
+    ("draft_max", "Draft max", 1, "Most tokens drafted per round"),
+    ("draft_min", "Draft min", 1, "Shorter drafts are dropped"),
+    ("p_min", "Draft p-min", 0.05, "Stop drafting when the draft is less sure than this"),
+    ("n_ctx", "Context size", 512, "Tokens of context; 0 = the model's own (reload to apply)"),
+    ("main_gpu_layers", "GPU layers (main)", 1,
      "auto = what fits in free GPU memory after the draft; -1 = all (reload to apply)"),
-    ("draft_gpu_layers", "GPU layers (draft)", int, AUTO_LAYERS, 999, 1,
+    ("draft_gpu_layers", "GPU layers (draft)", 1,
      "auto = all if they fit (a draft on the CPU rarely pays); -1 = all (reload to apply)"),
-    ("threads", "Threads", int, 0, 512, 1, "0 = automatic (reload to apply)"),
+    ("threads", "Threads", 1, "0 = automatic (reload to apply)"),
 ]
 POLICY_NAMES = {"auto": "auto (measured cost model)", "fixed": "fixed: always draft max",
                 "pmin": "until draft p < p-min"}
@@ -47,9 +47,13 @@ class SettingsPanel(QWidget):
         form = QFormLayout(self)
         form.setContentsMargins(12, 12, 12, 12)
         form.setVerticalSpacing(6)
-        for name, label, kind, low, high, step, tip in FIELDS:
+        for name, label, step, tip in FIELDS:
             if name in SECTIONS:
                 form.addRow(self._section(SECTIONS[name]))
+            low, high = LIMITS[name]
+            kind = type(getattr(Settings(), name))
+            if name in GPU_LAYER_FIELDS:
+                low, kind = AUTO_LAYERS, int
             editor = self._editor(kind, low, high, step, tip, SPECIAL.get(name, ""))
             editor.setValue(_editor_value(getattr(settings, name)))
             editor.valueChanged.connect(lambda value, n=name: self._edited(n, value))

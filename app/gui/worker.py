@@ -95,18 +95,15 @@ class EngineWorker(QObject):
     finished = Signal(object)          # Summary
     compared = Signal(object)          # CompareResult
     failed = Signal(str)               # a generation could not run; the message is for the user
-    unloaded = Signal()
     idle = Signal()                    # a generate request has ended, however it ended
 
     def __init__(self, profiles_dir: str | Path | None = None):
         super().__init__()
         self._engine: Engine | None = None
         self._profiles = ProfileStore(profiles_dir) if profiles_dir else None
-        self.busy = threading.Event()  # set while a request runs: lets the window wait on quit
 
     @Slot(object)
     def load(self, request: LoadRequest) -> None:
-        self.busy.set()
         try:
             self.loading.emit(Path(request.main.path).name)
             _preflight(request)  # a bad file or pair is refused before the working pair is unloaded
@@ -123,12 +120,9 @@ class EngineWorker(QObject):
                 request.main.path, request.draft.path if request.draft else None,
                 engine.main_info.display_name, engine.draft_info.display_name if engine.draft_info else None,
                 engine.warnings, tuple(f"{name}: {where.describe()}" for name, where in engine.placement().items())))
-        finally:
-            self.busy.clear()
 
     @Slot(object)
     def generate(self, request: GenerateRequest) -> None:
-        self.busy.set()
         try:
             if self._engine is None:
                 raise QuickdraftError("No model is loaded. Choose a main model first.")
@@ -144,13 +138,13 @@ class EngineWorker(QObject):
             log.exception("generation failed")
             self.failed.emit(f"Generation failed: {exc}")
         finally:
-            self.busy.clear()
             self.idle.emit()
 
     @Slot()
-    def unload(self) -> None:
+    def finish(self) -> None:
+        """The last request: free the models and end this worker's thread (the window waits on it)."""
         self._close_engine()
-        self.unloaded.emit()
+        self.thread().quit()
 
     def _close_engine(self) -> None:
         if self._engine is not None:

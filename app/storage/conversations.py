@@ -55,16 +55,51 @@ class StoredMessage:
     pieces: tuple[Run, ...] = ()
 
 
+MEMORY = ":memory:"
+
+
 class ConversationStore:
-    def __init__(self, path: str | Path):
+    """Raises sqlite3.DatabaseError (or OSError) when the file is not a sound database; see
+    app.storage.opening for what the app does then."""
+
+    def __init__(self, path: str | Path, db: sqlite3.Connection | None = None):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(self.path))
+        if db is None and str(path) != MEMORY:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = db or sqlite3.connect(str(path))
+        try:
+            self._prepare()
+        except BaseException:
+            self._db.close()
+            raise
+
+    @classmethod
+    def in_memory_copy(cls, path: Path) -> "ConversationStore":
+        """A store in memory holding what ``path`` holds, read without writing a byte there (its
+        folder may be read-only); empty when ``path`` cannot be read either."""
+        memory = sqlite3.connect(MEMORY)
+        for options in ("mode=ro", "immutable=1"):  # immutable: no -shm needed next to the file
+            try:
+                source = sqlite3.connect(f"{path.absolute().as_uri()}?{options}", uri=True)
+                try:
+                    source.backup(memory)
+                    return cls(MEMORY, memory)
+                finally:
+                    source.close()
+            except (sqlite3.DatabaseError, OSError, ValueError):
+                memory.close()
+                memory = sqlite3.connect(MEMORY)
+        return cls(MEMORY, memory)
+
+    def _prepare(self) -> None:
         self._db.execute("PRAGMA foreign_keys = ON")
         # WAL with NORMAL sync: commits do not wait for fsync (the GUI thread writes here), and a
         # crash can lose at most the last commits, never corrupt the database.
         self._db.execute("PRAGMA journal_mode = WAL")
         self._db.execute("PRAGMA synchronous = NORMAL")
+        problems = [row[0] for row in self._db.execute("PRAGMA quick_check(3)")]
+        if problems != ["ok"]:
+            raise sqlite3.DatabaseError("; ".join(problems))
         self._db.executescript(SCHEMA)
 
     def close(self) -> None:

@@ -1,20 +1,40 @@
-"""Settings: defaults merged with a JSON file. A corrupt file is kept aside and defaults are used."""
+"""Settings: defaults merged with a JSON file. A corrupt file is kept aside and defaults are used;
+a value of the wrong type or out of its range falls back to its default. Either is reported in
+``SettingsStore.problem``."""
 
 from __future__ import annotations
 
 import json
 import logging
-import time
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from app.core.errors import QuickdraftError
 from app.core.params import AUTO, ModelParams, SamplingParams, SpeculationParams, parse_gpu_layers
+from app.storage.files import keep_aside
 
 log = logging.getLogger(__name__)
 RECENT_LIMIT = 10
 DRAFT_POLICIES = ("auto", "fixed", "pmin")
 DRAFTERS = ("lookup+model", "model", "lookup", "none")
+# the range of each number a user can set; the settings panel's editors use the same
+LIMITS: dict[str, tuple[float, float]] = {
+    "temperature": (0.0, 2.0),
+    "top_k": (0, 1000),
+    "top_p": (0.0, 1.0),
+    "min_p": (0.0, 1.0),
+    "seed": (-1, 2**31 - 1),
+    "max_tokens": (1, 131072),
+    "draft_max": (0, 64),
+    "draft_min": (0, 64),
+    "p_min": (0.0, 1.0),
+    "n_ctx": (0, 262144),
+    "main_gpu_layers": (-1, 999),
+    "draft_gpu_layers": (-1, 999),
+    "threads": (0, 512),
+}
 
 
 @dataclass(frozen=True)
@@ -58,6 +78,15 @@ class Settings:
         return ModelParams(path=path, n_gpu_layers=self.draft_gpu_layers, n_ctx=self.n_ctx,
                            n_threads=self.threads or None)
 
+    def generation_problem(self) -> str:
+        """Why no generation can start with these settings; "" when one can."""
+        try:
+            self.sampling()
+            self.speculation()
+        except (ValueError, QuickdraftError) as exc:
+            return f"The generation settings cannot be used ({exc}). Change them in the Settings tab."
+        return ""
+
     def with_recent_main(self, path: str) -> "Settings":
         return replace(self, recent_main=_push_recent(self.recent_main, path))
 
@@ -77,23 +106,28 @@ class SettingsStore:
         self.problem: str | None = None  # set when the file was unreadable and defaults were used
 
     def load(self) -> Settings:
+        self.problem = None
         try:
-            raw = self.path.read_text(encoding="utf-8")
+            raw = self.path.read_bytes()
         except FileNotFoundError:
             return Settings()
         except OSError as exc:
             self.problem = f"Could not read the settings file ({exc}); using defaults."
             return Settings()
         try:
-            data = json.loads(raw)
+            data = json.loads(raw.decode("utf-8"))
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
-            return _from_dict(data)
-        except (ValueError, TypeError) as exc:
-            kept = self._keep_aside()
-            self.problem = f"The settings file was damaged ({exc}); it was kept as {kept.name} and defaults are used."
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            self.problem = self._damaged(exc)
             log.warning(self.problem)
             return Settings()
+        settings, rejected = _from_dict(data)
+        if rejected:
+            self.problem = (f"Some settings in {self.path.name} were invalid and their defaults are used: "
+                            f"{'; '.join(rejected)}.")
+            log.warning(self.problem)
+        return settings
 
     def save(self, settings: Settings) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,30 +135,60 @@ class SettingsStore:
         tmp.write_text(json.dumps(asdict(settings), indent=2), encoding="utf-8")
         tmp.replace(self.path)  # atomic: a crash mid-write never leaves half a file
 
-    def _keep_aside(self) -> Path:
-        target = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
-        self.path.replace(target)
-        return target
+    def _damaged(self, exc: Exception) -> str:
+        kept = keep_aside(self.path)
+        where = (f"it was kept as {kept.name}" if kept else
+                 "it could not be moved aside (is its folder read-only?) and is left as it is")
+        return f"The settings file was damaged ({_short(exc)}); {where}, and defaults are used."
 
 
-def _from_dict(data: dict[str, Any]) -> Settings:
-    """Known keys with the right type override the defaults; anything else is ignored."""
+def _from_dict(data: dict[str, Any]) -> tuple[Settings, list[str]]:
+    """Known keys with a valid value override the defaults; unknown keys are ignored. Also returns
+    a description of each known key whose value was refused."""
     defaults = Settings()
     values: dict[str, Any] = {}
+    rejected: list[str] = []
     for f in fields(Settings):
         if f.name not in data:
             continue
         if f.name in GPU_LAYER_FIELDS:
             value = _gpu_layers_or_none(data[f.name])
+            value = value if value == AUTO else _valid(f.name, value)
         else:
-            value = _coerce(data[f.name], getattr(defaults, f.name))
-        if value is not None:
+            value = _valid(f.name, _coerce(data[f.name], getattr(defaults, f.name)))
+        if value is None:
+            rejected.append(f"{f.name} = {_short(json.dumps(data[f.name]))}{_expected(f.name)}")
+        else:
             values[f.name] = value
-    if values.get("draft_policy") not in (None, *DRAFT_POLICIES):
-        del values["draft_policy"]
-    if values.get("drafter") not in (None, *DRAFTERS):
-        del values["drafter"]
-    return replace(defaults, **values)
+    return replace(defaults, **values), rejected
+
+
+def _valid(name: str, value: Any) -> Any:
+    """``value`` if it is allowed for ``name``, else None."""
+    if value is None:
+        return None
+    if name in LIMITS:
+        low, high = LIMITS[name]
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        return value if low <= value <= high else None
+    choices = {"draft_policy": DRAFT_POLICIES, "drafter": DRAFTERS}.get(name)
+    return value if choices is None or value in choices else None
+
+
+def _expected(name: str) -> str:
+    if name in GPU_LAYER_FIELDS:
+        return f" (allowed: auto, or {LIMITS[name][0]} to {LIMITS[name][1]})"
+    if name in LIMITS:
+        low, high = LIMITS[name]
+        return f" (allowed: {low} to {high})"
+    choices = {"draft_policy": DRAFT_POLICIES, "drafter": DRAFTERS}.get(name)
+    return f" (allowed: {', '.join(choices)})" if choices else ""
+
+
+def _short(text: object, limit: int = 60) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 GPU_LAYER_FIELDS = ("main_gpu_layers", "draft_gpu_layers")
@@ -143,9 +207,25 @@ def _coerce(value: Any, default: Any) -> Any:
     if isinstance(default, int):
         return value if isinstance(value, int) and not isinstance(value, bool) else None
     if isinstance(default, float):
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return None
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond any float
+            return None
     if isinstance(default, str):
-        return value if isinstance(value, str) else None
+        return value if _is_text(value) else None
     if isinstance(default, tuple):
-        return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else None
+        return tuple(v for v in value if _is_text(v)) if isinstance(value, list) else None
     return None
+
+
+def _is_text(value: Any) -> bool:
+    """A string that can be shown and stored: JSON allows lone surrogates ("\\ud800"), UTF-8 does not."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -44,3 +44,56 @@ def test_compare_link_reports_its_message(qtbot):
         widget.compare_button.click()
     assert signal.args == [42]
     assert not view.add_message(43, "user", "q").compare_button.isVisibleTo(view)
+
+
+def _png(path):
+    from PySide6.QtGui import QImage
+
+    image = QImage(4, 4, QImage.Format.Format_RGB32)
+    image.fill(0xff0000)
+    assert image.save(str(path))
+    return path
+
+
+def test_an_image_in_model_text_is_a_link_and_no_file_is_read(qtbot, tmp_path):
+    from PySide6.QtGui import QTextDocument
+
+    picture = _png(tmp_path / "picture.png")
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.resize(600, 400)
+    view.show()
+    # the report's ![z](/dev/zero) read memory until the process died; a real picture shows it safely
+    text = f"Look: ![a red square]({picture}) and ![]({picture}) then ![z]({tmp_path}/elsewhere.png)"
+    widget = view.add_message(1, "assistant", text)
+    qtbot.waitExposed(view)
+    shown = widget.body.toPlainText()
+    assert shown.startswith("Look: a red square and") and shown.rstrip().endswith("then z")
+    assert "<img" not in widget.body.toHtml() and f'href="{tmp_path}/elsewhere.png"' in widget.body.toHtml()
+    # even HTML that names the file directly gets a blank pixel, never the file's pixels
+    widget.body.setHtml(f'<img src="{picture}"><img src="{QUrl.fromLocalFile(str(picture)).toString()}">')
+    for url in (QUrl(str(picture)), QUrl.fromLocalFile(str(picture))):
+        image = widget.body.document().resource(QTextDocument.ResourceType.ImageResource, url)
+        assert image.width() == 1 and image.pixelColor(0, 0).alpha() == 0
+
+
+def test_raw_html_in_model_text_is_shown_as_text(qtbot, tmp_path):
+    picture = _png(tmp_path / "picture.png")
+    view = ChatView()
+    qtbot.addWidget(view)
+    text = f'before <img src="{picture}"> <b>bold</b> <link rel="stylesheet" href="{picture}"> after'
+    widget = view.add_message(1, "assistant", text)
+    shown = widget.body.toPlainText()
+    assert f'<img src="{picture}">' in shown and "<b>bold</b>" in shown and shown.rstrip().endswith("after")
+
+
+def test_copy_code_links_written_by_the_model_do_nothing(qtbot):
+    view = ChatView()
+    qtbot.addWidget(view)
+    widget = view.add_message(1, "assistant", "[click](copy-code:abc) [neg](copy-code:-1)\n\n```sh\nls\n```\n")
+    QGuiApplication.clipboard().setText("unchanged")
+    for link in ("copy-code:abc", "copy-code:-1", "copy-code:", "copy-code:99999999999999999999", "copy-code:7"):
+        widget.body.anchorClicked.emit(QUrl(link))
+        assert QGuiApplication.clipboard().text() == "unchanged"
+    widget.body.anchorClicked.emit(QUrl("copy-code:0"))
+    assert QGuiApplication.clipboard().text() == "ls"

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
+
+import pytest
 
 from app.paths import app_paths
-from app.storage.settings import RECENT_LIMIT, Settings, SettingsStore
+from app.storage.settings import LIMITS, RECENT_LIMIT, Settings, SettingsStore
+from tests.storage.damage import SETTINGS_DAMAGE
 
 
 def store(tmp_path) -> SettingsStore:
@@ -26,7 +30,7 @@ def test_saved_settings_come_back(tmp_path):
     assert store(tmp_path).load() == saved
 
 
-def test_file_values_are_merged_over_defaults_and_bad_values_ignored(tmp_path):
+def test_file_values_are_merged_over_defaults_and_bad_values_reported(tmp_path):
     s = store(tmp_path)
     s.path.parent.mkdir(parents=True)
     s.path.write_text(json.dumps({"top_k": 12, "temperature": 1, "seed": "seven", "unknown": 3,
@@ -35,7 +39,8 @@ def test_file_values_are_merged_over_defaults_and_bad_values_ignored(tmp_path):
     assert loaded.top_k == 12 and loaded.temperature == 1.0
     assert loaded.seed == Settings().seed and loaded.drafter == "lookup+model" and loaded.draft_policy == "auto"
     assert loaded.recent_drafts == ("/d.gguf",)
-    assert s.problem is None
+    assert 'seed = "seven"' in s.problem and 'drafter = "telepathy"' in s.problem and "bogus" in s.problem
+    assert "unknown" not in s.problem and "top_k" not in s.problem
 
 
 def test_corrupt_file_is_renamed_aside_and_defaults_used(tmp_path):
@@ -63,6 +68,55 @@ def test_settings_build_engine_parameters():
     assert s.speculation().draft_min == 4  # never more than draft max
     assert s.main_params("/m.gguf").n_gpu_layers == -1 and s.draft_params("/d.gguf").n_ctx == 1024
     assert replace(s, seed=3).sampling().seed == 3
+
+
+@pytest.mark.parametrize("kind", SETTINGS_DAMAGE)
+def test_damaged_or_invalid_settings_give_valid_settings_and_say_so(tmp_path, kind):
+    content, said = SETTINGS_DAMAGE[kind]
+    s = store(tmp_path)
+    s.path.parent.mkdir(parents=True)
+    s.path.write_bytes(content)
+    loaded = s.load()
+    assert said in s.problem
+    for name, (low, high) in LIMITS.items():
+        assert getattr(loaded, name) == "auto" or low <= getattr(loaded, name) <= high
+    assert loaded.generation_problem() == ""
+    kept = list(s.path.parent.glob("settings.json.corrupt-*"))
+    if said == "damaged":
+        assert [k.read_bytes() for k in kept] == [content] and "kept as" in s.problem
+    else:  # a valid file with some bad values stays; the next save rewrites it
+        assert not kept and s.path.read_bytes() == content
+
+
+def test_out_of_range_values_fall_back_one_by_one(tmp_path):
+    s = store(tmp_path)
+    s.path.parent.mkdir(parents=True)
+    s.path.write_text(json.dumps({"draft_max": -1, "p_min": 5, "top_k": 7, "temperature": 1e308,
+                                  "max_tokens": 10**400, "min_p": 0.5}))
+    loaded = s.load()
+    defaults = Settings()
+    assert (loaded.draft_max, loaded.p_min, loaded.temperature, loaded.max_tokens) == \
+        (defaults.draft_max, defaults.p_min, defaults.temperature, defaults.max_tokens)
+    assert loaded.top_k == 7 and loaded.min_p == 0.5
+    assert "draft_max = -1 (allowed: 0 to 64)" in s.problem and "p_min = 5" in s.problem
+
+
+def test_a_damaged_file_in_a_read_only_folder_is_left_alone(tmp_path, monkeypatch):
+    s = store(tmp_path)
+    s.path.parent.mkdir(parents=True)
+    s.path.write_bytes(b"\xff\xfe not json")
+
+    def read_only(self, target):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(Path, "replace", read_only)
+    assert s.load() == Settings()
+    assert "could not be moved aside" in s.problem and s.path.read_bytes() == b"\xff\xfe not json"
+
+
+def test_settings_that_cannot_make_a_request_are_named():
+    assert "cannot be used" in replace(Settings(), p_min=5.0).generation_problem()
+    assert Settings().generation_problem() == ""
 
 
 def test_gpu_layers_default_to_auto_and_keep_a_chosen_number(tmp_path):
