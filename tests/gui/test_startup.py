@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from app.core.tiny_gguf import TinySpec, write_tiny_model
 from app.gui.main_window import MainWindow
 from app.paths import app_paths
-from app.storage.settings import LIMITS
+from app.storage.settings import GPU_LAYER_FIELDS, LIMITS
 from tests.gui.conftest import wait_loaded
 from tests.storage.damage import DATABASE_DAMAGE, SETTINGS_DAMAGE, damage_database
 
@@ -43,7 +43,7 @@ def test_a_damaged_or_invalid_settings_file(make_window, tmp_path, kind):
     assert window.isVisible() and window.banner.kind == "warning" and said in window.banner.text()
     for name, editor in window.settings_panel.editors.items():
         low, high = LIMITS[name]
-        assert low <= editor.value() <= high
+        assert low <= editor.value() <= high or (name in GPU_LAYER_FIELDS and editor.text() == "auto")
     assert still_usable(window)
 
 
