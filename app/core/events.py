@@ -69,6 +69,7 @@ class Summary:
     error: str | None = None
     text: str = ""
     token_ids: tuple[int, ...] = field(default=(), repr=False)
+    warnings: tuple[str, ...] = ()   # for the user: e.g. the chat template was too costly and not used
 
     @property
     def prompt_tps(self) -> float:
@@ -128,6 +129,7 @@ class Summary:
             "stop_reason": self.stop_reason.value,
             "error": self.error,
             "text": self.text,
+            "warnings": list(self.warnings),
         }
 
 

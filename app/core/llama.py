@@ -131,6 +131,23 @@ class LlamaModel:
             n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, parse_special)
         return list(buf[:n])
 
+    def is_control(self, token: int) -> bool:
+        """Whether ``token`` is one that tokenizing with ``parse_special`` alone turns text into
+        (control and unknown tokens): message text must never become one."""
+        llama_cpp = _llama()
+        return bool(self._attr(token) & (llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN))
+
+    def strips_left(self, token: int) -> bool:
+        return bool(self._attr(token) & _llama().LLAMA_TOKEN_ATTR_LSTRIP)
+
+    def strips_right(self, token: int) -> bool:
+        return bool(self._attr(token) & _llama().LLAMA_TOKEN_ATTR_RSTRIP)
+
+    def _attr(self, token: int) -> int:
+        if not 0 <= token < self.n_vocab:
+            return 0
+        return int(_llama().llama_vocab_get_attr(self._vocab, token))
+
     def token_text(self, token: int) -> str:
         """A token's text as the vocabulary spells it (control tokens included); "" for none."""
         if not 0 <= token < self.n_vocab:
