@@ -229,7 +229,7 @@ def _tensor(name: str, shape: tuple[int, ...], ttype: int, offset: int) -> Tenso
             raise GGUFFormatError(f"the tensor '{name}' has a negative dimension")
         n_elements *= dim
     if n_elements > INT64_MAX:
-        raise GGUFFormatError(f"the tensor '{name}' has a shape of {n_elements:,} elements, too many to address")
+        raise GGUFFormatError(f"the tensor '{name}' has more elements than llama.cpp can address")
     row = shape[0] if shape else 1
     if row % block:
         raise GGUFFormatError(f"the tensor '{name}' of type {type_name} has rows of {row} elements, "

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import DecodeError, ModelLoadError
+from .errors import DecodeError, InvalidMessagesError, ModelLoadError
 from .params import ModelParams
 
 _init_lock = threading.Lock()
@@ -121,7 +121,11 @@ class LlamaModel:
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         llama_cpp = _llama()
-        data = text.encode("utf-8")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as exc:   # callers check messages first; this guards any other text
+            raise InvalidMessagesError(f"The text is not valid Unicode: character {exc.start + 1} is a lone "
+                                       f"surrogate ({text[exc.start]!r}).") from None
         capacity = len(data) + 8
         buf = (llama_cpp.llama_token * capacity)()
         n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, parse_special)

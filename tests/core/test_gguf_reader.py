@@ -55,7 +55,7 @@ def test_llama_cpp_versions_2_and_3_read(tmp_path):
     (Crafted(tensors=[Tensor(name="x" * 64)]), "longer than 63 bytes"),
     (Crafted(tensors=[Tensor(dims=(1, 1, 1, 1, 1))]), "5 dimensions"),
     (Crafted(tensors=[Tensor(dims=(2**63 + 5,))]), "negative dimension"),
-    (Crafted(tensors=[Tensor(dims=(2**62, 2**62))]), "too many to address"),
+    (Crafted(tensors=[Tensor(dims=(2**62, 2**62))]), "more elements than llama.cpp can address"),
     (Crafted(tensors=[Tensor(dims=(2**31, 2**31))]), "truncated"),          # fits int64, not the file
     (Crafted(tensors=[Tensor(dims=(10,), type=2)]), "rows of 10 elements, not a multiple of its block size 32"),
     (Crafted(tensors=[Tensor(), Tensor(name="b", offset=16)]), "'b' starts at offset 16 instead of 32"),
