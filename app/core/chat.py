@@ -66,12 +66,13 @@ class _TemplateTooCostly(Exception):
 
 
 def _render_jinja(template: str, messages: Sequence[Message], bos_token: str, eos_token: str) -> str:
-    compiled = _compile(template)
+    from jinja2.exceptions import SecurityError
+
     chunks: list[str] = []
     size = 0
     try:
         with Deadline(RENDER_TIME_LIMIT_S):
-            for chunk in compiled.generate(messages=[dict(m) for m in messages], add_generation_prompt=True,
+            for chunk in _compile(template).generate(messages=[dict(m) for m in messages], add_generation_prompt=True,
                                            bos_token=bos_token, eos_token=eos_token):
                 size += len(chunk)
                 if size > RENDER_MAX_CHARS:
@@ -79,6 +80,8 @@ def _render_jinja(template: str, messages: Sequence[Message], bos_token: str, eo
                 chunks.append(chunk)
     except DeadlineExceeded:
         raise _TemplateTooCostly(f"took longer than {RENDER_TIME_LIMIT_S:g} s to render") from None
+    except SecurityError as exc:
+        raise _TemplateTooCostly(f"was refused by the sandbox ({exc})") from None
     return "".join(chunks)
 
 
@@ -89,12 +92,13 @@ def _compile(template: str):
     def raise_exception(message: str):
         raise TemplateError(message)
 
-    env = _BoundedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env = _bounded_sandbox_class()(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env.from_string(template)
 
 
+@lru_cache(maxsize=1)
 def _bounded_sandbox_class():
     from jinja2.exceptions import SecurityError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -120,8 +124,6 @@ def _repeat_size(left, right) -> int:
             return len(seq) * count
     return 0
 
-
-_BoundedSandbox = _bounded_sandbox_class()
 
 
 def check_messages(messages) -> list[dict]:

@@ -43,15 +43,14 @@ def test_the_bound_holds_in_a_worker_thread(short_limit):
 
 
 @pytest.mark.parametrize("template, reason", [
-    ("{{ 'x' * 100000000 }}", None),                      # one huge repeat is refused, not allocated
-    ("{{ 2 ** 100000000 }}", None),
-    ("{% for a in range(100000) %}{{ 'y' * 100 }}{% endfor %}", "wrote more than"),
+    ("{{ 'x' * 100000000 }}", "a repetition too long"),     # one huge repeat is refused, not allocated
+    ("{{ 2 ** 100000000 }}", "a power too large"),
+    ("{% for a in range(100000) %}{{ 'y' * 100 }}{% endfor %}", "wrote more than 4,000,000 characters"),
+    ("{{ messages.__class__.__mro__ }}", "refused by the sandbox"),
 ])
-def test_huge_output_falls_back(template, reason):
+def test_costly_or_hostile_templates_fall_back_with_a_warning(template, reason):
     rendered = render_prompt(MESSAGES, template)
-    assert not rendered.templated
-    if reason:
-        assert reason in rendered.warning
+    assert not rendered.templated and reason in rendered.warning
 
 
 def test_an_ordinary_template_renders_without_warning():
