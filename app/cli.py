@@ -165,7 +165,6 @@ def _drafter(args) -> str:
 def _load_engine(args):
     from .core.costmodel import ProfileStore
     from .core.engine import Engine
-    from .core.params import ModelParams
     from .paths import app_paths
 
     main, draft = _model_params(args)

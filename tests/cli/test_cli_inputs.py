@@ -3,7 +3,6 @@ any model loads: no traceback, no token generated."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
