@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=40)
     gen.add_argument("--top-p", type=float, default=0.95)
     gen.add_argument("--min-p", type=float, default=0.05)
-    gen.add_argument("--seed", type=_seed, default=None, help="random seed; -1 or left out = a fresh one each run")
+    gen.add_argument("--seed", type=int, default=None, help="random seed; -1 or left out = a fresh one each run")
     gen.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     gen.add_argument("--json", action="store_true", help="print one JSON summary instead of the stream")
     gen.set_defaults(handler=cmd_generate)
@@ -153,11 +153,6 @@ def _add_models(sub) -> None:
     add_models_parser(sub)
 
 
-def _seed(text: str) -> int | None:
-    seed = int(text)
-    return None if seed == -1 else seed
-
-
 def _drafter(args) -> str:
     return args.drafter or ("lookup+model" if args.draft else "lookup")
 
@@ -218,7 +213,8 @@ def cmd_generate(args) -> int:
     from .core.params import SamplingParams
 
     sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                              seed=args.seed, max_tokens=args.n_predict, stop=tuple(args.stop))
+                              seed=None if args.seed == -1 else args.seed, max_tokens=args.n_predict,
+                              stop=tuple(args.stop))
     speculation, messages = _speculation(args), _messages(args)
     _model_params(args)   # every value is checked before a model loads
     engine = _load_engine(args)

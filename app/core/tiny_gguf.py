@@ -40,10 +40,15 @@ class TinySpec:
     chat_template: str | None = CHATML_TEMPLATE
     architecture: str = "llama"   # set to a made-up name to test an architecture llama.cpp refuses
     name: str = "tiny"
+    chat_tokens: bool = False     # add ChatML's <|im_start|> and <|im_end|> as control tokens
 
 
-def vocabulary(other: bool = False) -> tuple[list[str], list[float], list[int]]:
-    """Token texts, scores and types of the tiny byte-level SentencePiece vocabulary."""
+CHAT_TOKENS = ("<|im_start|>", "<|im_end|>")
+
+
+def vocabulary(other: bool = False, chat_tokens: bool = False) -> tuple[list[str], list[float], list[int]]:
+    """Token texts, scores and types of the tiny byte-level SentencePiece vocabulary; with
+    ``chat_tokens``, ChatML's control tokens follow at the end."""
     import gguf
 
     tokens = ["<unk>", "<s>", "</s>"]
@@ -56,6 +61,10 @@ def vocabulary(other: bool = False) -> tuple[list[str], list[float], list[int]]:
         tokens += [f"<0x{b:02X}>" for b in range(256)] + words
         types += [gguf.TokenType.BYTE] * 256 + [gguf.TokenType.NORMAL] * len(words)
     scores = [0.0] * 3 + [-float(i) for i in range(len(tokens) - 3)]
+    if chat_tokens:
+        tokens += list(CHAT_TOKENS)
+        types += [gguf.TokenType.CONTROL] * len(CHAT_TOKENS)
+        scores += [0.0] * len(CHAT_TOKENS)
     return tokens, scores, [int(t) for t in types]
 
 
@@ -65,7 +74,7 @@ def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tokens, scores, types = vocabulary(spec.other_vocab)
+    tokens, scores, types = vocabulary(spec.other_vocab, spec.chat_tokens)
     n_vocab = len(tokens)
     head_dim = spec.n_embd // spec.n_head
     n_embd_kv = head_dim * spec.n_head_kv
