@@ -10,7 +10,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from .core.chat import check_messages
 from .core.engine import Engine
+from .core.errors import QuickdraftError
 from .core.events import Summary
 from .core.params import SamplingParams, SpeculationParams
 
@@ -75,16 +77,40 @@ class BenchReport:
 
 
 def load_prompts(paths: Sequence[str | Path]) -> list[tuple[str, list[dict]]]:
-    """(id, messages) from JSONL files: {"id": ..., "messages": [...]} or {"prompt": "..."} lines."""
+    """(id, messages) from JSONL files: {"id": ..., "messages": [...]} or {"prompt": "..."} lines.
+    A file that cannot be read or a line of the wrong shape raises QuickdraftError naming the line."""
     prompts = []
     for path in paths:
-        for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            item = json.loads(line)
-            messages = item.get("messages") or [{"role": "user", "content": item["prompt"]}]
-            prompts.append((str(item.get("id", f"{Path(path).stem}-{n}")), messages))
+        for n, line in enumerate(_read_lines(Path(path)), 1):
+            if line.strip():
+                prompts.append(_prompt_line(Path(path), n, line))
+    if not prompts:
+        raise QuickdraftError(f"No prompts in {', '.join(str(p) for p in paths)}.")
     return prompts
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise QuickdraftError(f"Cannot read prompts from {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+
+
+def _prompt_line(path: Path, n: int, line: str) -> tuple[str, list[dict]]:
+    try:
+        item = json.loads(line)
+        if not isinstance(item, dict):
+            raise QuickdraftError("it is not a JSON object")
+        if "messages" in item:
+            messages = check_messages(item["messages"])
+        elif isinstance(item.get("prompt"), str):
+            messages = check_messages([{"role": "user", "content": item["prompt"]}])
+        else:
+            raise QuickdraftError('it has neither "messages" nor a "prompt" text')
+    except (ValueError, QuickdraftError) as exc:
+        raise QuickdraftError(f"{path} line {n} is not a prompt: {exc} (expected "
+                              f'{{"id": ..., "messages": [...]}} or {{"prompt": "..."}})') from None
+    return str(item.get("id", f"{path.stem}-{n}")), messages
 
 
 def run_one(engine: Engine, tokens: list[int], drafter: str, n_predict: int,

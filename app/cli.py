@@ -22,26 +22,58 @@ from .paths import DATA_DIR_ENV
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        return _report_error(str(exc))
     if args.data_dir:
         os.environ[DATA_DIR_ENV] = str(Path(args.data_dir).expanduser().resolve())
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
-    from .core.errors import QuickdraftError
+    from .core.errors import InvalidParameterError, QuickdraftError
 
     try:
         return args.handler(args)
+    except InvalidParameterError as exc:
+        return _report_error(f"{FLAGS.get(exc.name, exc.name)} {exc.problem}")
     except QuickdraftError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return _report_error(str(exc))
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
 
 
+# the flag that sets each parameter the core validates (app/core/params.py), for its error message
+FLAGS = {
+    "temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p", "seed": "--seed",
+    "max_tokens": "-n/--n-predict", "draft_max": "--draft-max", "draft_min": "--draft-min",
+    "p_min": "--draft-p-min", "policy": "--policy", "n_gpu_layers": "-ngl/--gpu-layers", "n_ctx": "-c/--ctx",
+    "n_threads": "-t/--threads", "draft n_gpu_layers": "-ngld/--gpu-layers-draft", "draft n_ctx": "-cd/--ctx-draft",
+    "draft n_threads": "-td/--threads-draft", "repeat": "--repeat", "limit": "--limit",
+}
+
+
+def _report_error(message: str) -> int:
+    """The one way a user's mistake ends the program: one ``error:`` line, exit status 1."""
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    return 1
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad flag like every other user error (one ``error:`` line, status 1)
+    instead of printing the usage and exiting with status 2."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see: {self.prog} --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="quickdraft", description="Local LLM chat with speculative decoding.")
+    parser = _Parser(prog="quickdraft", description="Local LLM chat with speculative decoding.")
     parser.add_argument("--version", action="version", version=f"quickdraft {__version__}")
     parser.add_argument("--data-dir", help=f"keep settings, data and models under this folder (or set {DATA_DIR_ENV})")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -57,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=40)
     gen.add_argument("--top-p", type=float, default=0.95)
     gen.add_argument("--min-p", type=float, default=0.05)
-    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--seed", type=int, default=None, help="random seed; -1 or left out = a fresh one each run")
     gen.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     gen.add_argument("--json", action="store_true", help="print one JSON summary instead of the stream")
     gen.set_defaults(handler=cmd_generate)
@@ -149,14 +181,9 @@ def _drafter(args) -> str:
 def _load_engine(args):
     from .core.costmodel import ProfileStore
     from .core.engine import Engine
-    from .core.params import ModelParams
     from .paths import app_paths
 
-    main = ModelParams(args.main, n_gpu_layers=args.gpu_layers, n_ctx=args.ctx, n_threads=args.threads)
-    draft = None
-    if args.draft:
-        draft = ModelParams(args.draft, n_gpu_layers=args.gpu_layers_draft, n_ctx=args.ctx_draft or args.ctx,
-                            n_threads=args.threads_draft or args.threads)
+    main, draft = _model_params(args)
     engine = Engine.load(main, draft, profile_store=ProfileStore(app_paths().profiles_dir))
     if _asks_for_gpu(args) and not engine.gpu_offload_supported:
         print("warning: this build of llama-cpp-python cannot offload to a GPU; every layer runs on the CPU "
@@ -170,6 +197,20 @@ def _asks_for_gpu(args) -> bool:
     return any(layers not in (0, "auto") for layers in (args.gpu_layers, args.gpu_layers_draft))
 
 
+def _model_params(args):
+    from .core.errors import InvalidParameterError
+    from .core.params import ModelParams
+
+    main = ModelParams(args.main, n_gpu_layers=args.gpu_layers, n_ctx=args.ctx, n_threads=args.threads)
+    if not args.draft:
+        return main, None
+    try:
+        return main, ModelParams(args.draft, n_gpu_layers=args.gpu_layers_draft, n_ctx=args.ctx_draft or args.ctx,
+                                 n_threads=args.threads_draft or args.threads)
+    except InvalidParameterError as exc:
+        raise InvalidParameterError(f"draft {exc.name}", exc.problem) from None
+
+
 def _speculation(args):
     from .core.params import SpeculationParams
 
@@ -178,6 +219,8 @@ def _speculation(args):
 
 
 def _messages(args) -> list[dict]:
+    from .core.chat import check_messages
+
     if args.messages:
         from .core.errors import QuickdraftError
 
@@ -185,23 +228,26 @@ def _messages(args) -> list[dict]:
             data = json.loads(Path(args.messages).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise QuickdraftError(f"cannot read messages from {args.messages}: {exc}") from exc
-        return data["messages"] if isinstance(data, dict) else data
+        return check_messages(data.get("messages") if isinstance(data, dict) else data)
     messages = [{"role": "system", "content": args.system}] if args.system else []
-    return messages + [{"role": "user", "content": args.prompt}]
+    return check_messages(messages + [{"role": "user", "content": args.prompt}])
 
 
 def cmd_generate(args) -> int:
     from .core.events import Summary, TokenPiece
     from .core.params import SamplingParams
 
-    engine = _load_engine(args)
     sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                              seed=args.seed, max_tokens=args.n_predict, stop=tuple(args.stop))
+                              seed=None if args.seed == -1 else args.seed, max_tokens=args.n_predict,
+                              stop=tuple(args.stop))
+    speculation, messages = _speculation(args), _messages(args)
+    _model_params(args)   # every value is checked before a model loads
+    engine = _load_engine(args)
     cancel = threading.Event()
     summary = None
     placement = {name: where.describe() for name, where in engine.placement().items()}
     try:
-        events = engine.generate(_messages(args), sampling=sampling, speculation=_speculation(args),
+        events = engine.generate(messages, sampling=sampling, speculation=speculation,
                                  drafter=_drafter(args), cancel=cancel)
         for event in events:
             if isinstance(event, TokenPiece) and not args.json:
@@ -214,6 +260,8 @@ def cmd_generate(args) -> int:
         raise
     finally:
         engine.close()
+    for warning in summary.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         print(json.dumps({**summary.to_dict(), "placement": placement, "backend": _system_summary()}, indent=2))
     else:
@@ -248,9 +296,10 @@ def format_stats(s, n_draft: int) -> str:
 def cmd_bench(args) -> int:
     from .bench import BenchReport, bench_prompt, format_table, load_prompts, make_llama_baseline
 
+    _check_bench_args(args)
     prompts = load_prompts(args.prompts)[: args.limit]
-    engine = _load_engine(args)
     speculation = _speculation(args)
+    engine = _load_engine(args)
     if args.policy == "auto" and _drafter(args) != "none":
         _ensure_profile(engine, args)
     baseline = (make_llama_baseline(args.main, args.ctx, args.threads, engine.main_params.n_gpu_layers)
@@ -279,6 +328,18 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _check_bench_args(args) -> None:
+    from .core.errors import InvalidParameterError
+    from .core.params import SamplingParams
+
+    SamplingParams(max_tokens=args.n_predict)
+    if args.repeat < 1:
+        raise InvalidParameterError("repeat", f"must be at least 1 (got {args.repeat})")
+    if args.limit is not None and args.limit < 1:
+        raise InvalidParameterError("limit", f"must be at least 1 (got {args.limit})")
+    _model_params(args)
+
+
 def _ensure_profile(engine, args, recalibrate: bool = False):
     key = engine.profile_key(args.draft_max + 1)
     if recalibrate or engine.profile_store.load(key) is None:
@@ -287,6 +348,7 @@ def _ensure_profile(engine, args, recalibrate: bool = False):
 
 
 def cmd_calibrate(args) -> int:
+    _speculation(args)
     engine = _load_engine(args)
     try:
         profile = _ensure_profile(engine, args, recalibrate=True)

@@ -6,6 +6,7 @@ shared between threads.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from dataclasses import dataclass
@@ -14,11 +15,11 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from . import devices, llama
-from .chat import Message, prompt_tokens
+from .chat import Message, Prompt, check_messages, prompt_tokens
 from .costmodel import CALIBRATION_TEXT, CostProfile, ProfileStore, calibrate, profile_key
 from .drafters import DraftModelDrafter, Drafter, LookupThenModelDrafter, PromptLookupDrafter
 from .errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
-from .events import Event
+from .events import Event, Summary
 from .lm import prefill
 from .gguf_info import GGUFInfo, check_pair, read_gguf_info
 from .params import ModelParams, SamplingParams, SpeculationParams
@@ -53,6 +54,7 @@ class Engine:
         self.profile_store = profile_store
         self._profile: CostProfile | None = None
         self.acceptance = AcceptanceModel()  # what verification accepted, across a conversation
+        self._last_prompt: tuple[tuple, Prompt] | None = None
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -112,7 +114,15 @@ class Engine:
     # --- generation ----------------------------------------------------------------------------
 
     def tokenize_messages(self, messages: Sequence[Message]) -> list[int]:
-        return prompt_tokens(self.main.model, messages)
+        return list(self.prompt(messages).tokens)
+
+    def prompt(self, messages: Sequence[Message]) -> Prompt:
+        """The prompt for ``messages``, with a warning when the chat template could not be used. The
+        last one is remembered: counting a prompt's tokens and then generating renders it once."""
+        key = _messages_key(check_messages(messages))
+        if self._last_prompt is None or self._last_prompt[0] != key:
+            self._last_prompt = (key, prompt_tokens(self.main.model, messages))
+        return self._last_prompt[1]
 
     def generate(self, messages: Sequence[Message] | None = None, *, prompt: Sequence[int] | None = None,
                  sampling: SamplingParams = SamplingParams(),
@@ -122,7 +132,8 @@ class Engine:
         Round events and, last, a Summary. Raises PromptTooLongError before decoding anything."""
         if drafter not in DRAFTERS:
             raise QuickdraftError(f"Unknown drafter {drafter!r}; choose one of {', '.join(DRAFTERS)}.")
-        tokens = list(prompt) if prompt is not None else self.tokenize_messages(messages or [])
+        chat = self.prompt(messages or []) if prompt is None else None
+        tokens = list(prompt) if chat is None else list(chat.tokens)
         chosen = self._drafter(drafter)
         profile = self.cost_profile(speculation.draft_max + 1) if chosen and speculation.policy == "auto" else None
         generation = SpeculativeGeneration(
@@ -134,7 +145,8 @@ class Engine:
             draft_min=speculation.draft_min,
             cancel=cancel,
         )
-        return generation.run(tokens)
+        events = generation.run(tokens)
+        return _with_warning(events, chat.warning) if chat is not None and chat.warning else events
 
     def _drafter(self, kind: str) -> Drafter | None:
         """A fresh drafter for one generation; "model" choices fall back to what is loaded."""
@@ -187,6 +199,15 @@ class Engine:
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return self.main.model.detokenize(tokens)
+
+
+def _messages_key(messages: list[dict]) -> tuple:
+    return tuple(tuple(sorted((k, repr(v)) for k, v in m.items())) for m in messages)
+
+
+def _with_warning(events: Iterator[Event], warning: str) -> Iterator[Event]:
+    for event in events:
+        yield dataclasses.replace(event, warnings=(*event.warnings, warning)) if isinstance(event, Summary) else event
 
 
 def _open(params: ModelParams, loaded: list) -> "llama.LlamaSession":

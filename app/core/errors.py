@@ -7,6 +7,20 @@ class QuickdraftError(Exception):
     """Base of every error the engine reports to a user (never shown as a traceback)."""
 
 
+class InvalidParameterError(QuickdraftError, ValueError):
+    """A setting or flag value out of its range, named by its parameter so a front end can name its
+    own control (the CLI's flag, the window's field)."""
+
+    def __init__(self, name: str, problem: str):
+        super().__init__(f"{name} {problem}")
+        self.name = name
+        self.problem = problem
+
+
+class InvalidMessagesError(QuickdraftError):
+    """Chat messages that are not a list of {role, content} texts."""
+
+
 class ModelFileError(QuickdraftError):
     """A model file is missing, not a GGUF, truncated or otherwise unreadable."""
 

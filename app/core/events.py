@@ -69,6 +69,7 @@ class Summary:
     error: str | None = None
     text: str = ""
     token_ids: tuple[int, ...] = field(default=(), repr=False)
+    warnings: tuple[str, ...] = ()   # for the user: e.g. the chat template was too costly and not used
 
     @property
     def prompt_tps(self) -> float:
@@ -129,6 +130,7 @@ class Summary:
             "error": self.error,
             "text": self.text,
             "token_ids": list(self.token_ids),
+            "warnings": list(self.warnings),
         }
 
 

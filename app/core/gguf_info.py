@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
-
 from .errors import ModelFileError
+from .gguf_reader import ARRAY, BOOL, INTEGER_TYPES, STRING, Field, GGUFFormatError, GGUFHeader, read_header
 
 GGUF_MAGIC = b"GGUF"
 # llama.cpp's rules for a draft model (common/speculative.cpp)
@@ -78,10 +76,16 @@ class PairCheck:
 
 
 def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
-    """Metadata of a GGUF file. Raises ModelFileError with a readable reason for a bad file."""
+    """Metadata of a GGUF file. Any file that is missing, unreadable, not a GGUF, or damaged in a way
+    llama.cpp would refuse raises ModelFileError (a QuickdraftError) with a readable reason; no other
+    exception comes out of here, so callers need to catch only QuickdraftError."""
     path = Path(path)
-    stat = _check_file(path)
-    return _read_cached(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    try:
+        stat = _check_file(path)
+        resolved = str(path.resolve())
+    except (OSError, RuntimeError, ValueError) as exc:   # a symlink loop (Python < 3.13), a NUL in the path
+        raise ModelFileError(f"{path.name} cannot be read: {getattr(exc, 'strerror', None) or exc}") from exc
+    return _read_cached(resolved, stat.st_size, stat.st_mtime_ns)
 
 
 def _check_file(path: Path) -> os.stat_result:
@@ -101,154 +105,104 @@ def _read_cached(path: str, size: int, mtime_ns: int) -> GGUFInfo:
     name = Path(path).name
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            header = _GGUFHeader(buf)
-    except (ValueError, IndexError, struct.error, OSError, UnicodeDecodeError) as exc:
-        raise ModelFileError(f"{name} is damaged or truncated and cannot be read ({exc}).") from exc
+            header = read_header(buf)
+        info = _info_from_header(header, path, size)
+    except GGUFFormatError as exc:
+        raise ModelFileError(f"{name} is damaged or not a model llama.cpp can load: {exc}.") from exc
+    except (OSError, ValueError) as exc:   # ValueError: mmap of a file emptied since the check
+        raise ModelFileError(f"{name} cannot be read: {getattr(exc, 'strerror', None) or exc}") from exc
     if header.data_end > size:
         raise ModelFileError(
             f"{name} is truncated: its tensors need {header.data_end:,} bytes but the file has {size:,}. "
             f"The download was probably interrupted; download it again."
         )
-    return _info_from_header(header, path, size)
+    return info
 
 
-class _GGUFHeader:
-    """The metadata and tensor table of a GGUF file.
-
-    The ``gguf`` package's GGUFReader builds a numpy view per array element, which takes ~10 s for a
-    150k-token vocabulary; this reads the same layout (using the package's type tables) in ~0.2 s.
-    """
-
-    def __init__(self, buf):
-        from gguf import GGML_QUANT_SIZES
-
-        self.buf = buf
-        self.pos = 4
-        version = self._unpack("<I")
-        if version < 2:
-            raise ValueError(f"GGUF version {version} is too old")
-        n_tensors, n_kv = self._unpack("<Q"), self._unpack("<Q")
-        self.fields: dict[str, object] = {}
-        for _ in range(n_kv):
-            key = self._string()
-            self.fields[key] = self._value(self._unpack("<I"))
-        self.tensors: list[tuple[str, int, int]] = []  # name, type, n_elements
-        data_size = 0
-        for _ in range(n_tensors):
-            tname = self._string()
-            dims = [self._unpack("<Q") for _ in range(self._unpack("<I"))]
-            ttype, offset = self._unpack("<I"), self._unpack("<Q")
-            n_elements = int(np.prod(dims, dtype=np.int64)) if dims else 1
-            block, type_size = GGML_QUANT_SIZES[ttype]
-            data_size = max(data_size, offset + n_elements // block * type_size)
-            self.tensors.append((tname, ttype, n_elements))
-        alignment = int(self.fields.get("general.alignment", 32))
-        data_start = (self.pos + alignment - 1) // alignment * alignment
-        self.data_end = data_start + data_size
-
-    def _unpack(self, fmt: str):
-        value = struct.unpack_from(fmt, self.buf, self.pos)[0]
-        self.pos += struct.calcsize(fmt)
-        return value
-
-    def _string(self) -> str:
-        n = self._unpack("<Q")
-        if self.pos + n > len(self.buf):
-            raise ValueError("a string runs past the end of the file")
-        text = self.buf[self.pos:self.pos + n].decode("utf-8", "replace")
-        self.pos += n
-        return text
-
-    def _value(self, vtype: int):
-        if vtype == _STRING:
-            return self._string()
-        if vtype == _ARRAY:
-            item_type, n = self._unpack("<I"), self._unpack("<Q")
-            if item_type == _STRING:
-                return [self._string() for _ in range(n)]
-            if item_type in _SCALAR_FORMATS:
-                dtype = np.dtype(_SCALAR_FORMATS[item_type])
-                end = self.pos + dtype.itemsize * n
-                if end > len(self.buf):
-                    raise ValueError("an array runs past the end of the file")
-                values = np.frombuffer(self.buf[self.pos:end], dtype=dtype)
-                self.pos = end
-                return values.tolist()
-            return [self._value(item_type) for _ in range(n)]
-        if vtype not in _SCALAR_FORMATS:
-            raise ValueError(f"unknown metadata value type {vtype}")
-        value = self._unpack(_SCALAR_FORMATS[vtype])
-        return bool(value) if vtype == _BOOL else value
-
-
-_STRING, _ARRAY, _BOOL = 8, 9, 7
-_SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<B",
-                   10: "<Q", 11: "<q", 12: "<d"}
-
-
-def _info_from_header(header: _GGUFHeader, path: str, size: int) -> GGUFInfo:
-    get = header.fields.get
-    arch = str(get("general.architecture", "unknown"))
-    vocab_type = str(get("tokenizer.ggml.model", "none"))
-    tokens = get("tokenizer.ggml.tokens") or []
-    add_bos = get("tokenizer.ggml.add_bos_token")
+def _info_from_header(header: GGUFHeader, path: str, size: int) -> GGUFInfo:
+    meta = _Metadata(header.fields)
+    arch = meta.string("general.architecture")
+    if not arch:
+        raise GGUFFormatError("it names no architecture (general.architecture)")
+    vocab_type = meta.string("tokenizer.ggml.model") or "none"
+    tokens = meta.strings("tokenizer.ggml.tokens")
+    add_bos = meta.flag("tokenizer.ggml.add_bos_token")
     return GGUFInfo(
         path=path,
         file_size=size,
         architecture=arch,
-        name=str(get("general.name", "") or ""),
-        parameter_count=sum(n for _, _, n in header.tensors),
-        quantization=_quantization(header, get("general.file_type")),
-        context_length=_int_or_none(get(f"{arch}.context_length")),
-        n_layers=_int_or_none(get(f"{arch}.block_count")),
-        n_embd=_int_or_none(get(f"{arch}.embedding_length")),
-        n_head=_int_or_none(_first(get(f"{arch}.attention.head_count"))),
-        n_head_kv=_int_or_none(_first(get(f"{arch}.attention.head_count_kv"))),
+        name=meta.string("general.name") or "",
+        parameter_count=sum(t.n_elements for t in header.tensors),
+        quantization=_quantization(header, meta.integer("general.file_type")),
+        context_length=meta.integer(f"{arch}.context_length"),
+        n_layers=meta.integer(f"{arch}.block_count"),
+        n_embd=meta.integer(f"{arch}.embedding_length"),
+        n_head=meta.integer(f"{arch}.attention.head_count"),
+        n_head_kv=meta.integer(f"{arch}.attention.head_count_kv"),
         vocab_type=vocab_type,
         vocab_size=len(tokens),
-        bos_token_id=_int_or_none(get("tokenizer.ggml.bos_token_id")),
-        eos_token_id=_int_or_none(get("tokenizer.ggml.eos_token_id")),
+        bos_token_id=meta.integer("tokenizer.ggml.bos_token_id"),
+        eos_token_id=meta.integer("tokenizer.ggml.eos_token_id"),
         # llama.cpp's default when the key is missing: SentencePiece adds BOS, the others do not
-        add_bos=bool(add_bos) if add_bos is not None else vocab_type == "llama",
-        add_eos=bool(get("tokenizer.ggml.add_eos_token", False)),
-        chat_template=get("tokenizer.chat_template"),
+        add_bos=add_bos if add_bos is not None else vocab_type == "llama",
+        add_eos=bool(meta.flag("tokenizer.ggml.add_eos_token")),
+        chat_template=meta.string("tokenizer.chat_template"),
         tokens=tuple(tokens),
-        key_length=_int_or_none(get(f"{arch}.attention.key_length")),
-        value_length=_int_or_none(get(f"{arch}.attention.value_length")),
-        tensor_bytes=tuple((name, _tensor_bytes(ttype, n)) for name, ttype, n in header.tensors),
+        key_length=meta.integer(f"{arch}.attention.key_length"),
+        value_length=meta.integer(f"{arch}.attention.value_length"),
+        tensor_bytes=tuple((t.name, t.n_bytes) for t in header.tensors),
     )
 
 
-def _tensor_bytes(ttype: int, n_elements: int) -> int:
-    from gguf import GGML_QUANT_SIZES
+class _Metadata:
+    """Typed access to the metadata: a key of the wrong type is a damaged file, not a crash."""
 
-    block, type_size = GGML_QUANT_SIZES[ttype]
-    return n_elements // block * type_size
+    def __init__(self, fields: dict[str, Field]):
+        self.fields = fields
+
+    def string(self, key: str) -> str | None:
+        return self._get(key, "a string", lambda f: f.type == STRING)
+
+    def strings(self, key: str) -> list[str]:
+        return self._get(key, "an array of strings", lambda f: f.type == ARRAY and f.item_type == STRING) or []
+
+    def flag(self, key: str) -> bool | None:
+        return self._get(key, "a bool", lambda f: f.type == BOOL)
+
+    def integer(self, key: str) -> int | None:
+        """An integer key; for per-layer arrays (head counts of some models) the first layer's."""
+        entry = self.fields.get(key)
+        if entry is None:
+            return None
+        if entry.type in INTEGER_TYPES:
+            value = entry.value
+        elif entry.type == ARRAY and entry.item_type in INTEGER_TYPES:
+            value = entry.value[0].item() if len(entry.value) else None
+        else:
+            raise GGUFFormatError(f"the metadata key '{key}' should be an integer but is {entry.describe_type()}")
+        if value is not None and value < 0:
+            raise GGUFFormatError(f"the metadata key '{key}' is negative ({value})")
+        return value
+
+    def _get(self, key: str, wanted: str, is_wanted):
+        entry = self.fields.get(key)
+        if entry is None:
+            return None
+        if not is_wanted(entry):
+            raise GGUFFormatError(f"the metadata key '{key}' should be {wanted} but is {entry.describe_type()}")
+        return entry.value
 
 
-def _first(value):
-    return value[0] if isinstance(value, list) and value else value
-
-
-def _int_or_none(value) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
-def _quantization(header: _GGUFHeader, file_type) -> str:
-    from gguf import GGMLQuantizationType, LlamaFileType
+def _quantization(header: GGUFHeader, file_type: int | None) -> str:
+    from gguf import LlamaFileType
 
     if file_type is not None:
         try:
-            return LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+            return LlamaFileType(file_type).name.removeprefix("MOSTLY_").removeprefix("ALL_")
         except ValueError:
             pass
-    weights = Counter(ttype for name, ttype, _ in header.tensors if name.endswith(".weight"))
-    if not weights:
-        return "unknown"
-    return GGMLQuantizationType(weights.most_common(1)[0][0]).name
+    weights = Counter(t.type_name for t in header.tensors if t.name.endswith(".weight"))
+    return weights.most_common(1)[0][0] if weights else "unknown"
 
 
 def check_pair(main: GGUFInfo, draft: GGUFInfo) -> PairCheck:

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import DecodeError, ModelLoadError
+from .errors import DecodeError, InvalidMessagesError, ModelLoadError
 from .params import AUTO, ModelParams
 
 _init_lock = threading.Lock()
@@ -166,7 +166,11 @@ class LlamaModel:
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         llama_cpp = _llama()
-        data = text.encode("utf-8")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as exc:   # callers check messages first; this guards any other text
+            raise InvalidMessagesError(f"The text is not valid Unicode: character {exc.start + 1} is a lone "
+                                       f"surrogate ({text[exc.start]!r}).") from None
         capacity = len(data) + 8
         buf = (llama_cpp.llama_token * capacity)()
         n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, parse_special)
@@ -175,6 +179,23 @@ class LlamaModel:
             buf = (llama_cpp.llama_token * capacity)()
             n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, parse_special)
         return list(buf[:n])
+
+    def is_control(self, token: int) -> bool:
+        """Whether ``token`` is one that tokenizing with ``parse_special`` alone turns text into
+        (control and unknown tokens): message text must never become one."""
+        llama_cpp = _llama()
+        return bool(self._attr(token) & (llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN))
+
+    def strips_left(self, token: int) -> bool:
+        return bool(self._attr(token) & _llama().LLAMA_TOKEN_ATTR_LSTRIP)
+
+    def strips_right(self, token: int) -> bool:
+        return bool(self._attr(token) & _llama().LLAMA_TOKEN_ATTR_RSTRIP)
+
+    def _attr(self, token: int) -> int:
+        if not 0 <= token < self.n_vocab:
+            return 0
+        return int(_llama().llama_vocab_get_attr(self._vocab, token))
 
     def token_text(self, token: int) -> str:
         """A token's text as the vocabulary spells it (control tokens included); "" for none."""

@@ -1,8 +1,20 @@
-"""The settings a generation runs with, as plain values the CLI, the GUI and tests share."""
+"""The settings a generation runs with, as plain values the CLI, the GUI and tests share.
+
+Each dataclass checks its own values when built: the one place where ranges live. A value out of
+range raises InvalidParameterError, which names the parameter so a front end can name its control.
+"""
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
+
+from .errors import InvalidParameterError
+
+DRAFT_MAX_LIMIT = 256        # more than any useful draft; each round's batch holds draft_max + 1 tokens
+SEED_LIMIT = 2**64           # numpy's generator takes seeds in [0, 2**64)
+POLICIES = ("auto", "fixed", "pmin")
 
 
 @dataclass(frozen=True)
@@ -16,6 +28,17 @@ class SamplingParams:
     seed: int | None = None  # None = a fresh random seed each generation
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _require("temperature", self.temperature, _finite(self.temperature) and self.temperature >= 0,
+                 "must be 0 (greedy) or more")
+        _require("top_k", self.top_k, _integer(self.top_k) and self.top_k >= 0, "must be 0 (off) or more")
+        _require("top_p", self.top_p, _finite(self.top_p) and 0.0 <= self.top_p <= 1.0, "must be between 0 and 1")
+        _require("min_p", self.min_p, _finite(self.min_p) and 0.0 <= self.min_p <= 1.0, "must be between 0 and 1")
+        _require("seed", self.seed, self.seed is None or (_integer(self.seed) and 0 <= self.seed < SEED_LIMIT),
+                 "must be 0 or more (or left out for a random seed)")
+        _require("max_tokens", self.max_tokens, _integer(self.max_tokens) and self.max_tokens >= 1,
+                 "must be at least 1")
 
     @property
     def greedy(self) -> bool:
@@ -38,10 +61,12 @@ class SpeculationParams:
     policy: str = "auto"      # "auto" (cost model) | "fixed" | "pmin"
 
     def __post_init__(self) -> None:
-        if self.draft_max < 0 or self.draft_min < 0:
-            raise ValueError("draft lengths must not be negative")
-        if not 0.0 <= self.p_min <= 1.0:
-            raise ValueError("p_min must be between 0 and 1")
+        _require("draft_max", self.draft_max, _integer(self.draft_max) and 0 <= self.draft_max <= DRAFT_MAX_LIMIT,
+                 f"must be between 0 and {DRAFT_MAX_LIMIT}")
+        _require("draft_min", self.draft_min, _integer(self.draft_min) and self.draft_min >= 0,
+                 "must be 0 or more")
+        _require("p_min", self.p_min, _finite(self.p_min) and 0.0 <= self.p_min <= 1.0, "must be between 0 and 1")
+        _require("policy", self.policy, self.policy in POLICIES, f"must be one of {', '.join(POLICIES)}")
 
 
 AUTO = "auto"  # GPU layers: the draft wholly on the GPU first, then what fits of the main model
@@ -74,7 +99,15 @@ class ModelParams:
     use_mmap: bool = True
 
     def __post_init__(self) -> None:
+        _require("n_gpu_layers", self.n_gpu_layers, _gpu_layers_ok(self.n_gpu_layers),
+                 "must be 'auto', -1 (all layers) or a number of layers")
         object.__setattr__(self, "n_gpu_layers", parse_gpu_layers(self.n_gpu_layers))
+        _require("n_ctx", self.n_ctx, _integer(self.n_ctx) and 0 <= self.n_ctx < 2**31,
+                 "must be 0 (the model's own) or a positive token count")
+        _require("n_threads", self.n_threads,
+                 self.n_threads is None or (_integer(self.n_threads) and 1 <= self.n_threads <= 4096),
+                 "must be at least 1 (or left out for the default)")
+        _require("n_batch", self.n_batch, _integer(self.n_batch) and 1 <= self.n_batch < 2**31, "must be at least 1")
 
 
 @dataclass(frozen=True)
@@ -82,3 +115,24 @@ class EngineConfig:
     main: ModelParams
     draft: ModelParams | None = None
     extra: dict = field(default_factory=dict)
+
+
+def _gpu_layers_ok(value) -> bool:
+    try:
+        parse_gpu_layers(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _require(name: str, value, ok: bool, requirement: str) -> None:
+    if not ok:
+        raise InvalidParameterError(name, f"{requirement} (got {value!r})")
+
+
+def _finite(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _integer(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)

@@ -22,8 +22,11 @@ class DraftPick:
     p_top: float           # the drafter's top probability: its confidence
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits.astype(np.float64, copy=False) - float(np.max(logits))
+def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    # the temperature divides only after the maximum is subtracted: a tiny temperature then sends
+    # the other logits to -inf (probability 0) instead of overflowing them all to inf (NaN)
+    with np.errstate(over="ignore"):
+        z = (logits.astype(np.float64) - float(np.max(logits))) / temperature
     e = np.exp(z)
     return e / e.sum()
 
@@ -70,7 +73,7 @@ class Sampler:
             ids = self._min_p(ids, logits)
         else:  # top-k and min-p both keep the highest logits: their order does not matter
             ids = self._top_k(self._min_p(np.arange(logits.shape[-1]), logits), logits)
-        return ids, softmax(logits[ids] / params.temperature)
+        return ids, softmax(logits[ids], params.temperature)
 
     def _top_k(self, ids: np.ndarray, logits: np.ndarray | None = None) -> np.ndarray:
         if logits is None:

@@ -40,12 +40,18 @@ class TinySpec:
     chat_template: str | None = CHATML_TEMPLATE
     architecture: str = "llama"   # set to a made-up name to test an architecture llama.cpp refuses
     name: str = "tiny"
+    chat_tokens: bool = False     # add ChatML's <|im_start|> and <|im_end|> as control tokens
     vocab_size: int = 0           # pad the vocabulary with filler words to this many tokens (0: no padding)
 
 
-def vocabulary(other: bool = False, size: int = 0) -> tuple[list[str], list[float], list[int]]:
+CHAT_TOKENS = ("<|im_start|>", "<|im_end|>")
+
+
+def vocabulary(other: bool = False, chat_tokens: bool = False,
+               size: int = 0) -> tuple[list[str], list[float], list[int]]:
     """Token texts, scores and types of the tiny byte-level SentencePiece vocabulary, padded with
-    filler words to ``size`` tokens (a real model's vocabulary size, for what costs per token)."""
+    filler words to ``size`` tokens (a real model's vocabulary size, for what costs per token); with
+    ``chat_tokens``, ChatML's control tokens follow at the end."""
     import gguf
 
     tokens = ["<unk>", "<s>", "</s>"]
@@ -61,6 +67,10 @@ def vocabulary(other: bool = False, size: int = 0) -> tuple[list[str], list[floa
     tokens += [f"\u2581w{i}" for i in range(filler)]
     types += [gguf.TokenType.NORMAL] * filler
     scores = [0.0] * 3 + [-float(i) for i in range(len(tokens) - 3)]
+    if chat_tokens:
+        tokens += list(CHAT_TOKENS)
+        types += [gguf.TokenType.CONTROL] * len(CHAT_TOKENS)
+        scores += [0.0] * len(CHAT_TOKENS)
     return tokens, scores, [int(t) for t in types]
 
 
@@ -70,7 +80,7 @@ def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tokens, scores, types = vocabulary(spec.other_vocab, spec.vocab_size)
+    tokens, scores, types = vocabulary(spec.other_vocab, spec.chat_tokens, spec.vocab_size)
     n_vocab = len(tokens)
     head_dim = spec.n_embd // spec.n_head
     n_embd_kv = head_dim * spec.n_head_kv

@@ -137,9 +137,10 @@ def _download_one(client, model) -> Path:
     paused = next((p for p in pending_downloads(models_dir) if p.key == f"{model.repo_id}/{model.filename}"), None)
     verb = f"Resuming at {format_bytes(paused.done)}:" if paused and paused.done else "Downloading"
     print(f"{verb} {model.repo_id}/{model.label} ({format_bytes(model.size)})", file=sys.stderr)
-    path = asyncio.run(download_model(client, model, models_dir, _ProgressLine(sys.stderr)))
-    print(file=sys.stderr)
-    return path
+    try:
+        return asyncio.run(download_model(client, model, models_dir, _ProgressLine(sys.stderr)))
+    finally:
+        print(file=sys.stderr)   # end the progress line, so a message after it has a line of its own
 
 
 class _ProgressLine:

@@ -30,7 +30,7 @@ from pathlib import Path
 from app.core.errors import QuickdraftError
 
 from .diskspace import NotEnoughSpaceError, check_disk_space, format_bytes, format_duration
-from .hub import FilePart, HubClient, HubError, RemoteModel, hub_errors
+from .hub import FilePart, HubClient, HubError, RemoteModel, hub_errors, is_safe_hub_path
 from .registry import ModelRegistry
 
 PROGRESS_INTERVAL_S = 0.1
@@ -108,7 +108,11 @@ class CancelToken:
 
 
 def local_path(models_dir: Path, repo_id: str, filename: str) -> Path:
-    """Where a hub file lives locally: ``models_dir/<owner>/<repo>/<filename>``."""
+    """Where a hub file lives locally: ``models_dir/<owner>/<repo>/<filename>``. A repository id or
+    file name that would lead outside the models folder (``../``, an absolute path) is refused."""
+    for name in (repo_id, filename):
+        if not is_safe_hub_path(name):
+            raise DownloadError(f"Refusing the hub path {name!r}: it would be written outside the models folder.")
     return Path(models_dir) / repo_id / filename
 
 
@@ -186,14 +190,15 @@ def download_model_blocking(client: HubClient, model: RemoteModel, models_dir: P
     have = sum(_size(partial_path(d)) for d, p in zip(dests, model.parts) if not d.exists())
     done_parts = sum(p.size for d, p in zip(dests, model.parts) if d.exists())
     check_disk_space(first.parent, model.size - done_parts - have)
-    _write_pending(model, first)
     meter = _Meter(model.label, model.size, done_parts + have, report)
     if meters is not None:
         meters.append(meter)
     try:
-        for part, dest in zip(model.parts, dests):
-            if not dest.exists():
-                _download_part(client, model, part, dest, meter, cancel)
+        with _disk_errors(model):
+            _write_pending(model, first)
+            for part, dest in zip(model.parts, dests):
+                if not dest.exists():
+                    _download_part(client, model, part, dest, meter, cancel)
     except BaseException:
         if not any(partial_path(d).exists() or d.exists() for d in dests):
             pending_path(first).unlink(missing_ok=True)   # nothing to resume: forget it
@@ -283,12 +288,26 @@ def _write(out, chunk: bytes, partial: Path) -> None:
         out.write(chunk)
         out.flush()   # what arrived is on disk: a crash or a kill loses nothing of it
     except OSError as exc:
+        with contextlib.suppress(OSError):
+            out.close()   # closing flushes what is buffered, and fails the same way on a full disk
         if exc.errno != errno.ENOSPC:
             raise DownloadError(f"Could not write {partial.name}: {exc.strerror or exc}") from exc
-        out.close()
         partial.unlink(missing_ok=True)
         raise NotEnoughSpaceError(f"The disk filled up while downloading {partial.name}; the partial file was "
                                   f"deleted. Free some space and download it again.") from exc
+
+
+@contextlib.contextmanager
+def _disk_errors(model: RemoteModel):
+    """A file operation of the download that fails (a full disk, a read-only folder) as a DownloadError."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise NotEnoughSpaceError(f"The disk filled up while downloading {model.label}. Free some space "
+                                      f"and download it again.") from exc
+        raise DownloadError(f"Could not write {model.label} into the models folder: {exc.strerror or exc}"
+                            f"{f' ({exc.filename})' if exc.filename else ''}.") from exc
 
 
 def _verify(part: FilePart, partial: Path, meter: _Meter, cancel: CancelToken, model: RemoteModel) -> None:
@@ -354,12 +373,16 @@ def _discard_stale_partials(model: RemoteModel, dests: list[Path]) -> None:
 
 
 def read_pending(path: Path) -> RemoteModel | None:
+    """The download a marker file describes; None for a damaged one, or one naming paths outside the
+    models folder (it is never resumed, listed or cleaned up)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         parts = tuple(FilePart(p["filename"], int(p["size"]), p.get("sha256")) for p in data["parts"])
-        return RemoteModel(data["repo_id"], data.get("revision", "main"), parts, data.get("quantization", "?"))
-    except (OSError, ValueError, KeyError, TypeError):
+        model = RemoteModel(data["repo_id"], data.get("revision", "main"), parts, data.get("quantization", "?"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+    names = [model.repo_id, *(p.filename for p in parts)]
+    return model if parts and all(is_safe_hub_path(n) for n in names) else None
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,14 @@ class RemoteModel:
         return f"{name} (+{len(self.parts) - 1} parts)" if self.is_split else name
 
 
+def is_safe_hub_path(name: str) -> bool:
+    """Whether a repository id or file name from the hub stays inside the folder it is joined to, on
+    every OS: relative, no ``..`` or ``.`` parts, no backslash, drive colon or NUL."""
+    if not isinstance(name, str) or not name or name.startswith("/") or any(c in name for c in "\\:\0"):
+        return False
+    return all(part not in ("", ".", "..") for part in name.split("/"))
+
+
 def quantization_from_name(filename: str) -> str:
     """The quantization a GGUF file name states (``...-Q4_K_M.gguf`` -> ``Q4_K_M``), else ``?``."""
     base = filename.rsplit("/", 1)[-1]
@@ -87,6 +95,8 @@ def group_gguf_files(repo_id: str, revision: str, parts: list[FilePart]) -> list
     for part in parts:
         base = part.filename.rsplit("/", 1)[-1]
         if not base.lower().endswith(".gguf") or base.lower().startswith("mmproj"):
+            continue
+        if not is_safe_hub_path(part.filename):   # a name like ../x.gguf is never offered, never written
             continue
         match = SPLIT_RE.match(part.filename)
         if match:
@@ -123,6 +133,7 @@ class HubClient:
 
     def list_models(self, repo_id: str, revision: str = "main") -> list[RemoteModel]:
         """The GGUF models of a repository, with sizes, quantization and SHA-256."""
+        check_repo_id(repo_id)
         with hub_errors(f"list the files of {repo_id}"):
             info = self.api.model_info(repo_id, revision=revision, files_metadata=True)
         parts = [
@@ -153,12 +164,29 @@ class HubClient:
         """The first paragraphs of the repository's README (front matter left out), or None."""
         from huggingface_hub.utils import get_session, hf_raise_for_status
 
+        check_repo_id(repo_id)
         with hub_errors(f"read the model card of {repo_id}"):
             response = get_session().get(self.file_url(repo_id, "README.md", revision), headers=self.headers())
             if response.status_code == 404:
                 return None
             hf_raise_for_status(response)
         return summarize_card(response.text)
+
+
+def check_repo_id(repo_id: str) -> None:
+    """Refuse, with a HubError, what is not an ``owner/name`` repository id the hub would accept."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        valid = False
+    else:
+        valid = is_safe_hub_path(repo_id)
+    if not valid:
+        raise HubError(f"{repo_id!r} is not a Hugging Face repository id: use owner/name, for example "
+                       f"bartowski/Qwen2.5-Coder-7B-Instruct-GGUF.")
 
 
 def summarize_card(text: str) -> str | None:

@@ -281,12 +281,14 @@ def _first_part(path: Path) -> Path:
 
 
 def _describe(path: Path, source: str, repo_id: str | None) -> InstalledModel:
+    """One model for the list; a damaged or unreadable file is listed with its ``error``, never raised:
+    read_gguf_info raises only QuickdraftError, and the file system only OSError."""
     try:
         parts = local_parts(path)
         info = read_gguf_info(path)
         size = sum(p.stat().st_size for p in parts)
         return InstalledModel(path, parts, size, source, repo_id, info, None)
-    except ModelFileError as exc:
+    except QuickdraftError as exc:
         return InstalledModel(path, (path,), _size(path), source, repo_id, None, str(exc))
     except OSError as exc:
         return InstalledModel(path, (path,), _size(path), source, repo_id, None,

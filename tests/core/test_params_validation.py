@@ -1,0 +1,68 @@
+"""Every parameter is range-checked where it is defined, and sampling stays a distribution at the edges."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from app.core.errors import InvalidParameterError, QuickdraftError
+from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.core.sampling import Sampler
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"temperature": -0.1}, "temperature"), ({"temperature": math.nan}, "temperature"),
+    ({"temperature": math.inf}, "temperature"), ({"top_k": -1}, "top_k"), ({"top_p": 1.5}, "top_p"),
+    ({"top_p": math.nan}, "top_p"), ({"min_p": 5.0}, "min_p"), ({"min_p": -0.1}, "min_p"),
+    ({"seed": -1}, "seed"), ({"seed": 2**64}, "seed"), ({"max_tokens": 0}, "max_tokens"),
+    ({"max_tokens": -5}, "max_tokens"), ({"top_k": 2.5}, "top_k"),
+])
+def test_sampling_values_out_of_range(kwargs, name):
+    with pytest.raises(InvalidParameterError) as caught:
+        SamplingParams(**kwargs)
+    assert caught.value.name == name and "got" in caught.value.problem
+    assert isinstance(caught.value, QuickdraftError) and isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"draft_max": -1}, "draft_max"), ({"draft_max": 10_000}, "draft_max"), ({"draft_min": -2}, "draft_min"),
+    ({"p_min": 2.0}, "p_min"), ({"p_min": math.nan}, "p_min"), ({"policy": "fastest"}, "policy"),
+])
+def test_speculation_values_out_of_range(kwargs, name):
+    with pytest.raises(InvalidParameterError) as caught:
+        SpeculationParams(**kwargs)
+    assert caught.value.name == name
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"n_ctx": -5}, "n_ctx"), ({"n_gpu_layers": -2}, "n_gpu_layers"), ({"n_threads": 0}, "n_threads"),
+    ({"n_batch": 0}, "n_batch"),
+])
+def test_model_values_out_of_range(kwargs, name):
+    with pytest.raises(InvalidParameterError) as caught:
+        ModelParams("m.gguf", **kwargs)
+    assert caught.value.name == name
+
+
+def test_the_edges_of_each_range_are_allowed():
+    SamplingParams(temperature=0.0, top_k=0, top_p=0.0, min_p=1.0, seed=0, max_tokens=1)
+    SamplingParams(top_p=1.0, min_p=0.0, seed=2**64 - 1)
+    SpeculationParams(draft_max=0, p_min=1.0)
+    ModelParams("m.gguf", n_ctx=0, n_gpu_layers=-1, n_threads=1)
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 1e-30, 5e-324, 1e-3])
+def test_a_tiny_temperature_samples_the_best_token_never_nan(temperature):
+    logits = np.array([1.0, 3.5, 3.0, -2.0, 0.0], dtype=np.float32) * 10
+    sampler = Sampler(SamplingParams(temperature=temperature, top_k=0, top_p=1.0, min_p=0.0, seed=1))
+    p = sampler.probs(logits)
+    assert np.all(np.isfinite(p)) and p.sum() == pytest.approx(1.0)
+    assert p[1] == pytest.approx(1.0)
+    assert {sampler.sample(logits) for _ in range(20)} == {1}
+
+
+def test_min_p_one_keeps_the_best_token():
+    sampler = Sampler(SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=1.0, seed=1))
+    assert sampler.sample(np.array([0.0, 2.0, 1.0], dtype=np.float32)) == 1
