@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("-t", "--threads", type=int, default=None)
     parser.add_argument("-ngl", "--gpu-layers", default="auto")
+    parser.add_argument("--drafters", default="model,lookup", help="which drafters to measure (model,lookup)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     if not (args.tiny or (args.main and args.draft)):
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                                  ModelParams(str(draft_path), n_ctx=2048, n_threads=args.threads,
                                              n_gpu_layers=args.gpu_layers))
             try:
-                for drafter in ("model", "lookup"):
+                for drafter in args.drafters.split(","):
                     results.append(measure(engine, label, drafter, args.n_predict, args.draft_max, args.repeat))
                     print(f"{label} / {drafter}: done", file=sys.stderr, flush=True)
             finally:

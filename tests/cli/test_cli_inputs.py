@@ -42,7 +42,7 @@ GENERATE_FLAGS = [
     (["--policy", "fastest"], "argument --policy: invalid choice"),
     (["-c", "-5"], "-c/--ctx must be 0"),
     (["-t", "0"], "-t/--threads must be at least 1"),
-    (["-ngl", "-3"], "-ngl/--gpu-layers must be -1"),
+    (["-ngl", "-3"], "GPU layers must be 'auto', -1 (all) or a number of layers, not -3"),
     (["-md", "d.gguf", "-cd", "-1"], "-cd/--ctx-draft must be 0"),
     (["-md", "d.gguf", "-td", "-4"], "-td/--threads-draft must be at least 1"),
 ]
