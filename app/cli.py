@@ -1,6 +1,8 @@
 """quickdraft: the headless command line, on the same engine as the app.
 
     quickdraft generate --main M [--draft D] -p PROMPT
+    quickdraft generate --remote URL [--api-key K] [--remote-model NAME] -p PROMPT
+    quickdraft serve --main M [--draft D] [--host 127.0.0.1] [--port 8080] [--api-key K]
     quickdraft bench --main M --draft D --prompts FILE...
     quickdraft info FILE.gguf
     quickdraft check-pair MAIN DRAFT
@@ -47,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     gen = sub.add_parser("generate", help="answer a prompt, streaming, then print speculation statistics")
-    _model_args(gen)
+    _model_args(gen, main_required=False)
+    _remote_args(gen)
     src = gen.add_mutually_exclusive_group(required=True)
     src.add_argument("-p", "--prompt", help="a user message")
     src.add_argument("--messages", help="a JSON file: a list of {role, content} messages")
@@ -88,12 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(cal)
     cal.set_defaults(handler=cmd_calibrate)
 
+    _add_serve(sub)
     _add_models(sub)
     return parser
 
 
-def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-m", "--main", required=True, help="the main model (GGUF)")
+def _model_args(p: argparse.ArgumentParser, main_required: bool = True) -> None:
+    p.add_argument("-m", "--main", required=main_required, help="the main model (GGUF)")
     p.add_argument("-md", "--draft", help="the draft model (GGUF)")
     p.add_argument("--draft-max", type=int, default=16, help="most tokens drafted per round (16)")
     p.add_argument("--draft-min", type=int, default=0, help="drop drafts shorter than this (0)")
@@ -111,6 +115,44 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-cd", "--ctx-draft", type=int, default=None, help="context size of the draft (= --ctx)")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads for the main model")
     p.add_argument("-td", "--threads-draft", type=int, default=None, help="threads for the draft (= --threads)")
+
+
+def _add_serve(sub) -> None:
+    from .server.cli import add_serve_args
+
+    serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server on the pair (127.0.0.1:8080)")
+    _model_args(serve)
+    add_serve_args(serve)
+    serve.set_defaults(handler=cmd_serve)
+
+
+def cmd_serve(args) -> int:
+    from .server.cli import serve
+
+    return serve(args, lambda: _load_engine(args), _speculation(args), _drafter(args))
+
+
+def _remote_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--remote", metavar="URL",
+                   help="answer with an OpenAI-compatible server (llama-server, vLLM, quickdraft serve) instead of -m")
+    p.add_argument("--api-key", default=os.environ.get("QUICKDRAFT_API_KEY"),
+                   help="the server's API key (or set QUICKDRAFT_API_KEY)")
+    p.add_argument("--remote-model", help="the server's model to use (default: the first it lists)")
+
+
+def _generation_engine(args):
+    """The remote server with --remote, else the local pair."""
+    from .core.errors import QuickdraftError
+
+    if args.remote and args.main:
+        raise QuickdraftError("give either a main model (-m) or a server (--remote), not both")
+    if args.remote:
+        from .core.remote import RemoteEngine
+
+        return RemoteEngine(args.remote, args.api_key, args.remote_model)
+    if not args.main:
+        raise QuickdraftError("give a main model (-m FILE.gguf) or a server (--remote URL)")
+    return _load_engine(args)
 
 
 def _add_models(sub) -> None:
@@ -169,7 +211,7 @@ def cmd_generate(args) -> int:
     from .core.events import Summary, TokenPiece
     from .core.params import SamplingParams
 
-    engine = _load_engine(args)
+    engine = _generation_engine(args)
     sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                               seed=args.seed, max_tokens=args.n_predict, stop=tuple(args.stop))
     cancel = threading.Event()
@@ -192,7 +234,8 @@ def cmd_generate(args) -> int:
         print(json.dumps(summary.to_dict(), indent=2))
     else:
         print(file=sys.stdout)
-        print(format_stats(summary, args.draft_max if _drafter(args) != "none" else 0), file=sys.stderr)
+        n_draft = args.draft_max if _drafter(args) != "none" and not args.remote else 0
+        print(format_stats(summary, n_draft), file=sys.stderr)
     return 0 if summary.error is None else 1
 
 
@@ -202,6 +245,10 @@ def format_stats(s, n_draft: int) -> str:
         f"encoded {s.prompt_tokens_evaluated:4d} tokens in {s.prompt_s:8.3f} seconds, speed: {s.prompt_tps:8.3f} t/s",
         f"decoded {s.generated_tokens:4d} tokens in {s.generation_s:8.3f} seconds, speed: {s.generation_tps:8.3f} t/s",
         "",
+    ]
+    if not s.speculation_reported:  # a remote server said nothing about drafting: no zeros posing as counts
+        return "\n".join(lines + ["speculation: not reported by the server", _stopped(s)])
+    lines += [
         f"n_draft   = {n_draft}",
         f"n_predict = {s.generated_tokens}",
         f"n_drafted = {s.drafted}",
@@ -213,8 +260,12 @@ def format_stats(s, n_draft: int) -> str:
     if s.drafted_by_position:
         by_pos = " ".join(f"{100 * r:.0f}%" for r in s.acceptance_by_position())
         lines.append(f"accept by draft position: {by_pos}")
-    lines.append(f"stopped   = {s.stop_reason.value}" + (f" ({s.error})" if s.error else ""))
+    lines.append(_stopped(s))
     return "\n".join(lines)
+
+
+def _stopped(s) -> str:
+    return f"stopped   = {s.stop_reason.value}" + (f" ({s.error})" if s.error else "")
 
 
 def cmd_bench(args) -> int:

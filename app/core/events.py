@@ -69,6 +69,7 @@ class Summary:
     error: str | None = None
     text: str = ""
     token_ids: tuple[int, ...] = field(default=(), repr=False)
+    speculation_reported: bool = True  # False: a remote server said nothing about drafting (not zero)
 
     @property
     def prompt_tps(self) -> float:
@@ -128,6 +129,7 @@ class Summary:
             "stop_reason": self.stop_reason.value,
             "error": self.error,
             "text": self.text,
+            "speculation_reported": self.speculation_reported,
         }
 
 
