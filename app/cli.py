@@ -129,7 +129,13 @@ def _add_serve(sub) -> None:
 def cmd_serve(args) -> int:
     from .server.cli import serve
 
-    return serve(args, lambda: _load_engine(args), _speculation(args), _drafter(args))
+    def load():  # on the server's engine thread; the auto policy's profile is made before the first request
+        engine = _load_engine(args)
+        if args.policy == "auto" and _drafter(args) != "none":
+            _ensure_profile(engine, args)
+        return engine
+
+    return serve(args, load, _speculation(args), _drafter(args))
 
 
 def _remote_args(p: argparse.ArgumentParser) -> None:

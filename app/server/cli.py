@@ -24,22 +24,25 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
 def serve(args, load_engine: Callable[[], object], speculation, drafter: str) -> int:
     from app.core.errors import QuickdraftError
 
-    from .run import LocalServer, check_exposure
+    from .run import LocalServer
     from .worker import EngineWorker
 
     if not 0 <= args.port <= 65535:
         raise QuickdraftError(f"--port must be between 0 and 65535, not {args.port}")
     if args.queue < 0:
         raise QuickdraftError(f"--queue must not be negative, not {args.queue}")
-    check_exposure(args.host, args.api_key)  # before minutes of loading
     worker = EngineWorker(load_engine, speculation, drafter, max_waiting=args.queue)
-    card = worker.start()
+    # bind before loading, so a taken port or a wrong address fails before minutes of loading
+    server = LocalServer(worker, args.host, args.port, args.api_key, access_log=args.log_requests)
     try:
-        server = LocalServer(worker, args.host, args.port, args.api_key, access_log=args.log_requests)
+        card = worker.start()
         draft = f" drafting with {card.draft}" if card.draft else ""
         print(f"serving {card.id}{draft} (context {card.n_ctx}) at {server.url}/v1 -- Ctrl-C stops",
               file=sys.stderr, flush=True)
         server.run()
+    except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down: a normal stop
+        pass
     finally:
         worker.stop()
+        server.socket.close()
     return 0

@@ -110,8 +110,11 @@ class EngineWorker:
         """Cancel what runs and waits, then unload the engine on its thread."""
         with self._cond:
             self._stopping = True
-            for job in [*self._waiting, *([self._running] if self._running else [])]:
+            if self._running is not None:
+                self._running.cancel.set()
+            for job in self._waiting:
                 job.cancel.set()
+                job.post(Failed(ApiError(503, "The server is stopping.", type="unavailable_error", retry_after=5)))
             self._waiting.clear()
             self._cond.notify_all()
         if self._thread.is_alive():
@@ -153,6 +156,7 @@ class EngineWorker:
         with self._cond:
             if job in self._waiting:
                 self._waiting.remove(job)
+                job.post(Failed(ApiError(499, "The client closed the request.")))  # ends its handler
 
     def _retry_after(self) -> int:
         mean = sum(self._durations) / len(self._durations) if self._durations else 1.0
@@ -177,7 +181,6 @@ class EngineWorker:
 
     def _next_job(self) -> Job | None:
         with self._cond:
-            self._running = None
             while not self._waiting and not self._stopping:
                 self._cond.wait()
             if self._stopping:
@@ -188,32 +191,39 @@ class EngineWorker:
     def _serve(self, job: Job) -> None:
         started = time.perf_counter()
         try:
-            self._generate(job)
+            last = self._generate(job)
         except Exception as exc:  # a defect, not the client's doing: answer 500, keep serving
             traceback.print_exc(file=sys.stderr)
-            job.post(Failed(ApiError(500, f"Internal error: {type(exc).__name__}: {exc}", type="server_error")))
+            last = Failed(ApiError(500, f"Internal error: {type(exc).__name__}: {exc}", type="server_error"))
         self._durations.append(time.perf_counter() - started)
+        with self._cond:
+            self._running = None  # before the last item goes out, so the client's next request finds room
+        job.post(last)
 
-    def _generate(self, job: Job) -> None:
+    def _generate(self, job: Job) -> Stamped | Failed:
+        """Post Started and the events as they come; return the last item (the Summary, or Failed)."""
         engine = self._engine
+        if job.cancel.is_set():  # its client left before its turn
+            return Failed(ApiError(499, "The client closed the request."))
         try:
             tokens = self._prompt_tokens(job.request)
             check_prompt_fits(tokens, engine.main.n_ctx)
         except PromptTooLongError as exc:
             param = "messages" if job.request.kind == "chat" else "prompt"
-            job.post(Failed(ApiError(400, str(exc), param=param, code="context_length_exceeded")))
-            return
+            return Failed(ApiError(400, str(exc), param=param, code="context_length_exceeded"))
         except QuickdraftError as exc:
-            job.post(Failed(ApiError(400, str(exc))))
-            return
+            return Failed(ApiError(400, str(exc)))
         cached = min(len(tokens) - 1, common_prefix_length(engine.main.cached, tokens))
         job.post(Started(len(tokens), cached))
         start = time.perf_counter()
         for event in engine.generate(prompt=tokens, sampling=job.request.sampling, speculation=self.speculation,
                                      drafter=self.drafter, cancel=job.cancel):
-            job.post(Stamped(event, time.perf_counter() - start))
+            stamped = Stamped(event, time.perf_counter() - start)
             if isinstance(event, Summary):
                 self.metrics.record(event)
+                return stamped
+            job.post(stamped)
+        raise RuntimeError("the generation ended without a summary")
 
     def _prompt_tokens(self, request: GenerationRequest) -> list[int]:
         engine = self._engine

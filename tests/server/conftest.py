@@ -12,7 +12,7 @@ from app.core.params import ModelParams, SamplingParams, SpeculationParams
 from app.server.run import LocalServer
 from app.server.worker import EngineWorker
 
-N_CTX = 1024
+N_CTX = 2048
 SPECULATION = SpeculationParams(policy="fixed", draft_max=4)
 
 

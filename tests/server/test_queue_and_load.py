@@ -14,7 +14,10 @@ import pytest
 from .conftest import greedy_text, serving
 
 MESSAGES = [{"role": "user", "content": "the cat is on the mat and the dog is in the house"}]
-LONG = {"messages": MESSAGES, "temperature": 0, "max_tokens": 900, "stream": True}
+# the tiny main model answers this greedily with about 1,900 tokens (seconds) before its end token
+LONG = {"messages": [{"role": "user", "content": "the house is in the"}], "temperature": 0, "max_tokens": 1800,
+        "stream": True}
+SHORT = {"messages": MESSAGES, "temperature": 0, "max_tokens": 8}
 
 
 def cancelled(url: str) -> float:
@@ -46,7 +49,8 @@ def test_a_client_that_disconnects_cancels_its_generation_at_once(served):
 def test_a_waiting_client_that_leaves_frees_its_place(tiny_models):
     with serving(tiny_models.main, max_waiting=1) as s:
         with httpx.stream("POST", s.url + "/v1/chat/completions", json=LONG) as running:
-            next(running.iter_lines())
+            lines = running.iter_lines()  # kept: dropping it would close the connection
+            next(lines)
             waiting = threading.Thread(target=lambda: post_quietly(s.url, timeout=0.5))
             waiting.start()
             wait_until(lambda: s.worker.deferred == 1)
@@ -56,7 +60,7 @@ def test_a_waiting_client_that_leaves_frees_its_place(tiny_models):
 
 def post_quietly(url: str, timeout: float) -> None:
     try:
-        httpx.post(url + "/v1/chat/completions", json=LONG | {"stream": False}, timeout=timeout)
+        httpx.post(url + "/v1/chat/completions", json=SHORT, timeout=timeout)
     except httpx.TimeoutException:
         pass
 
@@ -64,7 +68,8 @@ def post_quietly(url: str, timeout: float) -> None:
 def test_a_full_queue_answers_429_with_retry_after(tiny_models):
     with serving(tiny_models.main, max_waiting=1) as s:
         with httpx.stream("POST", s.url + "/v1/chat/completions", json=LONG) as running:
-            next(running.iter_lines())
+            lines = running.iter_lines()  # kept: dropping it would close the connection
+            next(lines)
             waiter = threading.Thread(target=lambda: post_quietly(s.url, timeout=5))
             waiter.start()
             wait_until(lambda: s.worker.deferred == 1)

@@ -27,7 +27,7 @@ def test_serve_then_generate_remote_with_its_speculation(tiny_models, tmp_path):
                                      "-c", "512", "--drafter", "model", "--policy", "fixed", "--draft-max", "4",
                                      tmp_path=tmp_path), stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
-        banner = serve.stderr.readline()
+        banner = next(line for line in serve.stderr if line.startswith("serving ") or "error" in line)
         url = re.search(r"at (http://\S+)/v1", banner)
         assert url, banner
         r = run("generate", "--remote", url[1], "-p", "the cat", "-n", "24", tmp_path=tmp_path)
