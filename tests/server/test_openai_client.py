@@ -142,3 +142,17 @@ def test_unknown_routes_and_methods_get_error_objects(served):
 
 def test_health(served):
     assert httpx.get(served.url + "/health").json() == {"status": "ok"}
+
+
+def test_completion_prompt_as_token_ids_and_ids_outside_the_vocabulary(client, served):
+    ids = client.completions.create(model=served.model_id, prompt=[1, 120, 200], max_tokens=5, temperature=0)
+    assert ids.usage.prompt_tokens == 3 and ids.usage.completion_tokens >= 1
+    response = httpx.post(served.url + "/v1/completions", json={"prompt": [1, 10 ** 6], "max_tokens": 5})
+    assert response.status_code == 400 and "outside the vocabulary" in response.json()["error"]["message"]
+
+
+def test_chat_content_as_text_parts(client, served, reference):
+    parts = [{"type": "text", "text": MESSAGES[0]["content"][:10]}, {"type": "text", "text": MESSAGES[0]["content"][10:]}]
+    answer = client.chat.completions.create(model=served.model_id, messages=[{"role": "user", "content": parts}],
+                                            **GREEDY)
+    assert answer.choices[0].message.content == reference
