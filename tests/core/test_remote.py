@@ -6,6 +6,11 @@ _num_draft_tokens, _num_accepted_tokens, _num_accepted_tokens_per_pos with the "
 the model_name and engine labels of vllm/v1/metrics/loggers.py), written the way prometheus_client
 renders counters (``_total`` and ``_created`` samples, sorted labels, Go-style floats), around the
 histogram lines of the sample in vLLM's docs/usage/metrics.md. The counts are invented.
+
+The llama-server fixtures are recorded: llama-server built from the llama.cpp sources vendored in
+llama-cpp-python 0.3.36's sdist, run with Qwen2.5-Coder 1.5B Instruct Q4_K_M and its 0.5B draft
+(``-md ... --spec-type draft-simple --metrics -np 1``), a /metrics scrape before and after one
+streamed greedy chat completion with "timings_per_token" (llama_server_stream.txt).
 """
 
 from __future__ import annotations
@@ -74,6 +79,33 @@ def test_remote_engine_reads_vllm_spec_decode_counter_deltas_around_the_answer()
     body = json.loads(next(r for r in requests if r.url.path == "/v1/chat/completions").content)
     assert body["model"] == VLLM_MODEL and body["stream"] and body["max_tokens"] == 57
     assert all(r.headers["authorization"] == "Bearer k" for r in requests)
+
+
+def test_recorded_llama_server_stream_replays_with_its_rounds_and_draft_origins():
+    stream = (FIXTURES / "llama_server_stream.txt").read_text()
+    before, after = [(FIXTURES / f"llama_server_metrics_{n}.txt").read_text() for n in ("before", "after")]
+    engine = RemoteEngine("http://127.0.0.1:8099", model="qwen", transport=fake_server(stream, [before, after]))
+    events = list(engine.generate(MESSAGES, sampling=SamplingParams(max_tokens=40)))
+    summary, rounds = events[-1], [e for e in events if isinstance(e, Round)]
+    pieces = [e for e in events if isinstance(e, TokenPiece)]
+    assert summary.text.startswith("```python\ndef fibonacci_iterative(n):\n") and summary.error is None
+    assert (summary.prompt_tokens, summary.generated_tokens, summary.stop_reason) == (43, 40, StopReason.LENGTH)
+    assert (summary.drafted, summary.accepted, summary.drafting_rounds) == (34, 27, 12)
+    assert summary.accepted_by_position == (11, 8, 8)            # from the /metrics delta
+    assert summary.prompt_s == pytest.approx(18.511067)          # the server's own prompt time
+    assert [(r.drafted, r.accepted) for r in rounds[:4]] == [(3, 3), (3, 3), (3, 1), (3, 0)]
+    assert sum(r.accepted for r in rounds) == 27 and len(rounds) == 12
+    # a round of k accepted drafts sends k draft tokens, then the main model's own
+    assert [p.origin for p in pieces[:6]] == [Origin.MAIN, Origin.DRAFT, Origin.DRAFT, Origin.DRAFT, Origin.MAIN,
+                                              Origin.DRAFT]
+    assert [p.origin for p in pieces].count(Origin.DRAFT) == 27 and len(pieces) == 40
+
+
+def test_llama_server_without_metrics_still_reports_from_its_timings():
+    stream = (FIXTURES / "llama_server_stream.txt").read_text()
+    summary = list(RemoteEngine("http://h:1", model="q", transport=fake_server(stream, None)).generate(MESSAGES))[-1]
+    assert summary.speculation_reported and (summary.drafted, summary.accepted) == (34, 27)
+    assert summary.drafting_rounds == 12 and summary.accepted_by_position == ()
 
 
 def test_vllm_counters_sum_over_engines_and_skip_created_samples():
