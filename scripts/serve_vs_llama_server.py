@@ -4,9 +4,10 @@
     python scripts/serve_vs_llama_server.py --llama-server PATH -m MAIN.gguf -md DRAFT.gguf \
         --prompts ../shared/prompts/code.jsonl --limit 3 -n 128 --json out.json
 
-Each server runs alone (one after the other) with the same threads and context, answers a warm-up
-request, then each prompt greedily; the numbers are the servers' own ``timings`` (generation
-tokens/sec after the first token, draft counts) plus the client's wall time per answer.
+Both servers are up at once with the same threads, context and drafting (the draft model's chain of
+--draft-max tokens per round), each answers a warm-up request, then they take turns on each prompt,
+greedily, so a busy machine slows both alike. The numbers are the servers' own ``timings``
+(generation tokens/sec after the first token, draft counts) plus the client's wall time.
 """
 
 from __future__ import annotations
@@ -25,13 +26,19 @@ sys.path.insert(0, str(ROOT))
 
 from app.bench import load_prompts  # noqa: E402
 
-PORT = 8093
+PORTS = {"quickdraft": 8093, "llama-server": 8094}
 
 
 def main() -> int:
     args = parse_args()
     prompts = load_prompts(args.prompts)[: args.limit]
-    results = {name: run_server(name, command, prompts, args) for name, command in servers(args).items()}
+    processes = {name: start(name, command) for name, command in servers(args).items()}
+    try:
+        results = take_turns(prompts, args.n_predict)
+    finally:
+        for process in processes.values():
+            process.terminate()
+            process.wait(30)
     rows = table_rows(prompts, results)
     print(format_table(rows))
     if args.json:
@@ -50,43 +57,48 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("-n", "--n-predict", type=int, default=128)
     p.add_argument("-t", "--threads", type=int, default=2)
     p.add_argument("-c", "--ctx", type=int, default=4096)
+    p.add_argument("--draft-max", type=int, default=3,
+                   help="tokens drafted per round by both servers (3, llama-server's default)")
     p.add_argument("--json")
     return p.parse_args()
 
 
 def servers(args) -> dict[str, list[str]]:
-    common = ["-m", args.main, "-md", args.draft, "-c", str(args.ctx), "-t", str(args.threads), "--port", str(PORT)]
+    common = ["-m", args.main, "-md", args.draft, "-c", str(args.ctx), "-t", str(args.threads)]
+    n = str(args.draft_max)
     return {
-        "quickdraft": [sys.executable, "-m", "app.cli", "serve", *common, "--queue", "0"],
-        "llama-server": [args.llama_server, *common, "-cd", str(args.ctx), "-td", str(args.threads), "-np", "1",
-                         "--host", "127.0.0.1", "--metrics", "--no-webui"],
+        "quickdraft": [sys.executable, "-m", "app.cli", "serve", *common, "--port", str(PORTS["quickdraft"]),
+                       "--queue", "0", "--drafter", "model", "--policy", "fixed", "--draft-max", n],
+        "llama-server": [args.llama_server, *common, "--port", str(PORTS["llama-server"]), "-td", str(args.threads),
+                         "-np", "1", "--host", "127.0.0.1", "--spec-type", "draft-simple", "--spec-draft-n-max", n,
+                         "--no-webui"],
     }
 
 
-def run_server(name: str, command: list[str], prompts, args) -> list[dict]:
+def start(name: str, command: list[str]) -> subprocess.Popen:
     print(f"starting {name} ...", file=sys.stderr, flush=True)
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{PORT}"
-    try:
-        wait_healthy(url, process)
-        model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
-        ask(url, model, [{"role": "user", "content": "Say hello."}], 16)  # warm-up (also the auto policy's profile)
-        answers = []
-        for prompt_id, messages in prompts:
-            answer = ask(url, model, messages, args.n_predict) | {"prompt": prompt_id}
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def take_turns(prompts, n_predict: int) -> dict[str, list[dict]]:
+    models = {}
+    for name, port in PORTS.items():
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url)
+        models[name] = httpx.get(url + "/v1/models").json()["data"][0]["id"]
+        ask(url, models[name], [{"role": "user", "content": "Say hello."}], 8)  # warm-up
+    results: dict[str, list[dict]] = {name: [] for name in PORTS}
+    for prompt_id, messages in prompts:
+        for name, port in PORTS.items():
+            answer = ask(f"http://127.0.0.1:{port}", models[name], messages, n_predict) | {"prompt": prompt_id}
             print(f"{name} {prompt_id}: {answer['tps']:.2f} t/s", file=sys.stderr, flush=True)
-            answers.append(answer)
-        return answers
-    finally:
-        process.terminate()
-        process.wait(30)
+            results[name].append(answer)
+    return results
 
 
-def wait_healthy(url: str, process: subprocess.Popen, timeout: float = 600) -> None:
+def wait_healthy(url: str, timeout: float = 900) -> None:
     start = time.time()
     while time.time() - start < timeout:
-        if process.poll() is not None:
-            raise SystemExit(f"the server exited with {process.returncode}")
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
                 return

@@ -253,7 +253,8 @@ def _chunk(data: str) -> dict:
         raise RemoteChunkError(f"the server sent an unexpected chunk: {data[:80]!r}")
     if "error" in chunk:
         error = chunk["error"]
-        raise RemoteChunkError(f"the server failed: {error.get('message', error) if isinstance(error, dict) else error}")
+        message = error.get("message", error) if isinstance(error, dict) else error
+        raise RemoteChunkError(f"the server failed: {message}")
     return chunk
 
 

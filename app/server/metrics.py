@@ -57,7 +57,8 @@ class ServerMetrics:
     def render(self, processing: int, deferred: int) -> str:
         with self._lock:
             counters = [
-                ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens", self.prompt_tokens),
+                ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens",
+                 self.prompt_tokens),
                 ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache",
                  self.prompt_tokens_cached),
                 ("prompt_seconds_total", "Total time spent processing prompts", self.prompt_s),
@@ -65,8 +66,8 @@ class ServerMetrics:
                 ("tokens_predicted_seconds_total", "Total time spent generating tokens", self.predicted_s),
                 ("n_decode_total", "Main-model passes: one per prompt, one per speculative round", self.main_passes),
                 ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", self.drafted),
-                ("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model",
-                 self.accepted),
+                ("spec_decode_num_accepted_tokens_total",
+                 "Speculative: Total draft tokens accepted by the target model", self.accepted),
                 ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps",
                  self.drafts),
             ]

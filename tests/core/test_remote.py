@@ -151,7 +151,8 @@ def test_refusals_and_unreachable_servers_raise_one_clear_error(tiny_models):
 
 @pytest.mark.parametrize("given, root", [
     ("http://box:8080/v1/", "http://box:8080"), ("box:8000", "http://box:8000"),
-    ("https://llm.example.org/api/v1", "https://llm.example.org/api"), ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
+    ("https://llm.example.org/api/v1", "https://llm.example.org/api"),
+    ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
 ])
 def test_root_url_accepts_what_people_paste(given, root):
     assert root_url(given) == root

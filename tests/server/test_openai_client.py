@@ -152,7 +152,8 @@ def test_completion_prompt_as_token_ids_and_ids_outside_the_vocabulary(client, s
 
 
 def test_chat_content_as_text_parts(client, served, reference):
-    parts = [{"type": "text", "text": MESSAGES[0]["content"][:10]}, {"type": "text", "text": MESSAGES[0]["content"][10:]}]
+    text = MESSAGES[0]["content"]
+    parts = [{"type": "text", "text": text[:10]}, {"type": "text", "text": text[10:]}]
     answer = client.chat.completions.create(model=served.model_id, messages=[{"role": "user", "content": parts}],
                                             **GREEDY)
     assert answer.choices[0].message.content == reference

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from contextlib import contextmanager
 
 import httpx
 import openai
@@ -46,16 +47,17 @@ def test_a_client_that_disconnects_cancels_its_generation_at_once(served):
     assert cancelled(served.url) == before + 1
 
 
-def test_a_waiting_client_that_leaves_frees_its_place(tiny_models):
-    with serving(tiny_models.main, max_waiting=1) as s:
-        with httpx.stream("POST", s.url + "/v1/chat/completions", json=LONG) as running:
-            lines = running.iter_lines()  # kept: dropping it would close the connection
-            next(lines)
-            waiting = threading.Thread(target=lambda: post_quietly(s.url, timeout=0.5))
-            waiting.start()
-            wait_until(lambda: s.worker.deferred == 1)
-            waiting.join()               # its client gave up while it waited
-            wait_until(lambda: s.worker.deferred == 0, timeout=2)
+@contextmanager
+def one_running_one_waiting(s, waiter_timeout: float):
+    """A long streamed answer runs while a short request waits; yields the waiting client's thread."""
+    with httpx.stream("POST", s.url + "/v1/chat/completions", json=LONG) as running:
+        lines = running.iter_lines()  # kept: dropping it would close the connection
+        next(lines)
+        waiter = threading.Thread(target=lambda: post_quietly(s.url, timeout=waiter_timeout))
+        waiter.start()
+        wait_until(lambda: s.worker.deferred == 1)
+        yield waiter
+    waiter.join()
 
 
 def post_quietly(url: str, timeout: float) -> None:
@@ -65,19 +67,21 @@ def post_quietly(url: str, timeout: float) -> None:
         pass
 
 
+def test_a_waiting_client_that_leaves_frees_its_place(tiny_models):
+    with serving(tiny_models.main, max_waiting=1) as s:
+        with one_running_one_waiting(s, waiter_timeout=0.5) as waiter:
+            waiter.join()  # its client gave up while it waited
+            wait_until(lambda: s.worker.deferred == 0, timeout=2)
+            assert s.worker.processing == 1
+
+
 def test_a_full_queue_answers_429_with_retry_after(tiny_models):
     with serving(tiny_models.main, max_waiting=1) as s:
-        with httpx.stream("POST", s.url + "/v1/chat/completions", json=LONG) as running:
-            lines = running.iter_lines()  # kept: dropping it would close the connection
-            next(lines)
-            waiter = threading.Thread(target=lambda: post_quietly(s.url, timeout=5))
-            waiter.start()
-            wait_until(lambda: s.worker.deferred == 1)
+        with one_running_one_waiting(s, waiter_timeout=5):
             refused = httpx.post(s.url + "/v1/chat/completions", json=LONG)
             assert refused.status_code == 429
             assert int(refused.headers["retry-after"]) >= 1
             assert refused.json()["error"]["code"] == "queue_full"
-        waiter.join()
         assert "quickdraft:requests_rejected_total 1" in httpx.get(s.url + "/metrics").text
 
 
