@@ -23,7 +23,7 @@ from app.core.events import Summary, TokenPiece
 
 from .api import ApiError, GenerationRequest, parse_chat, parse_completion
 from .responses import FINISH_REASONS, LiveTimings, ResponseShape, sse, summary_timings
-from .worker import EngineWorker, Failed, Job, Stamped, Started
+from .worker import EngineWorker, Failed, Job, Started
 
 MAX_BODY_BYTES = 8 << 20
 PUBLIC_PATHS = {"/health", "/v1/health"}
@@ -53,7 +53,7 @@ class _Handlers:
 
     async def health(self, request: Request) -> Response:
         if not self.worker.available:
-            raise ApiError(503, "The model is not loaded.", type="unavailable_error", retry_after=5)
+            raise _not_loaded()
         return JSONResponse({"status": "ok"})
 
     async def metrics(self, request: Request) -> Response:
@@ -74,7 +74,7 @@ class _Handlers:
 
     def _card(self):
         if self.worker.card is None:
-            raise ApiError(503, "The model is not loaded.", type="unavailable_error", retry_after=5)
+            raise _not_loaded()
         return self.worker.card
 
     async def _generate(self, request: Request, parse: Callable) -> Response:
@@ -97,6 +97,10 @@ class _Handlers:
         finally:
             if not streaming:
                 _finish(watcher, self.worker, job)
+
+
+def _not_loaded() -> ApiError:
+    return ApiError(503, "The model is not loaded.", type="unavailable_error", retry_after=5)
 
 
 async def _json_body(request: Request):
