@@ -240,12 +240,12 @@ def cmd_generate(args) -> int:
         print(json.dumps(summary.to_dict(), indent=2))
     else:
         print(file=sys.stdout)
-        n_draft = args.draft_max if _drafter(args) != "none" and not args.remote else 0
+        n_draft = None if args.remote else args.draft_max if _drafter(args) != "none" else 0
         print(format_stats(summary, n_draft), file=sys.stderr)
     return 0 if summary.error is None else 1
 
 
-def format_stats(s, n_draft: int) -> str:
+def format_stats(s, n_draft: int | None) -> str:
     """The statistics block, in the shape llama.cpp's speculative example prints."""
     lines = [
         f"encoded {s.prompt_tokens_evaluated:4d} tokens in {s.prompt_s:8.3f} seconds, speed: {s.prompt_tps:8.3f} t/s",
@@ -255,7 +255,7 @@ def format_stats(s, n_draft: int) -> str:
     if not s.speculation_reported:  # a remote server said nothing about drafting: no zeros posing as counts
         return "\n".join(lines + ["speculation: not reported by the server", _stopped(s)])
     lines += [
-        f"n_draft   = {n_draft}",
+        f"n_draft   = {'set by the server' if n_draft is None else n_draft}",
         f"n_predict = {s.generated_tokens}",
         f"n_drafted = {s.drafted}",
         f"n_accept  = {s.accepted}",

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -65,3 +68,41 @@ def test_generate_remote_on_a_dead_server_is_one_line(tmp_path):
         port = s.getsockname()[1]
     r = run("generate", "--remote", f"http://127.0.0.1:{port}", "-p", "hi", tmp_path=tmp_path)
     assert r.returncode == 1 and r.stderr.startswith("error: cannot reach") and "Traceback" not in r.stderr
+
+
+class _SilentServer(BaseHTTPRequestHandler):
+    """An OpenAI-compatible server that streams an answer and says nothing about drafting."""
+
+    def do_GET(self):
+        if self.path == "/v1/models":
+            self._send(200, "application/json", json.dumps({"data": [{"id": "big-model"}]}))
+        else:
+            self._send(404, "text/plain", "Not Found")
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["content-length"]))
+        chunks = [{"choices": [{"index": 0, "delta": {"content": w}}]} for w in ("Hello", " there")]
+        chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        self._send(200, "text/event-stream", "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n")
+
+    def _send(self, status: int, kind: str, body: str):
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body.encode())))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+def test_generate_remote_says_when_the_server_reports_no_speculation(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _SilentServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        r = run("generate", "--remote", f"http://127.0.0.1:{server.server_address[1]}", "-p", "hi", tmp_path=tmp_path)
+    finally:
+        server.shutdown()
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "Hello there"
+    assert "speculation: not reported by the server" in r.stderr and "n_drafted" not in r.stderr
