@@ -1,6 +1,8 @@
 """quickdraft: the headless command line, on the same engine as the app.
 
     quickdraft generate --main M [--draft D] -p PROMPT
+    quickdraft generate --remote URL [--api-key K] [--remote-model NAME] -p PROMPT
+    quickdraft serve --main M [--draft D] [--host 127.0.0.1] [--port 8080] [--api-key K]
     quickdraft bench --main M --draft D --prompts FILE...
     quickdraft info [FILE.gguf] [-m MAIN [-md DRAFT]]
     quickdraft check-pair MAIN DRAFT
@@ -79,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     gen = sub.add_parser("generate", help="answer a prompt, streaming, then print speculation statistics")
-    _model_args(gen)
+    _model_args(gen, main_required=False)
+    _remote_args(gen)
     src = gen.add_mutually_exclusive_group(required=True)
     src.add_argument("-p", "--prompt", help="a user message")
     src.add_argument("--messages", help="a JSON file: a list of {role, content} messages")
@@ -126,12 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(cal)
     cal.set_defaults(handler=cmd_calibrate)
 
+    _add_serve(sub)
     _add_models(sub)
     return parser
 
 
-def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-m", "--main", required=True, help="the main model (GGUF)")
+def _model_args(p: argparse.ArgumentParser, main_required: bool = True) -> None:
+    p.add_argument("-m", "--main", required=main_required, help="the main model (GGUF)")
     p.add_argument("-md", "--draft", help="the draft model (GGUF)")
     p.add_argument("--draft-max", type=int, default=16, help="most tokens drafted per round (16)")
     p.add_argument("--draft-min", type=int, default=0, help="drop drafts shorter than this (0)")
@@ -164,6 +168,50 @@ def _gpu_layers(text: str):
         return parse_gpu_layers(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_serve(sub) -> None:
+    from .server.cli import add_serve_args
+
+    serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server on the pair (127.0.0.1:8080)")
+    _model_args(serve)
+    add_serve_args(serve)
+    serve.set_defaults(handler=cmd_serve)
+
+
+def cmd_serve(args) -> int:
+    from .server.cli import serve
+
+    def load():  # on the server's engine thread; the auto policy's profile is made before the first request
+        engine = _load_engine(args)
+        if args.policy == "auto" and _drafter(args) != "none":
+            _ensure_profile(engine, args)
+        return engine
+
+    return serve(args, load, _speculation(args), _drafter(args))
+
+
+def _remote_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--remote", metavar="URL",
+                   help="answer with an OpenAI-compatible server (llama-server, vLLM, quickdraft serve) instead of -m")
+    p.add_argument("--api-key", default=os.environ.get("QUICKDRAFT_API_KEY"),
+                   help="the server's API key (or set QUICKDRAFT_API_KEY)")
+    p.add_argument("--remote-model", help="the server's model to use (default: the first it lists)")
+
+
+def _generation_engine(args):
+    """The remote server with --remote, else the local pair."""
+    from .core.errors import QuickdraftError
+
+    if args.remote and args.main:
+        raise QuickdraftError("give either a main model (-m) or a server (--remote), not both")
+    if args.remote:
+        from .core.remote import RemoteEngine
+
+        return RemoteEngine(args.remote, args.api_key, args.remote_model)
+    if not args.main:
+        raise QuickdraftError("give a main model (-m FILE.gguf) or a server (--remote URL)")
+    return _load_engine(args)
 
 
 def _add_models(sub) -> None:
@@ -241,11 +289,12 @@ def cmd_generate(args) -> int:
                               seed=None if args.seed == -1 else args.seed, max_tokens=args.n_predict,
                               stop=tuple(args.stop))
     speculation, messages = _speculation(args), _messages(args)
-    _model_params(args)   # every value is checked before a model loads
-    engine = _load_engine(args)
+    if not args.remote:
+        _model_params(args)   # every value is checked before a model loads
+    engine = _generation_engine(args)
     cancel = threading.Event()
     summary = None
-    placement = {name: where.describe() for name, where in engine.placement().items()}
+    placement = {} if args.remote else {name: where.describe() for name, where in engine.placement().items()}
     try:
         events = engine.generate(messages, sampling=sampling, speculation=speculation,
                                  drafter=_drafter(args), cancel=cancel)
@@ -263,22 +312,28 @@ def cmd_generate(args) -> int:
     for warning in summary.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:
-        print(json.dumps({**summary.to_dict(), "placement": placement, "backend": _system_summary()}, indent=2))
+        extra = {} if args.remote else {"placement": placement, "backend": _system_summary()}
+        print(json.dumps({**summary.to_dict(), **extra}, indent=2))
     else:
         print(file=sys.stdout)
-        print(format_stats(summary, args.draft_max if _drafter(args) != "none" else 0), file=sys.stderr)
+        n_draft = None if args.remote else args.draft_max if _drafter(args) != "none" else 0
+        print(format_stats(summary, n_draft), file=sys.stderr)
         for name, where in placement.items():
             print(f"{name + ' model':<9} = {where}", file=sys.stderr)
     return 0 if summary.error is None else 1
 
 
-def format_stats(s, n_draft: int) -> str:
+def format_stats(s, n_draft: int | None) -> str:
     """The statistics block, in the shape llama.cpp's speculative example prints."""
     lines = [
         f"encoded {s.prompt_tokens_evaluated:4d} tokens in {s.prompt_s:8.3f} seconds, speed: {s.prompt_tps:8.3f} t/s",
         f"decoded {s.generated_tokens:4d} tokens in {s.generation_s:8.3f} seconds, speed: {s.generation_tps:8.3f} t/s",
         "",
-        f"n_draft   = {n_draft}",
+    ]
+    if not s.speculation_reported:  # a remote server said nothing about drafting: no zeros posing as counts
+        return "\n".join(lines + ["speculation: not reported by the server", _stopped(s)])
+    lines += [
+        f"n_draft   = {'set by the server' if n_draft is None else n_draft}",
         f"n_predict = {s.generated_tokens}",
         f"n_drafted = {s.drafted}",
         f"n_accept  = {s.accepted}",
@@ -289,8 +344,12 @@ def format_stats(s, n_draft: int) -> str:
     if s.drafted_by_position:
         by_pos = " ".join(f"{100 * r:.0f}%" for r in s.acceptance_by_position())
         lines.append(f"accept by draft position: {by_pos}")
-    lines.append(f"stopped   = {s.stop_reason.value}" + (f" ({s.error})" if s.error else ""))
+    lines.append(_stopped(s))
     return "\n".join(lines)
+
+
+def _stopped(s) -> str:
+    return f"stopped   = {s.stop_reason.value}" + (f" ({s.error})" if s.error else "")
 
 
 def cmd_bench(args) -> int:

@@ -70,6 +70,7 @@ class Summary:
     text: str = ""
     token_ids: tuple[int, ...] = field(default=(), repr=False)
     warnings: tuple[str, ...] = ()   # for the user: e.g. the chat template was too costly and not used
+    speculation_reported: bool = True  # False: a remote server said nothing about drafting (not zero)
 
     @property
     def prompt_tps(self) -> float:
@@ -131,6 +132,7 @@ class Summary:
             "text": self.text,
             "token_ids": list(self.token_ids),
             "warnings": list(self.warnings),
+            "speculation_reported": self.speculation_reported,
         }
 
 

@@ -1,0 +1,237 @@
+"""The HTTP routes (Starlette): OpenAI endpoints, /health and /metrics, API keys, error objects.
+
+Each generation request becomes a Job on the EngineWorker; the handler awaits the job's posted
+events on the server's event loop. A client that disconnects cancels its job at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import sys
+import traceback
+from typing import AsyncIterator, Callable
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from app.core.events import Summary, TokenPiece
+
+from .api import ApiError, GenerationRequest, parse_chat, parse_completion
+from .responses import FINISH_REASONS, LiveTimings, ResponseShape, sse, summary_timings
+from .worker import EngineWorker, Failed, Job, Started
+
+MAX_BODY_BYTES = 8 << 20
+PUBLIC_PATHS = {"/health", "/v1/health"}
+
+
+def create_app(worker: EngineWorker, api_key: str | None = None) -> Starlette:
+    handlers = _Handlers(worker)
+    routes = [
+        Route("/health", handlers.health), Route("/v1/health", handlers.health),
+        Route("/metrics", handlers.metrics),
+        Route("/v1/models", handlers.models), Route("/models", handlers.models),
+        Route("/v1/chat/completions", handlers.chat, methods=["POST"]),
+        Route("/chat/completions", handlers.chat, methods=["POST"]),
+        Route("/v1/completions", handlers.completions, methods=["POST"]),
+        Route("/completions", handlers.completions, methods=["POST"]),
+    ]
+    app = Starlette(routes=routes, exception_handlers={
+        ApiError: _api_error, HTTPException: _http_error, Exception: _server_error})
+    if api_key:
+        app.add_middleware(_BearerAuth, api_key=api_key)
+    return app
+
+
+class _Handlers:
+    def __init__(self, worker: EngineWorker):
+        self.worker = worker
+
+    async def health(self, request: Request) -> Response:
+        if not self.worker.available:
+            raise _not_loaded()
+        return JSONResponse({"status": "ok"})
+
+    async def metrics(self, request: Request) -> Response:
+        text = self.worker.metrics.render(self.worker.processing, self.worker.deferred)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+    async def models(self, request: Request) -> Response:
+        card = self._card()
+        model = {"id": card.id, "object": "model", "created": 0, "owned_by": "quickdraft",
+                 "meta": {"main": card.main, "draft": card.draft, "n_ctx": card.n_ctx, "n_vocab": card.n_vocab}}
+        return JSONResponse({"object": "list", "data": [model]})
+
+    async def chat(self, request: Request) -> Response:
+        return await self._generate(request, parse_chat)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, parse_completion)
+
+    def _card(self):
+        if self.worker.card is None:
+            raise _not_loaded()
+        return self.worker.card
+
+    async def _generate(self, request: Request, parse: Callable) -> Response:
+        parsed: GenerationRequest = parse(await _json_body(request), self._card().id)
+        job = self.worker.submit(parsed, asyncio.get_running_loop())
+        watcher = asyncio.create_task(_cancel_on_disconnect(request, self.worker, job))
+        streaming = False
+        try:
+            started = await _started(job)
+            shape = ResponseShape(parsed.kind, self._card().id)
+            if not parsed.stream:
+                summary = await _summary(job)
+                if summary.error is not None:
+                    raise ApiError(500, summary.error, type="server_error")
+                return JSONResponse(shape.complete(summary))
+            live = LiveTimings(started.prompt_tokens, started.cached)
+            streaming = True  # from here on the stream's own cleanup ends the job
+            return StreamingResponse(_stream(job, shape, live, watcher, self.worker), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        finally:
+            if not streaming:
+                _finish(watcher, self.worker, job)
+
+
+def _not_loaded() -> ApiError:
+    return ApiError(503, "The model is not loaded.", type="unavailable_error", retry_after=5)
+
+
+async def _json_body(request: Request):
+    length = request.headers.get("content-length", "")
+    too_big = ApiError(413, f"The request body is over {MAX_BODY_BYTES >> 20} MiB.")
+    if length.isdigit() and int(length) > MAX_BODY_BYTES:
+        raise too_big
+    body = await request.body()
+    if len(body) > MAX_BODY_BYTES:
+        raise too_big
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"The request body is not valid JSON: {exc}.") from None
+
+
+async def _cancel_on_disconnect(request: Request, worker: EngineWorker, job: Job) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    worker.withdraw(job)
+
+
+def _finish(watcher: asyncio.Task, worker: EngineWorker, job: Job) -> None:
+    watcher.cancel()
+    worker.withdraw(job)  # a no-op for a finished job; stops one a departed client left running
+
+
+async def _started(job: Job) -> Started:
+    item = await job.next()
+    if isinstance(item, Failed):
+        raise item.error
+    return item
+
+
+async def _summary(job: Job) -> Summary:
+    async for _pieces, summary in _bursts(job, None):
+        if summary is not None:
+            return summary
+
+
+async def _bursts(job: Job, live: LiveTimings | None) -> AsyncIterator[tuple[list[str], Summary | None]]:
+    """The answer's text pieces in bursts, as llama-server sends them: the first token at once, then
+    each round's tokens when the round is over (so their timings carry that round's draft counts);
+    last (the pieces still held, Summary)."""
+    pending: list[str] = []
+    while True:
+        item = await job.next()
+        if isinstance(item, Failed):
+            raise item.error
+        event: object = item.event
+        if live is not None:
+            live.add(event, item.at_s)
+        if isinstance(event, Summary):
+            yield pending, event
+            return
+        if isinstance(event, TokenPiece):
+            pending += [event.text] if event.text else []
+            if live is None or live.generated != len(event.token_ids):
+                continue  # not the first token: its round sends it
+        if pending:
+            yield pending, None
+            pending = []
+
+
+async def _stream(job: Job, shape: ResponseShape, live: LiveTimings, watcher: asyncio.Task,
+                  worker: EngineWorker) -> AsyncIterator[bytes]:
+    """Server-sent events: a role chunk (chat), one chunk per text piece, the final chunk with the
+    generation's timings, a usage chunk when asked, [DONE]."""
+    try:
+        if shape.chat:
+            yield sse(shape.chunk("", role=True))
+        async for pieces, summary in _bursts(job, live):
+            if pieces:
+                yield b"".join(sse(shape.chunk(text, timings=_live_timings(job, live))) for text in pieces)
+            if summary is not None:
+                yield _closing(shape, summary, job)
+    except ApiError as exc:  # the headers are out: the error travels as an event, as OpenAI's do
+        yield sse(exc.body())
+    finally:
+        _finish(watcher, worker, job)
+    yield sse("[DONE]")
+
+
+def _live_timings(job: Job, live: LiveTimings) -> dict | None:
+    return live.snapshot() if job.request.timings_per_token else None
+
+
+def _closing(shape: ResponseShape, s: Summary, job: Job) -> bytes:
+    if s.error is not None:
+        return sse(ApiError(500, s.error, type="server_error").body())
+    out = sse(shape.chunk(None, FINISH_REASONS.get(s.stop_reason, "stop"), timings=summary_timings(s)))
+    if job.request.include_usage:
+        out += sse(shape.usage_chunk(s))
+    return out
+
+
+class _BearerAuth:
+    """Every route but /health needs ``Authorization: Bearer <key>``."""
+
+    def __init__(self, app, api_key: str):
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"] not in PUBLIC_PATHS and not self._authorized(scope):
+            error = ApiError(401, "Missing or wrong API key: send 'Authorization: Bearer <key>'.",
+                             code="invalid_api_key")
+            response = JSONResponse(error.body(), status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _authorized(self, scope) -> bool:
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        return hmac.compare_digest(given, self.expected)
+
+
+async def _api_error(request: Request, exc: ApiError) -> Response:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    path = request.url.path
+    message = {404: f"There is no {path} here; see GET /v1/models, POST /v1/chat/completions, "
+                    "POST /v1/completions, GET /health, GET /metrics.",
+               405: f"{request.method} is not allowed on {path}."}.get(exc.status_code, str(exc.detail))
+    error = ApiError(exc.status_code, message, code="not_found" if exc.status_code == 404 else None)
+    return JSONResponse(error.body(), status_code=exc.status_code, headers=exc.headers)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    traceback.print_exception(exc, file=sys.stderr)
+    error = ApiError(500, f"Internal error: {type(exc).__name__}. The server keeps running.", type="server_error")
+    return JSONResponse(error.body(), status_code=500)

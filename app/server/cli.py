@@ -1,0 +1,48 @@
+"""``quickdraft serve``: its options and its run (imports the HTTP stack only when serving)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable
+
+API_KEY_ENV = "QUICKDRAFT_API_KEY"
+
+
+def add_serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (127.0.0.1); any other needs --api-key")
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (8080; 0 = any free port)")
+    p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
+                   help=f"require 'Authorization: Bearer KEY' on every route but /health (or set {API_KEY_ENV})")
+    p.add_argument("--queue", type=int, default=8,
+                   help="requests that may wait while one generates; more get 429 with Retry-After (8)")
+    p.add_argument("--log-requests", action="store_true", help="print one line per HTTP request")
+
+
+def serve(args, load_engine: Callable[[], object], speculation, drafter: str) -> int:
+    from app.core.errors import QuickdraftError
+
+    from .run import LocalServer
+    from .worker import EngineWorker
+
+    if not 0 <= args.port <= 65535:
+        raise QuickdraftError(f"--port must be between 0 and 65535, not {args.port}")
+    if args.queue < 0:
+        raise QuickdraftError(f"--queue must not be negative, not {args.queue}")
+    worker = EngineWorker(load_engine, speculation, drafter, max_waiting=args.queue)
+    # bind before loading, so a taken port or a wrong address fails before minutes of loading
+    server = LocalServer(worker, args.host, args.port, args.api_key, access_log=args.log_requests)
+    try:
+        card = worker.start()
+        draft = f" drafting with {card.draft}" if card.draft else ""
+        print(f"serving {card.id}{draft} (context {card.n_ctx}) at {server.url}/v1 -- Ctrl-C stops",
+              file=sys.stderr, flush=True)
+        server.run()
+    except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down: a normal stop
+        pass
+    finally:
+        worker.stop()
+        server.socket.close()
+    return 0

@@ -1,0 +1,87 @@
+"""Bind, check the exposure rules, and serve the app with uvicorn, on this thread or its own."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+
+import uvicorn
+
+from app.core.errors import QuickdraftError
+
+from .app import create_app
+from .worker import EngineWorker
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
+
+
+def check_exposure(host: str, api_key: str | None) -> None:
+    """Only loopback may listen without an API key: anyone who reaches the port could use the model."""
+    if not is_loopback(host) and not api_key:
+        raise QuickdraftError(
+            f"listening on {host} lets other machines use this model; give --api-key KEY (clients then send "
+            f"'Authorization: Bearer KEY') or listen on {DEFAULT_HOST}")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket, so a taken port or a wrong address fails here with a clear message."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, _, _, _, address = infos[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        raise QuickdraftError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+class LocalServer:
+    """The HTTP server for one EngineWorker: ``run()`` on this thread (the CLI), or ``start()`` on
+    its own (tests, the window), then ``stop()``."""
+
+    def __init__(self, worker: EngineWorker, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+                 api_key: str | None = None, access_log: bool = False):
+        check_exposure(host, api_key)
+        self.worker = worker
+        self.host = host
+        self.socket = bind(host, port)
+        self.port = self.socket.getsockname()[1]
+        config = uvicorn.Config(create_app(worker, api_key), log_level="info" if access_log else "warning",
+                                access_log=access_log, lifespan="off", timeout_graceful_shutdown=2)
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def run(self) -> None:
+        """Serve until interrupted (Ctrl-C); the caller stops the worker afterwards."""
+        self._server.run(sockets=[self.socket])
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="quickdraft-http", daemon=True)
+        self._thread.start()
+        while not self._server.started and self._thread.is_alive():
+            threading.Event().wait(0.01)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self.socket.close()

@@ -1,0 +1,244 @@
+"""The engine's own thread: it loads the pair, runs one generation at a time from a bounded queue,
+and posts each event, stamped on its clock, to the asyncio loop of the request that asked for it."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from app.core.errors import PromptTooLongError, QuickdraftError
+from app.core.events import Summary
+from app.core.lm import common_prefix_length
+from app.core.params import SpeculationParams
+from app.core.speculative import check_prompt_fits
+
+from .api import ApiError, GenerationRequest
+from .metrics import ServerMetrics
+
+RECENT_JOBS = 8   # how many recent generations the Retry-After estimate averages
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """What the loaded pair is, read once on the engine's thread."""
+
+    id: str
+    main: str
+    draft: str | None
+    n_ctx: int
+    n_vocab: int
+
+
+@dataclass(frozen=True)
+class Started:
+    """The prompt fits and generation begins: ``cached`` of its tokens are reused from the cache."""
+
+    prompt_tokens: int
+    cached: int
+
+
+@dataclass(frozen=True)
+class Stamped:
+    event: object     # TokenPiece | Round | Summary
+    at_s: float       # seconds since the job started generating, on the engine thread's clock
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: ApiError
+
+
+@dataclass(eq=False)
+class Job:
+    """One request's generation; the engine thread posts Started, Stamped... or Failed to ``outbox``."""
+
+    request: GenerationRequest
+    loop: asyncio.AbstractEventLoop
+    outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    def post(self, item) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.outbox.put_nowait, item)
+        except RuntimeError:  # the request's loop is gone: nobody is listening any more
+            self.cancel.set()
+
+    async def next(self):
+        return await self.outbox.get()
+
+
+class EngineWorker:
+    """Owns the Engine on one thread. One generation runs; up to ``max_waiting`` more wait."""
+
+    def __init__(self, load_engine: Callable[[], object], speculation: SpeculationParams = SpeculationParams(),
+                 drafter: str = "model", max_waiting: int = 8, metrics: ServerMetrics | None = None):
+        self._load_engine = load_engine
+        self.speculation = speculation
+        self.drafter = drafter
+        self.max_waiting = max_waiting
+        self.metrics = metrics or ServerMetrics()
+        self.card: ModelCard | None = None
+        self._engine = None
+        self._waiting: deque[Job] = deque()
+        self._running: Job | None = None
+        self._stopping = False
+        self._cond = threading.Condition()
+        self._ready = threading.Event()
+        self._load_error: BaseException | None = None
+        self._durations: deque[float] = deque(maxlen=RECENT_JOBS)
+        self._thread = threading.Thread(target=self._run, name="quickdraft-engine", daemon=True)
+
+    # --- lifecycle (any thread) ------------------------------------------------------------------
+
+    def start(self) -> ModelCard:
+        """Load the engine on its thread; raises the loader's error (a QuickdraftError) here."""
+        self._thread.start()
+        self._ready.wait()
+        if self._load_error is not None:
+            raise self._load_error
+        return self.card
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Cancel what runs and waits, then unload the engine on its thread."""
+        with self._cond:
+            self._stopping = True
+            if self._running is not None:
+                self._running.cancel.set()
+            for job in self._waiting:
+                job.cancel.set()
+                job.post(Failed(ApiError(503, "The server is stopping.", type="unavailable_error", retry_after=5)))
+            self._waiting.clear()
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def available(self) -> bool:
+        return self._thread.is_alive() and not self._stopping and self.card is not None
+
+    @property
+    def processing(self) -> int:
+        return 1 if self._running is not None else 0
+
+    @property
+    def deferred(self) -> int:
+        return len(self._waiting)
+
+    # --- requests (the HTTP side's thread) -------------------------------------------------------
+
+    def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> Job:
+        """Queue a generation, or refuse it: 503 while unavailable, 429 when the queue is full."""
+        with self._cond:
+            if not self.available:
+                raise ApiError(503, "The model is not loaded (the server is starting or stopping).",
+                               type="unavailable_error", code="unavailable", retry_after=5)
+            if self._running is not None and len(self._waiting) >= self.max_waiting:
+                self.metrics.count_rejected()
+                raise ApiError(429, f"The server is busy: one request is running and {len(self._waiting)} are "
+                               "waiting. Retry later.", type="rate_limit_error", code="queue_full",
+                               retry_after=self._retry_after())
+            job = Job(request, loop)
+            self._waiting.append(job)
+            self._cond.notify_all()
+            return job
+
+    def withdraw(self, job: Job) -> None:
+        """The client is gone: stop its generation at the next round, or drop it from the queue."""
+        job.cancel.set()
+        with self._cond:
+            if job in self._waiting:
+                self._waiting.remove(job)
+                job.post(Failed(ApiError(499, "The client closed the request.")))  # ends its handler
+
+    def _retry_after(self) -> int:
+        mean = sum(self._durations) / len(self._durations) if self._durations else 1.0
+        return max(1, math.ceil(mean * (len(self._waiting) + 1)))
+
+    # --- the engine's thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._engine = self._load_engine()
+            self.card = _card(self._engine)
+        except BaseException as exc:  # reported by start() on the caller's thread
+            self._load_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            while (job := self._next_job()) is not None:
+                self._serve(job)
+        finally:
+            self._engine.close()
+
+    def _next_job(self) -> Job | None:
+        with self._cond:
+            while not self._waiting and not self._stopping:
+                self._cond.wait()
+            if self._stopping:
+                return None
+            self._running = self._waiting.popleft()
+            return self._running
+
+    def _serve(self, job: Job) -> None:
+        started = time.perf_counter()
+        try:
+            last = self._generate(job)
+        except Exception as exc:  # a defect, not the client's doing: answer 500, keep serving
+            traceback.print_exc(file=sys.stderr)
+            last = Failed(ApiError(500, f"Internal error: {type(exc).__name__}: {exc}", type="server_error"))
+        self._durations.append(time.perf_counter() - started)
+        with self._cond:
+            self._running = None  # before the last item goes out, so the client's next request finds room
+        job.post(last)
+
+    def _generate(self, job: Job) -> Stamped | Failed:
+        """Post Started and the events as they come; return the last item (the Summary, or Failed)."""
+        engine = self._engine
+        if job.cancel.is_set():  # its client left before its turn
+            return Failed(ApiError(499, "The client closed the request."))
+        try:
+            tokens = self._prompt_tokens(job.request)
+            check_prompt_fits(tokens, engine.main.n_ctx)
+        except PromptTooLongError as exc:
+            param = "messages" if job.request.kind == "chat" else "prompt"
+            return Failed(ApiError(400, str(exc), param=param, code="context_length_exceeded"))
+        except QuickdraftError as exc:
+            return Failed(ApiError(400, str(exc)))
+        cached = min(len(tokens) - 1, common_prefix_length(engine.main.cached, tokens))
+        job.post(Started(len(tokens), cached))
+        start = time.perf_counter()
+        for event in engine.generate(prompt=tokens, sampling=job.request.sampling, speculation=self.speculation,
+                                     drafter=self.drafter, cancel=job.cancel):
+            stamped = Stamped(event, time.perf_counter() - start)
+            if isinstance(event, Summary):
+                self.metrics.record(event)
+                return stamped
+            job.post(stamped)
+        raise RuntimeError("the generation ended without a summary")
+
+    def _prompt_tokens(self, request: GenerationRequest) -> list[int]:
+        engine = self._engine
+        if request.kind == "chat":
+            return engine.tokenize_messages(request.messages)
+        if request.prompt_ids is not None:
+            bad = [t for t in request.prompt_ids if not 0 <= t < self.card.n_vocab]
+            if bad:
+                raise QuickdraftError(f"Token id {bad[0]} is outside the vocabulary (0..{self.card.n_vocab - 1}).")
+            return list(request.prompt_ids)
+        return engine.main.model.tokenize(request.prompt_text, add_special=True, parse_special=True)
+
+
+def _card(engine) -> ModelCard:
+    main = Path(engine.main.model.path)
+    draft = Path(engine.draft.model.path).name if engine.draft is not None else None
+    return ModelCard(id=main.stem, main=main.name, draft=draft, n_ctx=engine.main.n_ctx,
+                     n_vocab=engine.main.model.n_vocab)

@@ -1,0 +1,69 @@
+"""A live Quickdraft server on loopback with the tiny models, for the openai client and raw HTTP."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pytest
+
+from app.core.engine import Engine
+from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.server.run import LocalServer
+from app.server.worker import EngineWorker
+
+N_CTX = 2048
+SPECULATION = SpeculationParams(policy="fixed", draft_max=4)
+
+
+@dataclass
+class Served:
+    url: str
+    worker: EngineWorker
+    server: LocalServer
+
+    @property
+    def model_id(self) -> str:
+        return self.worker.card.id
+
+
+@contextmanager
+def serving(main, draft=None, api_key=None, max_waiting=8, host="127.0.0.1"):
+    def load():
+        return Engine.load(ModelParams(str(main), n_ctx=N_CTX, n_threads=1),
+                           ModelParams(str(draft), n_ctx=N_CTX, n_threads=1) if draft else None)
+
+    worker = EngineWorker(load, SPECULATION, "model" if draft else "none", max_waiting=max_waiting)
+    worker.start()
+    server = LocalServer(worker, host, 0, api_key)
+    server.start()
+    try:
+        yield Served(server.url, worker, server)
+    finally:
+        server.stop()
+        worker.stop()
+
+
+@pytest.fixture(scope="module")
+def served(tiny_models):
+    """The tiny main model drafting with its own weights: every draft token is accepted."""
+    with serving(tiny_models.main, tiny_models.same) as s:
+        yield s
+
+
+@pytest.fixture
+def client(served):
+    import openai
+
+    with openai.OpenAI(base_url=served.url + "/v1", api_key="unused", max_retries=0, timeout=30) as c:
+        yield c
+
+
+def greedy_text(main, messages, max_tokens: int) -> str:
+    """The main model's own greedy answer, from an engine of the test's own."""
+    engine = Engine.load(ModelParams(str(main), n_ctx=N_CTX, n_threads=1))
+    try:
+        events = list(engine.generate(messages, sampling=SamplingParams(max_tokens=max_tokens), drafter="none"))
+    finally:
+        engine.close()
+    return events[-1].text

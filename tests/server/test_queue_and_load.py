@@ -1,0 +1,170 @@
+"""One generation at a time: the bounded queue, 429 with Retry-After, disconnects that cancel at
+once, and a bounded load test with concurrent streaming openai clients."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from contextlib import contextmanager
+
+import httpx
+import openai
+import pytest
+
+from .conftest import greedy_text, serving
+
+MESSAGES = [{"role": "user", "content": "the cat is on the mat and the dog is in the house"}]
+# the tiny main model answers this greedily with about 1,900 tokens (seconds) before its end token
+LONG = {"messages": [{"role": "user", "content": "the house is in the"}], "temperature": 0, "max_tokens": 1800,
+        "stream": True}
+SHORT = {"messages": MESSAGES, "temperature": 0, "max_tokens": 8}
+
+
+def cancelled(url: str) -> float:
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith('quickdraft:requests_finished_total{reason="cancel"}'):
+            return float(line.split()[1])
+    return 0.0
+
+
+def wait_until(condition, timeout=10.0) -> float:
+    start = time.perf_counter()
+    while not condition():
+        assert time.perf_counter() - start < timeout, "timed out"
+        time.sleep(0.002)
+    return time.perf_counter() - start
+
+
+def test_a_client_that_disconnects_cancels_its_generation_at_once(served):
+    before = cancelled(served.url)
+    with httpx.stream("POST", served.url + "/v1/chat/completions", json=LONG) as response:
+        lines = response.iter_lines()
+        assert next(line for line in lines if line.startswith("data:"))
+        assert served.worker.processing == 1
+    took = wait_until(lambda: served.worker.processing == 0)
+    assert took < 0.5
+    assert cancelled(served.url) == before + 1
+
+
+@contextmanager
+def one_running_one_waiting(s, waiter_timeout: float):
+    """A long streamed answer runs while a short request waits; yields the waiting client's thread."""
+    with httpx.stream("POST", s.url + "/v1/chat/completions", json=LONG) as running:
+        lines = running.iter_lines()  # kept: dropping it would close the connection
+        next(lines)
+        waiter = threading.Thread(target=lambda: post_quietly(s.url, timeout=waiter_timeout))
+        waiter.start()
+        wait_until(lambda: s.worker.deferred == 1)
+        yield waiter
+    waiter.join()
+
+
+def post_quietly(url: str, timeout: float) -> None:
+    try:
+        httpx.post(url + "/v1/chat/completions", json=SHORT, timeout=timeout)
+    except httpx.TimeoutException:
+        pass
+
+
+def test_a_waiting_client_that_leaves_frees_its_place(tiny_models):
+    with serving(tiny_models.main, max_waiting=1) as s:
+        with one_running_one_waiting(s, waiter_timeout=0.5) as waiter:
+            waiter.join()  # its client gave up while it waited
+            wait_until(lambda: s.worker.deferred == 0, timeout=2)
+            assert s.worker.processing == 1
+
+
+def test_a_full_queue_answers_429_with_retry_after(tiny_models):
+    with serving(tiny_models.main, max_waiting=1) as s:
+        with one_running_one_waiting(s, waiter_timeout=5):
+            refused = httpx.post(s.url + "/v1/chat/completions", json=LONG)
+            assert refused.status_code == 429
+            assert int(refused.headers["retry-after"]) >= 1
+            assert refused.json()["error"]["code"] == "queue_full"
+        assert "quickdraft:requests_rejected_total 1" in httpx.get(s.url + "/metrics").text
+
+
+def test_a_stopped_engine_answers_503(tiny_models):
+    with serving(tiny_models.main) as s:
+        s.worker.stop()
+        response = httpx.post(s.url + "/v1/chat/completions", json={"messages": MESSAGES})
+        assert response.status_code == 503 and "retry-after" in response.headers
+        assert httpx.get(s.url + "/health").status_code == 503
+
+
+CLIENTS, REQUESTS, MAX_TOKENS = 8, 5, 24
+
+
+def test_load_concurrent_streaming_clients_get_the_lone_answer_or_a_refusal(tiny_models):
+    expected = greedy_text(tiny_models.main, MESSAGES, MAX_TOKENS)
+    with serving(tiny_models.main, tiny_models.other, max_waiting=3) as s:
+        results: list[tuple[str, object, float]] = []
+        lock = threading.Lock()
+
+        def client_loop():
+            with openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=30) as client:
+                for _ in range(REQUESTS):
+                    outcome = one_request(client, s.model_id)
+                    with lock:
+                        results.append(outcome)
+
+        started = time.perf_counter()
+        threads = [threading.Thread(target=client_loop) for _ in range(CLIENTS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        wall = time.perf_counter() - started
+        assert not any(t.is_alive() for t in threads), "a client hung"
+        assert len(results) == CLIENTS * REQUESTS
+        done = [r for r in results if r[0] == "ok"]
+        refused = [r for r in results if r[0] == "refused"]
+        assert all(text == expected for _, text, _ in done)
+        assert {status for _, status, _ in refused} <= {429, 503}
+        assert len(done) + len(refused) == len(results) and done
+        latencies = sorted(t for *_, t in done)
+        print(f"\nload: {CLIENTS} clients x {REQUESTS} streamed requests in {wall:.2f} s: {len(done)} completed "
+              f"(latency median {statistics.median(latencies):.3f} s, max {latencies[-1]:.3f} s), "
+              f"{len(refused)} refused with 429/503")
+        assert httpx.get(s.url + "/health").json() == {"status": "ok"}
+        assert one_request(openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0),
+                           s.model_id)[1] == expected
+
+
+def one_request(client, model_id) -> tuple[str, object, float]:
+    start = time.perf_counter()
+    try:
+        stream = client.chat.completions.create(model=model_id, messages=MESSAGES, temperature=0,
+                                                max_tokens=MAX_TOKENS, stream=True)
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        return "ok", text, time.perf_counter() - start
+    except openai.APIStatusError as exc:
+        return "refused", exc.status_code, time.perf_counter() - start
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.20", "example.org"])
+def test_other_addresses_need_an_api_key(host):
+    from app.core.errors import QuickdraftError
+    from app.server.run import check_exposure
+
+    with pytest.raises(QuickdraftError, match="--api-key"):
+        check_exposure(host, None)
+    check_exposure(host, "sesame")
+    for loopback in ("127.0.0.1", "::1", "localhost"):
+        check_exposure(loopback, None)
+
+
+def test_an_api_key_guards_every_route_but_health(tiny_models):
+    with serving(tiny_models.main, api_key="sesame", host="0.0.0.0") as s:
+        url = f"http://127.0.0.1:{s.server.port}"
+        assert httpx.get(url + "/health").status_code == 200
+        for path in ("/v1/models", "/metrics"):
+            assert httpx.get(url + path).status_code == 401
+            assert httpx.get(url + path, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        with openai.OpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0) as bad:
+            with pytest.raises(openai.AuthenticationError):
+                bad.models.list()
+        with openai.OpenAI(base_url=url + "/v1", api_key="sesame", max_retries=0) as good:
+            answer = good.chat.completions.create(model=s.model_id, messages=MESSAGES, max_tokens=4)
+            assert answer.usage.completion_tokens >= 1
