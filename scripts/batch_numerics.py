@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     model = LlamaModel(ModelParams(args.model))
     flips = positions = 0
     for prompt_id, messages in load_prompts(args.prompts):
-        prompt = prompt_tokens(model, messages)
+        prompt = prompt_tokens(model, messages).tokens
         session = LlamaSession(model, n_ctx=len(prompt) + args.n_predict + 8, n_threads=args.threads)
         tokens = greedy_one_by_one(session, model, prompt, args.n_predict)
         rows = batched_choices(session, prompt, tokens, args.batch)

@@ -56,7 +56,7 @@ def record(args: argparse.Namespace) -> int:
     draft = LlamaSession(LlamaModel(ModelParams(args.draft)), args.ctx, args.threads)
     traces = []
     for prompt_id, messages in load_prompts(args.prompts):
-        prompt = prompt_tokens(main_model, messages)
+        prompt = prompt_tokens(main_model, messages).tokens
         tokens, main_p = greedy_answer(main, main_model, prompt, args.n_predict)
         draft_tokens, draft_p = draft_guesses(draft, prompt, tokens)
         traces.append(dict(id=prompt_id, prompt=prompt, tokens=tokens, main_p=main_p,

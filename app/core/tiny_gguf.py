@@ -74,6 +74,19 @@ def vocabulary(other: bool = False, chat_tokens: bool = False,
     return tokens, scores, [int(t) for t in types]
 
 
+def add_vocabulary(writer, tokens: list[str], scores: list[float], types: list[int]) -> None:
+    """The tokenizer keys of a byte-level SentencePiece vocabulary made by ``vocabulary()``."""
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+
+
 def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
     """Write a tiny model to ``path`` and return the path."""
     import gguf
@@ -101,15 +114,7 @@ def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
     w.add_uint32(f"{arch}.rope.dimension_count", head_dim)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    add_vocabulary(w, tokens, scores, types)
     if spec.chat_template:
         w.add_chat_template(spec.chat_template)
 

@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.core.tiny_gguf import vocabulary  # noqa: E402
+from app.core.tiny_gguf import add_vocabulary, vocabulary  # noqa: E402
 
 QK_K = 256
 
@@ -115,13 +115,7 @@ def write_shape(path: Path, shape: Shape, seed: int = 0) -> Path:
     w.add_float32("qwen2.attention.layer_norm_rms_epsilon", 1e-6)
     w.add_float32("qwen2.rope.freq_base", 1_000_000.0)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(True)
+    add_vocabulary(w, tokens, scores, types)
     planned = list(tensors(shape))
     for name, kind, rows, cols in planned:
         if kind == "F32":

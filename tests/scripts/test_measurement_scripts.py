@@ -1,0 +1,56 @@
+"""The measurement scripts run end to end on tiny models: the ones a GPU session runs in one call
+(scripts/gpu) and the replay and host-overhead tools they use, so none of them rots unseen."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def script(*args: str, timeout: int = 600) -> str:
+    r = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_a_qwen_shaped_model_loads_and_generates(tmp_path):
+    out = script("scripts/gpu/make_shapes.py", str(tmp_path), "--shapes", "tiny")
+    path = Path(out.split("\t")[1])
+    from app.core.gguf_info import read_gguf_info
+
+    info = read_gguf_info(path)
+    assert (info.architecture, info.quantization, info.vocab_size, info.n_layers) == ("qwen2", "Q4_K_M", 151_936, 4)
+    types = {name: size for name, size in info.tensor_bytes}
+    assert types["blk.3.attn_v.weight"] > types["blk.0.attn_v.weight"]  # Q6_K where Q4_K_M gives more bits
+    summary = json.loads(script("-m", "app.cli", "--data-dir", str(tmp_path / "d"), "generate", "-m", str(path),
+                                "-p", "hi", "-n", "6", "--json"))
+    assert summary["generated_tokens"] == 6
+
+
+def test_record_then_replay_with_another_machines_profile(tiny_models, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"id": f"code-{i}", "messages": [{"role": "user", "content": t}]})
+                                 for i, t in enumerate(["the cat sat on the mat", "a dog is on the mat"])))
+    traces = tmp_path / "traces.json"
+    script("scripts/policy_replay.py", "record", str(tiny_models.main), str(tiny_models.same), "--prompts",
+           str(prompts), "-n", "12", "-t", "1", "-o", str(traces))
+    profile = tmp_path / "gpu.json"
+    profile.write_text(json.dumps({"key": {}, "main_batch_s": [0.010 + 0.0002 * n for n in range(17)],
+                                   "draft_step_s": 0.002}))
+    catch_up = tmp_path / "catch-up.json"
+    catch_up.write_text(json.dumps({"1": 0.002, "64": 0.004}))
+    out = script("scripts/policy_replay.py", "replay", str(traces), str(profile), "--drafter", "model",
+                 "--catch-up", str(catch_up))
+    assert "median" in out and "code-0" in out
+
+
+def test_host_overhead_prints_its_table(tiny_models, tmp_path):
+    out = script("scripts/host_overhead.py", str(tiny_models.main), str(tiny_models.same), "-n", "8",
+                 "--repeat", "1", "-t", "1", "--drafters", "model", "--json", str(tmp_path / "o.json"))
+    assert "ms/drafted" in out and "top probability of one row" in out
+    rounds = json.loads((tmp_path / "o.json").read_text())["rounds"]
+    assert rounds[0]["drafted"] > 0 and 0 < rounds[0]["host_fraction"] < 1
