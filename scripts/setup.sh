@@ -43,10 +43,16 @@ vulkan_headers() {  # llama.cpp's Vulkan backend needs the Vulkan and the SPIR-V
   has_header vulkan/vulkan.h && has_header spirv/unified1/spirv.hpp
 }
 
-has_header() {
+vulkan_headers_new_enough() {  # this llama.cpp uses VK_EXT_layer_settings (Vulkan headers 1.3.2xx and later)
+  grep -q VK_EXT_layer_settings "$(header_path vulkan/vulkan_core.h)" 2>/dev/null
+}
+
+has_header() { header_path "$1" >/dev/null; }
+
+header_path() {  # the first of the include folders that has $1 (VULKAN_SDK's first)
   local dir
   for dir in ${VULKAN_SDK:+"$VULKAN_SDK/include"} /usr/include /usr/local/include; do
-    [ -f "$dir/$1" ] && return 0
+    if [ -f "$dir/$1" ]; then echo "$dir/$1"; return 0; fi
   done
   return 1
 }
@@ -56,8 +62,10 @@ detect_backend() {  # prints "backend<TAB>why"
     printf 'cuda\tthe CUDA compiler was found (%s)\n' "$nvcc_path"
   elif [ "$(uname -s)" = Darwin ] && [ "$(uname -m)" = arm64 ]; then
     printf 'metal\tthis is a Mac with Apple Silicon\n'
-  elif vulkan_headers && have glslc; then
+  elif vulkan_headers && have glslc && vulkan_headers_new_enough; then
     printf 'vulkan\tthe Vulkan and SPIR-V headers and glslc were found\n'
+  elif vulkan_headers && have glslc; then
+    printf 'cpu\tthe Vulkan headers found are too old for this llama.cpp (no VK_EXT_layer_settings); point VULKAN_SDK at newer ones (README: GPU support)\n'
   else
     printf 'cpu\tno GPU toolchain was found (nvcc for CUDA; Vulkan and SPIR-V headers and glslc for Vulkan)\n'
   fi

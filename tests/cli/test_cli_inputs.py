@@ -109,7 +109,7 @@ def test_a_missing_bench_file(tiny_models, tmp_path, capsys):
 
 def test_unknown_flags_and_missing_arguments_are_one_error_line(capsys):
     assert "unrecognized arguments: --bogus" in _one_error(capsys, ["generate", "-m", "x", "-p", "y", "--bogus"])
-    assert "required" in _one_error(capsys, ["generate", "-p", "y"])
+    assert "give a main model (-m FILE.gguf)" in _one_error(capsys, ["generate", "-p", "y"])
 
 
 @pytest.mark.parametrize("argv_bytes", [[b"-p", b"caf\xe9"], [b"--system", b"\xff", b"-p", b"hi"]])

@@ -42,12 +42,15 @@ def backend(tmp_path: Path, *args: str, vulkan_sdk: Path | None = None, cmake_ar
     return r.stdout.split("backend: ", 1)[1].strip()
 
 
-def sdk(tmp_path: Path, spirv: bool = True) -> Path:
-    headers = ["vulkan/vulkan.h"] + (["spirv/unified1/spirv.hpp"] if spirv else [])
-    for header in headers:
+def sdk(tmp_path: Path, spirv: bool = True, new_enough: bool = True) -> Path:
+    headers = {"vulkan/vulkan.h": "/* a Vulkan SDK */",
+               "vulkan/vulkan_core.h": "#define VK_EXT_layer_settings 1" if new_enough else "/* 1.3.239 */"}
+    if spirv:
+        headers["spirv/unified1/spirv.hpp"] = "/* SPIR-V */"
+    for header, text in headers.items():
         path = tmp_path / "sdk" / "include" / header
-        path.parent.mkdir(parents=True)
-        path.write_text("/* a Vulkan SDK */")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
     return tmp_path / "sdk"
 
 
@@ -65,6 +68,11 @@ def test_vulkan_needs_its_headers_and_glslc(tmp_path):
     assert without_glslc.startswith("cpu (no GPU toolchain was found")
     if not Path("/usr/include/spirv/unified1/spirv.hpp").exists():  # this machine's own headers would count
         assert backend(tmp_path / "c", glslc=True, vulkan_sdk=sdk(tmp_path / "c", spirv=False)).startswith("cpu")
+
+
+def test_vulkan_headers_too_old_for_this_llama_cpp_are_named(tmp_path):
+    chosen = backend(tmp_path, glslc=True, vulkan_sdk=sdk(tmp_path, new_enough=False))
+    assert chosen.startswith("cpu (the Vulkan headers found are too old for this llama.cpp")
 
 
 def test_a_flag_or_cmake_args_override_the_choice(tmp_path):
