@@ -101,10 +101,15 @@ class LayerPlacement:
     buffers_mib: tuple[tuple[str, float], ...] = ()
 
     def describe(self) -> str:
-        where = ", ".join(f"{name} {mib / 1024:.2f} GiB" if mib >= 1024 else f"{name} {mib:.0f} MiB"
-                          for name, mib in self.buffers_mib)
+        where = ", ".join(f"{name} {_mib_text(mib)}" for name, mib in self.buffers_mib)
         layers = f"{self.offloaded}/{self.total} layers on the GPU" if self.total else "all layers on the CPU"
         return f"{layers} ({where})" if where else layers
+
+
+def _mib_text(mib: float) -> str:
+    if mib >= 1024:
+        return f"{mib / 1024:.2f} GiB"
+    return f"{mib:.1f} MiB" if mib < 10 else f"{mib:.0f} MiB"
 
 
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
