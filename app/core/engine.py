@@ -240,6 +240,6 @@ def _check_fits_in_memory(main_info: GGUFInfo, main: ModelParams,
 
 
 def _cpu_bytes(info: GGUFInfo, params: ModelParams) -> int:
-    if not llama.gpu_offload_supported():
-        return footprint(info, params.n_ctx, params.n_batch).total_bytes()
-    return footprint(info, params.n_ctx, params.n_batch).cpu_bytes(int(params.n_gpu_layers))
+    """What stays in RAM: everything without a GPU, else what its GPU layers do not take."""
+    on_gpu = int(params.n_gpu_layers) if llama.gpu_offload_supported() else 0
+    return footprint(info, params.n_ctx, params.n_batch).cpu_bytes(on_gpu)

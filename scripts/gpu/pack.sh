@@ -14,7 +14,6 @@ VERSION=${LLAMA#*==}
 SDIST=${1:-}
 TRACES=${2:-scripts/gpu/data/qwen2.5-coder-1.5b+0.5b-traces.json}
 mkdir -p .gpu/wheels
-grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 if [ -z "$SDIST" ]; then
   url=$(curl -fsSL https://pypi.org/simple/llama-cpp-python/ | grep -o "https://[^\"#]*llama_cpp_python-$VERSION.tar.gz" | head -1)
@@ -24,8 +23,9 @@ fi
 tar xzf "$SDIST" -C "$tmp"
 src="$tmp/llama_cpp_python-$VERSION"
 ll="$src/vendor/llama.cpp"
-rm -rf "$ll"/models "$ll"/docs "$ll"/media "$ll"/gguf-py "$ll"/.devops "$ll"/tests "$ll"/tools/server/public* \
-       "$ll"/tools/server/webui "$src"/docs "$src"/tests "$src"/examples "$src"/docker
+rm -rf "$src"/.git "$src"/.github "$ll"/.github "$ll"/models "$ll"/docs "$ll"/media "$ll"/gguf-py "$ll"/.devops \
+       "$ll"/tests "$ll"/benches "$ll"/tools/server "$ll"/tools/ui "$ll"/tools/cli \
+       "$src"/docs "$src"/tests "$src"/examples "$src"/docker  # measure.sh builds without the server
 for backend in "$ll"/ggml/src/ggml-*/; do
   case "$(basename "$backend")" in ggml-cpu|ggml-cuda|ggml-blas) ;; *) rm -rf "$backend" ;; esac
 done
