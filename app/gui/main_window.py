@@ -455,6 +455,8 @@ class MainWindow(QMainWindow):
             active.widget.set_stats(stats)
         if summary.error:
             self.show_error(summary.error)
+        elif summary.warnings:
+            self.banner.show_message("; ".join(summary.warnings), "warning")
 
     def _on_compared(self, result: CompareResult) -> None:
         active = self.active

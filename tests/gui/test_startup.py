@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from app.core.tiny_gguf import TinySpec, write_tiny_model
+from app.core.tiny_gguf import CHATML_TEMPLATE, TinySpec, write_tiny_model
 from app.gui.main_window import MainWindow
 from app.paths import app_paths
 from app.storage.settings import GPU_LAYER_FIELDS, LIMITS
-from tests.gui.conftest import wait_loaded
+from tests.gui.conftest import wait_idle, wait_loaded
 from tests.storage.damage import DATABASE_DAMAGE, SETTINGS_DAMAGE, damage_database
 
 
@@ -137,3 +137,17 @@ def test_html_in_a_model_name_is_shown_as_text(make_window, gui_models, tmp_path
     qtbot.waitUntil(lambda: not window.loading, timeout=30_000)
     assert name in window.error_text() and "cannot draft" in window.error_text()
     assert window.banner._label.textFormat() == Qt.TextFormat.PlainText
+
+
+def test_a_chat_template_too_costly_to_render_is_named_in_the_banner(make_window, qtbot, tmp_path, monkeypatch):
+    from app.core import chat
+
+    monkeypatch.setattr(chat, "RENDER_TIME_LIMIT_S", 0.2)
+    slow = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}" + CHATML_TEMPLATE
+    model = write_tiny_model(tmp_path / "slow.gguf", TinySpec(chat_template=slow))
+    window = make_window(main_model=str(model), max_tokens=4)
+    wait_loaded(qtbot, window)
+    window.send_message("the cat")
+    wait_idle(qtbot, window)
+    assert window.banner.kind == "warning" and "took longer than 0.2 s" in window.banner.text()
+    assert [m.role for m in window.store.messages(window.conversation_id)] == ["user", "assistant"]
