@@ -78,6 +78,17 @@ def test_a_read_only_data_dir(make_window, tmp_path):
             folder.chmod(0o755)
 
 
+def crafted_damage() -> dict:
+    from app.core import gguf_reader as g
+    from tests.core.gguf_craft import Crafted, Tensor
+
+    return {"version-99": Crafted(version=99), "unknown-tensor-type": Crafted(tensors=[Tensor(type=200)]),
+            "alignment-0": Crafted().set("general.alignment", g.UINT32, 0),
+            "nested-arrays": Crafted().set("x.nested", g.ARRAY, (g.ARRAY, [])),
+            "tokens-of-the-wrong-type": Crafted().set("tokenizer.ggml.tokens", g.UINT32, 7),
+            "huge-tensor": Crafted(tensors=[Tensor(dims=(2**62, 2**62))])}
+
+
 def damaged_models(folder: Path, main: Path) -> dict[str, Path]:
     """Files in the models folder that are not usable models, by what is wrong with them."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -92,6 +103,8 @@ def damaged_models(folder: Path, main: Path) -> dict[str, Path]:
     made["directory"].mkdir()
     made["symlink-loop"] = folder / "loop.gguf"
     made["symlink-loop"].symlink_to("loop.gguf")
+    for kind, crafted in crafted_damage().items():  # headers only the validated reader refuses
+        made[kind] = crafted.write(folder / f"{kind}.gguf")
     if sys.platform.startswith("linux"):  # a file that opens but cannot be read: EIO at offset 0
         made["unreadable"] = folder / "unreadable.gguf"
         made["unreadable"].symlink_to("/proc/self/mem")
