@@ -127,7 +127,7 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$BACKEND $CMAKE" ] || ! "$VENV/bin/python
   echo "$BACKEND $CMAKE" > "$STAMP"
 fi
 "$VENV/bin/python" -m pip install -e ".[dev]"
-"$VENV/bin/python" -m app.cli info --system --brief || true
+"$VENV/bin/python" -m app.cli info --brief || true
 
 if [ "$RUN" = 1 ]; then
   exec "$VENV/bin/quickdraft-gui"
