@@ -33,6 +33,7 @@ class Footprint:
     input_bytes: int               # token embeddings: always in RAM
     kv_bytes_per_layer: int        # K and V of one layer at the chosen context
     compute_bytes: int             # the graph's scratch buffer on the device that runs it
+    tied_bytes: int = 0            # of output_bytes, the copy of tied embeddings (made only for a GPU)
 
     @property
     def n_layers(self) -> int:
@@ -46,13 +47,14 @@ class Footprint:
         blocks = self.block_bytes[len(self.block_bytes) - (n - 1):] if n > 1 else ()
         return self.output_bytes + sum(blocks) + self.kv_bytes_per_layer * (n - 1) + self.compute_bytes
 
-    def total_bytes(self) -> int:
-        return (sum(self.block_bytes) + self.output_bytes + self.input_bytes
-                + self.kv_bytes_per_layer * len(self.block_bytes) + self.compute_bytes)
-
     def cpu_bytes(self, n_gpu_layers: int) -> int:
-        on_gpu = self.gpu_bytes(n_gpu_layers)
-        return self.total_bytes() - on_gpu + (self.compute_bytes if on_gpu else 0)
+        """What stays in RAM: the token embeddings, the layers not offloaded with their KV cache, and a
+        compute buffer (the output layer too when nothing is offloaded)."""
+        n = self.n_layers if n_gpu_layers < 0 else min(n_gpu_layers, self.n_layers)
+        kept = len(self.block_bytes) - max(0, n - 1)
+        output = self.output_bytes - self.tied_bytes if n == 0 else 0
+        return (self.input_bytes + output + sum(self.block_bytes[:kept]) + self.kv_bytes_per_layer * kept
+                + self.compute_bytes)
 
     def most_layers_within(self, budget: int) -> int:
         """The most layers whose GPU share fits in ``budget`` bytes."""
@@ -79,10 +81,9 @@ def footprint(info: GGUFInfo, n_ctx: int, n_batch: int = 512) -> Footprint:
         else:  # output.weight, output_norm.*, rope tables and other per-model tensors
             output += size
             has_output |= name == "output.weight"
-    if not has_output:
-        output += input_   # tied embeddings: llama.cpp duplicates them for the output layer
+    tied = 0 if has_output else input_  # tied embeddings: llama.cpp copies them for an offloaded output layer
     kv_per_layer = info.kv_bytes_per_token() * ctx // max(1, n_blocks)
-    return Footprint(tuple(blocks), output, input_, kv_per_layer, _compute_bytes(info, ctx, n_batch))
+    return Footprint(tuple(blocks), output + tied, input_, kv_per_layer, _compute_bytes(info, ctx, n_batch), tied)
 
 
 def _compute_bytes(info: GGUFInfo, n_ctx: int, n_batch: int) -> int:

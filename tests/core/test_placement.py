@@ -50,9 +50,11 @@ def test_layers_leave_from_the_output_end_as_llama_cpp_places_them():
     assert fp.cpu_bytes(fp.n_layers) == fp.input_bytes + fp.compute_bytes  # embeddings always stay in RAM
 
 
-def test_tied_embeddings_are_copied_for_the_output_layer():
+def test_tied_embeddings_are_copied_for_the_output_layer_only_on_a_gpu():
     fp = footprint(DRAFT, n_ctx=4096)
-    assert fp.output_bytes >= fp.input_bytes > 0
+    assert fp.output_bytes >= fp.input_bytes == fp.tied_bytes > 0
+    weights = sum(n for _, n in DRAFT.tensor_bytes)
+    assert fp.cpu_bytes(0) == weights + fp.kv_bytes_per_layer * 24 + fp.compute_bytes  # no copy in RAM
 
 
 def test_auto_without_a_gpu_keeps_everything_on_the_cpu():
