@@ -1,0 +1,108 @@
+"""`quickdraft info`: what this build of llama.cpp runs on (backends, devices and their free memory),
+what a GGUF file says about itself, and where a loaded pair's layers go."""
+
+from __future__ import annotations
+
+import json
+
+
+def add_info_parser(sub, gpu_layer_args) -> None:
+    info = sub.add_parser("info", help="this build's llama.cpp backends and devices; what a GGUF file says "
+                                       "about itself; with -m, where a loaded pair's layers go")
+    info.add_argument("file", nargs="?", help="a GGUF file to describe (no weights loaded)")
+    info.add_argument("-m", "--main", help="load this main model and show where its layers went")
+    info.add_argument("-md", "--draft", help="and this draft model")
+    gpu_layer_args(info)
+    info.add_argument("-c", "--ctx", type=int, default=4096, help="context size the pair is loaded with (4096)")
+    info.add_argument("--json", action="store_true")
+    info.add_argument("--brief", action="store_true", help="one line: the backend and the GPUs found")
+    info.set_defaults(handler=cmd_info)
+
+
+def cmd_info(args) -> int:
+    from .core.devices import system_info
+
+    system = system_info()
+    if args.brief:
+        print(f"llama.cpp backends: {', '.join(system.backends)}; {system.summary()}")
+        return 0
+    data: dict = {"system": _system_json(system)}
+    if args.file:
+        data["file"] = _file_info(args.file)
+    if args.main:
+        data["placement"] = _loaded_placement(args)
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    _print_system(system)
+    if args.file:
+        print()
+        _print_rows(_file_rows(data["file"]))
+    if args.main:
+        print()
+        _print_rows({f"{name} model": where for name, where in data["placement"].items()})
+    return 0
+
+
+def _system_json(system) -> dict:
+    return {"backends": list(system.backends), "gpu_offload_supported": bool(system.gpus),
+            "devices": [vars(d) for d in system.devices], "problem": system.problem(),
+            "cpu_features": system.cpu_features}
+
+
+def system_summary() -> str:
+    from .core.devices import system_info
+
+    return system_info().summary()
+
+
+def _print_system(system) -> None:
+    rows = {"backends": ", ".join(system.backends), "runs on": system.summary()}
+    for i, device in enumerate(system.devices):
+        rows[f"device {i}"] = device.describe()
+    if system.problem():
+        rows["note"] = system.problem()
+    rows["CPU features"] = system.cpu_features
+    _print_rows(rows)
+
+
+def _file_info(path: str) -> dict:
+    from .core.gguf_info import read_gguf_info
+
+    info = read_gguf_info(path)
+    data = {k: v for k, v in vars(info).items() if k not in ("tokens", "chat_template", "tensor_bytes")}
+    data["display_name"] = info.display_name
+    data["vocab_type_name"] = info.vocab_type_name
+    data["has_chat_template"] = bool(info.chat_template)
+    return data
+
+
+def _file_rows(info: dict) -> dict:
+    n = info["parameter_count"]
+    return {
+        "file": info["path"], "name": info["display_name"], "architecture": info["architecture"],
+        "parameters": f"{n / 1e9:.2f} B" if n >= 1e8 else f"{n:,}",
+        "quantization": info["quantization"], "file size": f"{info['file_size'] / 2**20:.1f} MiB",
+        "context length": info["context_length"], "layers": info["n_layers"],
+        "vocabulary": f"{info['vocab_type_name']}, {info['vocab_size']:,} tokens",
+        "bos / eos": f"{info['bos_token_id']} / {info['eos_token_id']} (add bos: {info['add_bos']})",
+        "chat template": "yes" if info["has_chat_template"] else "no (a plain transcript is used)",
+    }
+
+
+def _loaded_placement(args) -> dict[str, str]:
+    from .cli import _load_engine
+
+    args.ctx_draft = None
+    args.threads = args.threads_draft = None
+    engine = _load_engine(args)
+    try:
+        return {name: where.describe() for name, where in engine.placement().items()}
+    finally:
+        engine.close()
+
+
+def _print_rows(rows: dict) -> None:
+    width = max(len(k) for k in rows)
+    for key, value in rows.items():
+        print(f"{key:>{width}}: {value}")
