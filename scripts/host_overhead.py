@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import statistics
 import sys
 import tempfile
 import time
