@@ -12,6 +12,8 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 from app.gui import theme
 from app.gui.live_stats import LiveStats, thin
 
+CHART_MIN_HEIGHT = 130   # three charts under the counters still fit a 1280x800 screen
+
 
 def _chart(title: str) -> QChart:
     chart = QChart()
@@ -52,7 +54,7 @@ def _line(name: str, colour: str, width: float = 2.0) -> QLineSeries:
 def _view(chart: QChart) -> QChartView:
     view = QChartView(chart)
     view.setRenderHint(QPainter.RenderHint.Antialiasing)
-    view.setMinimumHeight(170)
+    view.setMinimumHeight(CHART_MIN_HEIGHT)
     return view
 
 
