@@ -12,6 +12,18 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 from app.gui import theme
 from app.gui.live_stats import LiveStats, thin
 
+CHART_MIN_HEIGHT = 130   # three charts under the counters still fit a 1280x800 screen
+MAX_ROUND_TICKS = 6
+
+
+def round_axis_span(last_round: int) -> tuple[int, int]:
+    """(top, tick count) for a round axis from 0 to at least ``last_round``: a whole number of
+    rounds between ticks, so no two ticks show the same integer label."""
+    last = max(last_round, 1)
+    step = -(-last // (MAX_ROUND_TICKS - 1))
+    intervals = -(-last // step)
+    return step * intervals, intervals + 1
+
 
 def _chart(title: str) -> QChart:
     chart = QChart()
@@ -52,7 +64,7 @@ def _line(name: str, colour: str, width: float = 2.0) -> QLineSeries:
 def _view(chart: QChart) -> QChartView:
     view = QChartView(chart)
     view.setRenderHint(QPainter.RenderHint.Antialiasing)
-    view.setMinimumHeight(170)
+    view.setMinimumHeight(CHART_MIN_HEIGHT)
     return view
 
 
@@ -88,7 +100,8 @@ class ChartsPanel(QWidget):
         self.rolling_series = _line("rolling", theme.ROLLING_LINE)
         chart.addSeries(self.round_series)
         chart.addSeries(self.rolling_series)
-        self.acc_x, self.acc_y = _axis("round", 0, 1), _axis("%", 0, 100)
+        self.acc_x, self.acc_y = _axis("round", 0, 1, "%d"), _axis("%", 0, 100)
+        self._set_round_range(0)
         self._attach(chart, self.round_series, self.acc_x, self.acc_y)
         self._attach(chart, self.rolling_series, self.acc_x, self.acc_y)
         self.acceptance_view = _view(chart)
@@ -121,6 +134,7 @@ class ChartsPanel(QWidget):
 
     def clear(self) -> None:
         self._drawn_rounds = -1
+        self._set_round_range(0)
         for series in (self.tps_series, self.round_series, self.rolling_series):
             series.clear()
         self.position_set.remove(0, self.position_set.count())
@@ -146,8 +160,12 @@ class ChartsPanel(QWidget):
         per_round = thin(stats.round_acceptance)
         self.round_series.replace([QPointF(r, 100 * v) for r, v in per_round])
         self.rolling_series.replace([QPointF(r, 100 * v) for r, v in thin(stats.rolling_acceptance)])
-        if per_round:
-            self.acc_x.setRange(0, max(per_round[-1][0], 1))
+        self._set_round_range(per_round[-1][0] if per_round else 0)
+
+    def _set_round_range(self, last_round: int) -> None:
+        top, ticks = round_axis_span(last_round)
+        self.acc_x.setRange(0, top)
+        self.acc_x.setTickCount(ticks)
 
     def _draw_positions(self, stats: LiveStats) -> None:
         rates = stats.acceptance_by_position()

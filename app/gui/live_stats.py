@@ -35,13 +35,17 @@ class LiveStats:
     summary: Summary | None = None
     _window: deque = field(default_factory=deque)
     _rolling: deque = field(default_factory=lambda: deque(maxlen=ROLLING_ROUNDS))
-    _last_elapsed: float = 0.0
+    _piece_tokens: int = 0           # tokens the pieces carried so far
+    _last_token_s: float = 0.0       # when the latest of them arrived
 
     # --- feeding -------------------------------------------------------------------------------
 
     def add_piece(self, piece: TokenPiece, at_s: float) -> None:
-        if piece.token_ids and self.ttft_s is None:
-            self.ttft_s = at_s
+        if piece.token_ids:
+            if self.ttft_s is None:
+                self.ttft_s = at_s
+            self._piece_tokens += len(piece.token_ids)
+            self._last_token_s = at_s
         if not self.rounds:  # before the first round only pieces tell how many tokens exist
             self.generated += len(piece.token_ids)
         if piece.text:
@@ -54,7 +58,6 @@ class LiveStats:
     def add_round(self, r: Round) -> None:
         self.rounds += 1
         self.generated = max(self.generated, r.generated_total)
-        self._last_elapsed = r.elapsed_s
         self.round_ends_s.append(r.elapsed_s)
         self._add_acceptance(r)
         self._add_tps_point(r)
@@ -107,9 +110,11 @@ class LiveStats:
     def tps_message(self) -> float:
         if self.summary is not None:
             return self.summary.generation_tps
-        if self.ttft_s is None or self._last_elapsed <= self.ttft_s or self.generated < 2:
+        # pieces only: their times and the first token's are on the same (the worker's) clock, while
+        # a round's elapsed_s is on the engine's, which starts later
+        if self.ttft_s is None or self._piece_tokens < 2 or self._last_token_s <= self.ttft_s:
             return 0.0
-        return (self.generated - 1) / (self._last_elapsed - self.ttft_s)
+        return (self._piece_tokens - 1) / (self._last_token_s - self.ttft_s)
 
     @property
     def prompt_tps(self) -> float:

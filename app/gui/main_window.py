@@ -10,9 +10,9 @@ import importlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, Qt, QThread, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
-from PySide6.QtWidgets import (QLabel, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtCore import QCoreApplication, QSize, Qt, QThread, QTimer, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import (QLabel, QMainWindow, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget)
 
 from app import __version__
 from app.core.events import Round, Summary, TokenPiece
@@ -35,6 +35,8 @@ from app.storage.settings import Settings, SettingsStore
 
 REPAINT_MS = 150          # ~7 Hz: counters, charts and the streaming message
 TITLE_CHARS = 48
+PREFERRED_SIZE = QSize(1440, 900)
+MINIMUM_SIZE = QSize(1000, 700)   # a 1280x800 screen, less a taskbar and the title bar
 MODEL_MANAGER_MODULE = "app.gui.model_manager"
 
 
@@ -47,6 +49,13 @@ class ActiveGeneration:
     compare: bool = False
     live: LiveStats = field(default_factory=LiveStats)
     started_at: float | None = None   # the worker's time.monotonic() when decoding began
+
+
+def opening_size() -> QSize:
+    """The preferred size, shrunk to the screen's available area (never below the minimum)."""
+    screen = QGuiApplication.primaryScreen()
+    size = PREFERRED_SIZE.boundedTo(screen.availableGeometry().size()) if screen else PREFERRED_SIZE
+    return size.expandedTo(MINIMUM_SIZE)
 
 
 class MainWindow(QMainWindow):
@@ -86,7 +95,8 @@ class MainWindow(QMainWindow):
 
     def _build_ui(self) -> None:
         self.setWindowTitle(f"Quickdraft {__version__}")
-        self.resize(1440, 900)
+        self.setMinimumSize(MINIMUM_SIZE)
+        self.resize(opening_size())
         self.model_bar = ModelBar(self.paths.models_dir)
         self.conversation_list = ConversationList()
         self.banner = Banner()
@@ -140,9 +150,19 @@ class MainWindow(QMainWindow):
         tabs = QTabWidget()
         tabs.setMinimumWidth(400)
         tabs.addTab(speculation, "Speculation")
-        tabs.addTab(self.settings_panel, "Settings")
+        tabs.addTab(self._scrollable(self.settings_panel), "Settings")
         self.side_tabs = tabs
         return self._padded(tabs)
+
+    @staticmethod
+    def _scrollable(widget: QWidget) -> QScrollArea:
+        """The long settings form scrolls rather than making the window taller than a small screen."""
+        area = QScrollArea()
+        area.setWidgetResizable(True)
+        area.setFrameShape(QScrollArea.Shape.NoFrame)
+        area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        area.setWidget(widget)
+        return area
 
     @staticmethod
     def _padded(widget: QWidget) -> QWidget:

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QFrame, QHBoxLayout, QLab
 
 from app.core.errors import QuickdraftError
 from app.core.gguf_info import GGUFInfo, check_pair, read_gguf_info
-from app.gui.plain import plain_label, plain_tooltip
+from app.gui.plain import ElidedLabel, plain_tooltip
 
 MAX_SCANNED_FILES = 200
 UNREADABLE = (QuickdraftError, OSError)   # what reading a damaged or inaccessible GGUF can raise
@@ -121,12 +121,12 @@ class ModelBar(QFrame):
         self.progress.setRange(0, 0)
         self.progress.setFixedWidth(90)
         self.progress.hide()
-        self.status = plain_label("No model loaded")
+        self.status = ElidedLabel("No model loaded")
         self.status.setObjectName("status")
         for widget in (QLabel("Main"), self.main_combo, self.main_open, QLabel("Draft"), self.draft_combo,
-                       self.draft_open, QLabel("Drafting"), self.drafter, self.load_button, self.progress, self.status):
+                       self.draft_open, QLabel("Drafting"), self.drafter, self.load_button, self.progress):
             layout.addWidget(widget)
-        layout.addStretch(1)
+        layout.addWidget(self.status, 1)
 
     @staticmethod
     def _combo(tip: str) -> QComboBox:
@@ -279,18 +279,18 @@ class ModelBar(QFrame):
     # --- state ---------------------------------------------------------------------------------
 
     def set_loading(self, name: str) -> None:
-        self.status.setText(f"Loading {name}…")
+        self.status.set_full_text(f"Loading {name}…")
         self.progress.show()
         self._enable(False)
 
     def set_loaded(self, main_name: str, draft_name: str | None) -> None:
         self.progress.hide()
-        self.status.setText(f"Loaded {main_name}" + (f" + draft {draft_name}" if draft_name else " (no draft)"))
+        self.status.set_full_text(f"Loaded {main_name}" + (f" + draft {draft_name}" if draft_name else " (no draft)"))
         self._enable(True)
 
     def set_unloaded(self, message: str = "No model loaded") -> None:
         self.progress.hide()
-        self.status.setText(message)
+        self.status.set_full_text(message)
         self._enable(True)
 
     def set_busy(self, busy: bool) -> None:

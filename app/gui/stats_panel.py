@@ -19,6 +19,20 @@ TILES = [
 DASH = "–"
 
 
+def format_duration(seconds: float | None) -> str:
+    """"850 ms" below a second, "104.6 s" from one second on."""
+    if seconds is None:
+        return DASH
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def format_rate(per_second: float) -> str:
+    """Tokens per second: "–" while unknown, one decimal below 10 (a slow rate never reads "0")."""
+    if per_second <= 0:
+        return DASH
+    return f"{per_second:.1f}" if per_second < 10 else f"{per_second:.0f}"
+
+
 class StatsPanel(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -57,8 +71,8 @@ class StatsPanel(QWidget):
         shown = {
             "tps_now": f"{stats.tps_now:.1f}" if stats.tps_points else DASH,
             "tps_message": f"{stats.tps_message:.1f}" if stats.tps_message else DASH,
-            "ttft": f"{stats.ttft_s * 1000:.0f} ms" if stats.ttft_s is not None else DASH,
-            "prompt_tps": f"{stats.prompt_tps:.0f}" if stats.prompt_tps else DASH,
+            "ttft": format_duration(stats.ttft_s),
+            "prompt_tps": format_rate(stats.prompt_tps),
             "drafted": str(stats.drafted),
             "accepted": str(stats.accepted),
             "acceptance": f"{100 * stats.acceptance_rate:.0f}%" if stats.drafted else DASH,

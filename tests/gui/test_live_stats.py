@@ -5,6 +5,7 @@ from __future__ import annotations
 from app.core.events import Origin, Round, TokenPiece
 from app.gui.live_stats import LiveStats, format_footer, thin
 from app.gui.render import code_blocks, render_markdown, render_runs, split_blocks
+from app.gui.stats_panel import StatsPanel, format_duration, format_rate
 
 
 def test_rounds_give_acceptance_by_round_rolling_and_position():
@@ -20,7 +21,26 @@ def test_rounds_give_acceptance_by_round_rolling_and_position():
     assert live.rolling_acceptance[-1] == (1, 5 / 8)
     assert live.acceptance_by_position() == [1.0, 0.5, 0.5, 0.5]
     assert live.tps_points[-1] == (0.3, (9 - 6) / (0.3 - 0.1))
-    assert live.tps_message == (9 - 1) / (0.3 - 0.010)
+
+
+def test_prompt_speed_from_the_first_token_and_message_speed_from_the_second():
+    """Times on the worker's clock; rounds come on the engine's, which starts later (here 2 s)."""
+    live = LiveStats(prompt_tokens=500)
+    assert (live.prompt_tps, live.tps_message) == (0.0, 0.0)
+    live.add_piece(TokenPiece("a", (1,), Origin.MAIN), 104.63)
+    assert live.prompt_tps == 500 / 104.63 and live.tps_message == 0.0
+    live.add_piece(TokenPiece("b", (2, 3), Origin.DRAFT), 105.63)
+    live.add_round(Round(0, drafted=2, accepted=1, draft_s=0, verify_s=0, generated_total=3, elapsed_s=103.63))
+    assert live.tps_message == 2 / 1.0
+    panel = StatsPanel()
+    panel.update_from(live)
+    shown = panel.values()
+    assert (shown["ttft"], shown["prompt_tps"], shown["tps_message"]) == ("104.6 s", "4.8", "2.0")
+
+
+def test_durations_and_rates_are_formatted_for_reading():
+    assert [format_duration(s) for s in (None, 0.0424, 0.9994, 1.0, 104.63)] == ["–", "42 ms", "999 ms", "1.0 s", "104.6 s"]
+    assert [format_rate(r) for r in (0.0, 0.4, 4.84, 12.6, 1234.4)] == ["–", "0.4", "4.8", "13", "1234"]
 
 
 def test_pieces_merge_into_runs_by_origin():

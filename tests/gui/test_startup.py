@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import os
 import sys
 from pathlib import Path
@@ -144,7 +145,8 @@ def test_html_in_a_model_name_is_shown_as_text(make_window, gui_models, tmp_path
     window = make_window(main_model=str(main), draft_model="", drafter="lookup")
     wait_loaded(qtbot, window)
     status = window.model_bar.status
-    assert status.textFormat() == Qt.TextFormat.PlainText and name in status.text()
+    assert status.textFormat() == Qt.TextFormat.PlainText and name in status.full_text
+    assert html.escape(name) in status.toolTip()
 
     window._load_pair(str(main), str(other_vocab))  # past the bar: the worker's own refusal names both
     qtbot.waitUntil(lambda: not window.loading, timeout=30_000)

@@ -1,0 +1,41 @@
+"""The acceptance chart's round axis shows whole rounds, never the same label twice."""
+
+from __future__ import annotations
+
+from app.core.events import Round
+from app.gui.charts import ChartsPanel, round_axis_span
+from app.gui.live_stats import LiveStats
+
+
+def _round_labels(panel: ChartsPanel) -> list[float]:
+    axis = panel.acc_x
+    step = (axis.max() - axis.min()) / (axis.tickCount() - 1)
+    return [axis.min() + i * step for i in range(axis.tickCount())]
+
+
+def _whole_and_distinct(labels: list[float]) -> bool:
+    return all(v == int(v) for v in labels) and len({int(v) for v in labels}) == len(labels)
+
+
+def test_round_axis_before_data_and_after_rounds(qtbot):
+    panel = ChartsPanel()
+    qtbot.addWidget(panel)
+    assert panel.acc_x.labelFormat() == "%d"
+    assert _whole_and_distinct(_round_labels(panel))
+
+    live = LiveStats()
+    for i in range(3):
+        live.add_round(Round(i, drafted=4, accepted=2, draft_s=0, verify_s=0, generated_total=3 * (i + 1),
+                             elapsed_s=0.1 * (i + 1)))
+    panel.update_from(live)
+    labels = _round_labels(panel)
+    assert _whole_and_distinct(labels) and labels[-1] >= 2
+
+    panel.clear()
+    assert _whole_and_distinct(_round_labels(panel))
+
+
+def test_round_axis_span_covers_the_last_round_in_whole_steps():
+    for last in [0, 1, 2, 3, 4, 5, 6, 7, 11, 37, 399, 1000]:
+        top, ticks = round_axis_span(last)
+        assert top >= max(last, 1) and 2 <= ticks <= 6 and top % (ticks - 1) == 0
