@@ -3,31 +3,24 @@ memory, and where the loaded pair's layers went."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QFontMetrics, QResizeEvent
-from PySide6.QtWidgets import QLabel, QSizePolicy
-
 from app.core.devices import SystemInfo, system_info
+from app.gui.plain import ElidedLabel, plain_tooltip
 
 
-class HardwareStatus(QLabel):
+class HardwareStatus(ElidedLabel):
     """One elided line of plain text; the whole account is in the tooltip."""
 
     def __init__(self, parent=None):
-        super().__init__(parent)
+        super().__init__("", parent)
         self.setObjectName("hardwareStatus")
-        self.setTextFormat(Qt.TextFormat.PlainText)
-        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self._system: SystemInfo | None = None
         self._placement: tuple[str, ...] = ()
-        self._full = ""
 
     def show_system(self, system: SystemInfo | None = None) -> None:
         try:
             self._system = system or system_info()
         except Exception as exc:  # llama.cpp's library failed to load: say so, the window still works
-            self._full = f"llama.cpp is not available: {exc}"
-            self._refresh()
+            self.set_full_text(f"llama.cpp is not available: {exc}")
             return
         self._update()
 
@@ -36,28 +29,13 @@ class HardwareStatus(QLabel):
         self._placement = tuple(placement)
         self._update()
 
-    @property
-    def full_text(self) -> str:
-        return self._full
-
     def _update(self) -> None:
         parts = [self._system.summary()] if self._system else []
-        parts += self._placement
-        self._full = "  ·  ".join(parts)
-        tooltip = []
+        self.set_full_text("  ·  ".join(parts + list(self._placement)))
+        details = []
         if self._system is not None:
-            tooltip.append(f"llama.cpp backends: {', '.join(self._system.backends)}")
-            tooltip += [d.describe() for d in self._system.devices]
+            details.append(f"llama.cpp backends: {', '.join(self._system.backends)}")
+            details += [d.describe() for d in self._system.devices]
             if self._system.problem():
-                tooltip.append(self._system.problem())
-        tooltip += self._placement
-        self.setToolTip("\n".join(tooltip))
-        self._refresh()
-
-    def _refresh(self) -> None:
-        metrics = QFontMetrics(self.font())
-        self.setText(metrics.elidedText(self._full, Qt.TextElideMode.ElideRight, max(self.width() - 4, 40)))
-
-    def resizeEvent(self, event: QResizeEvent) -> None:
-        super().resizeEvent(event)
-        self._refresh()
+                details.append(self._system.problem())
+        self.setToolTip(plain_tooltip("\n".join(details + list(self._placement))))

@@ -14,6 +14,7 @@ def test_status_bar_shows_the_backend_then_the_loaded_pairs_placement(loaded_win
     assert "CPU build: running on the CPU" in text
     assert "main: all layers on the CPU" in text and "draft: all layers on the CPU" in text
     assert "backends: CPU" in loaded_window.hardware.toolTip()
+    assert "main: all layers on the CPU" in loaded_window.hardware.toolTip()
 
 
 def gpu_system(free_gib: float, gpus: int = 1) -> SystemInfo:
@@ -29,6 +30,7 @@ def test_a_gpu_is_named_with_its_free_memory_as_plain_text(qtbot):
     status.show_system(gpu_system(6.5))
     assert status.full_text == "Vulkan: <b>llvmpipe</b> (6.5 GiB free)"
     assert status.text() == status.full_text  # plain text: markup from a driver is shown, not rendered
+    assert "&lt;b&gt;llvmpipe&lt;/b&gt;" in status.toolTip()  # and in the tooltip, escaped
 
 
 def test_a_gpu_build_without_a_usable_device_says_so(qtbot):
