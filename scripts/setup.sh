@@ -24,6 +24,7 @@ while [ $# -gt 0 ]; do
     --venv=*) VENV=${1#*=}; shift ;;
     --run) RUN=1; shift ;;
     --print-backend) PRINT_ONLY=1; shift ;;  # say what would be built, build nothing
+    --check-qt) check_qt_only=1; shift ;;    # only say which libraries Qt's window lacks
     -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -89,6 +90,26 @@ cmake_args_for() {
   esac
 }
 
+# Qt's xcb platform plugin (the window on X11) needs these libraries, which a fresh Debian or Ubuntu
+# may lack; without them the app stops with "Could not load the Qt platform plugin xcb".
+QT_XCB_LIBRARIES="libxcb-cursor0:libxcb-cursor.so.0 libxcb-icccm4:libxcb-icccm.so.4
+  libxcb-keysyms1:libxcb-keysyms.so.1 libxcb-shape0:libxcb-shape.so.0 libxcb-render-util0:libxcb-render-util.so.0
+  libxcb-image0:libxcb-image.so.0 libxkbcommon-x11-0:libxkbcommon-x11.so.0 libegl1:libEGL.so.1
+  libfontconfig1:libfontconfig.so.1 libdbus-1-3:libdbus-1.so.3"
+
+check_qt_libraries() {  # prints the one apt command that installs what is missing (Linux only)
+  [ "$(uname -s)" = Linux ] && have ldconfig || return 0
+  local known missing=() entry
+  known=$(ldconfig -p)
+  for entry in $QT_XCB_LIBRARIES; do
+    grep -q "${entry#*:}" <<<"$known" || missing+=("${entry%%:*}")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup.sh: the window needs libraries this system lacks; install them with:"
+    echo "  sudo apt install ${missing[*]}"
+  fi
+}
+
 if [ "$BACKEND" = auto ]; then
   IFS=$'\t' read -r BACKEND WHY < <(detect_backend)
 else
@@ -98,6 +119,7 @@ CMAKE=$(cmake_args_for "$BACKEND")
 if [ -n "${CMAKE_ARGS:-}" ]; then
   CMAKE=$CMAKE_ARGS BACKEND=custom WHY="CMAKE_ARGS is set: $CMAKE_ARGS"
 fi
+if [ "${check_qt_only:-0}" = 1 ]; then check_qt_libraries; exit 0; fi
 echo "setup.sh: llama.cpp backend: $BACKEND ($WHY)"
 [ "$PRINT_ONLY" = 1 ] && exit 0
 
@@ -128,6 +150,7 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$BACKEND $CMAKE" ] || ! "$VENV/bin/python
 fi
 "$VENV/bin/python" -m pip install -e ".[dev]"
 "$VENV/bin/python" -m app.cli info --brief || true
+check_qt_libraries
 
 if [ "$RUN" = 1 ]; then
   exec "$VENV/bin/quickdraft-gui"

@@ -92,3 +92,16 @@ def test_an_unknown_backend_is_refused(tmp_path, bad):
 def test_ci_builds_for_the_cpu():
     assert "setup.sh --backend cpu" in (ROOT / ".ci" / "run").read_text()
     assert os.access(ROOT / "scripts" / "setup.sh", os.X_OK)
+
+
+def test_missing_qt_window_libraries_are_named_in_one_apt_command(tmp_path):
+    bin_dir = fake_bin(tmp_path)
+    (bin_dir / "ldconfig").write_text("#!/bin/sh\necho '\tlibxcb-icccm.so.4 (libc6,x86-64) => /usr/lib/libxcb-icccm.so.4'\n"
+                                      "echo '\tlibEGL.so.1 (libc6,x86-64) => /usr/lib/libEGL.so.1'\n")
+    (bin_dir / "ldconfig").chmod(0o755)
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh"), "--check-qt"], capture_output=True, text=True,
+                       env={"PATH": str(bin_dir), "CUDA_SEARCH_DIRS": ""}, timeout=30)
+    assert r.returncode == 0, r.stderr
+    [apt] = [line.strip() for line in r.stdout.splitlines() if "apt install" in line]
+    assert apt.startswith("sudo apt install libxcb-cursor0 ") and "libxkbcommon-x11-0" in apt
+    assert "libxcb-icccm4" not in apt and "libegl1" not in apt  # present ones are not asked for
