@@ -86,7 +86,7 @@ class ChartsPanel(QWidget):
         chart.legend().hide()
         self.tps_series = _line("tok/s", theme.MAIN_LINE)
         chart.addSeries(self.tps_series)
-        self.tps_x, self.tps_y = _axis("seconds", 0, 1, "%.1f"), _axis("", 0, 10)
+        self.tps_x, self.tps_y = _axis("seconds", 0, 1, "%g"), _axis("", 0, 10)
         self._attach(chart, self.tps_series, self.tps_x, self.tps_y)
         self.tps_view = _view(chart)
 
@@ -154,6 +154,7 @@ class ChartsPanel(QWidget):
         self.tps_series.replace([QPointF(t, v) for t, v in points])
         if points:
             self.tps_x.setRange(0, max(points[-1][0], 0.1))
+            self.tps_x.applyNiceNumbers()  # round ticks ("0.05", not "0.0" twice for a short answer)
             self.tps_y.setRange(0, max(v for _, v in points) * 1.15 or 1)
 
     def _draw_acceptance(self, stats: LiveStats) -> None:

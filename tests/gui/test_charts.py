@@ -39,3 +39,16 @@ def test_round_axis_span_covers_the_last_round_in_whole_steps():
     for last in [0, 1, 2, 3, 4, 5, 6, 7, 11, 37, 399, 1000]:
         top, ticks = round_axis_span(last)
         assert top >= max(last, 1) and 2 <= ticks <= 6 and top % (ticks - 1) == 0
+
+
+def test_seconds_axis_labels_differ_for_a_short_answer(qtbot):
+    panel = ChartsPanel()
+    qtbot.addWidget(panel)
+    live = LiveStats()
+    live.tps_points.extend([(0.02 * i, 800.0 + i) for i in range(1, 8)])  # a 0.14 s answer
+    panel.update_from(live)
+    axis = panel.tps_x
+    step = (axis.max() - axis.min()) / (axis.tickCount() - 1)
+    labels = [axis.labelFormat() % (axis.min() + i * step) for i in range(axis.tickCount())]
+    assert len(set(labels)) == len(labels), labels
+    assert axis.max() >= 0.14
