@@ -54,10 +54,6 @@ class SystemInfo:
     def gpu_free_bytes(self) -> int:
         return sum(d.free_bytes for d in self.gpus)
 
-    @property
-    def gpu_total_bytes(self) -> int:
-        return sum(d.total_bytes for d in self.gpus)
-
     def summary(self) -> str:
         """One line for a status bar: what the models can run on."""
         if self.gpus:
