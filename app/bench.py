@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from .core.chat import check_messages
+from .core.compare import CompareResult, compare_greedy
 from .core.engine import Engine
 from .core.errors import QuickdraftError
-from .core.events import Summary
-from .core.params import SamplingParams, SpeculationParams
+from .core.params import DrafterKind, SpeculationParams
 
 
 @dataclass
@@ -113,32 +113,18 @@ def _prompt_line(path: Path, n: int, line: str) -> tuple[str, list[dict]]:
     return str(item.get("id", f"{path.stem}-{n}")), messages
 
 
-def run_one(engine: Engine, tokens: list[int], drafter: str, n_predict: int,
-            speculation: SpeculationParams) -> Summary:
-    engine.forget_cache()
-    sampling = SamplingParams(temperature=0.0, max_tokens=n_predict)
-    summary = None
-    for event in engine.generate(prompt=tokens, sampling=sampling, speculation=speculation, drafter=drafter):
-        summary = event
-    assert isinstance(summary, Summary)
-    return summary
-
-
 def bench_prompt(engine: Engine, prompt_id: str, messages: list[dict], n_predict: int,
-                 speculation: SpeculationParams, drafter: str,
+                 speculation: SpeculationParams, drafter: DrafterKind | str,
                  llama_baseline: Callable[[list[int], int], float] | None = None, repeat: int = 1) -> PromptResult:
     """Main alone, then speculative, alternating ``repeat`` times; each keeps its fastest run (load
     from other programs only ever slows a run down, so the fastest is the least disturbed). With
     repeats there is a second estimate, the median ratio of the runs paired in time
     (see ``paired_speedup``)."""
     tokens = engine.tokenize_messages(messages)
-    bases, specs = [], []
-    for _ in range(repeat):
-        bases.append(run_one(engine, tokens, "none", n_predict, speculation))
-        specs.append(run_one(engine, tokens, drafter, n_predict, speculation))
-    base = max(bases, key=lambda s: s.generation_tps)
-    spec = max(specs, key=lambda s: s.generation_tps)
-    diff = first_difference(base.token_ids, spec.token_ids)
+    runs = [compare_greedy(engine, tokens, drafter, n_predict, speculation) for _ in range(repeat)]
+    bases, specs = [r.baseline for r in runs], [r.speculative for r in runs]
+    fastest = CompareResult(max(specs, key=lambda s: s.generation_tps), max(bases, key=lambda s: s.generation_tps))
+    base, spec, diff = fastest.baseline, fastest.speculative, fastest.first_difference
     margin = None
     if diff is not None and diff < len(base.token_ids):
         margin = engine.logit_margin(tokens + list(base.token_ids[:diff])).margin
@@ -150,7 +136,7 @@ def bench_prompt(engine: Engine, prompt_id: str, messages: list[dict], n_predict
         prompt_tokens=len(tokens),
         base_tps=base.generation_tps,
         spec_tps=spec.generation_tps,
-        speedup=spec.generation_tps / base.generation_tps if base.generation_tps else 0.0,
+        speedup=fastest.speedup,
         acceptance=spec.acceptance_rate,
         mean_accepted_length=spec.mean_accepted_length,
         tokens_per_round=spec.tokens_per_round,
@@ -180,13 +166,6 @@ def paired_speedup(base_tps: Sequence[float], spec_tps: Sequence[float]) -> floa
     one ratio, which the median ignores. None without at least two pairs."""
     ratios = [s / b for b, s in zip(base_tps, spec_tps) if b > 0]
     return statistics.median(ratios) if len(ratios) >= 2 else None
-
-
-def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def make_llama_baseline(model_path: str, n_ctx: int, n_threads: int | None, n_gpu_layers: int):

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 from . import __version__
+from .core.params import DrafterKind, PolicyName
 from .paths import DATA_DIR_ENV
 
 
@@ -134,10 +135,10 @@ def _model_args(p: argparse.ArgumentParser, main_required: bool = True) -> None:
     p.add_argument("--draft-min", type=int, default=0, help="drop drafts shorter than this (0)")
     p.add_argument("--draft-p-min", type=float, default=0.0,
                    help="stop drafting when the draft's top probability falls below this (0 = off)")
-    p.add_argument("--policy", choices=["auto", "fixed", "pmin"], default="auto",
+    p.add_argument("--policy", choices=PolicyName.values(), default=PolicyName.AUTO.value,
                    help="auto: the draft length the machine's cost profile says pays best (default); "
                         "fixed: always --draft-max; pmin: stop at --draft-p-min")
-    p.add_argument("--drafter", choices=["model", "lookup", "lookup+model", "none"], default=None,
+    p.add_argument("--drafter", choices=DrafterKind.values(), default=None,
                    help="who drafts: the draft model, prompt lookup (n-gram copy), lookup then the model, "
                         "or nobody (default: lookup+model with --draft, else lookup)")
     _gpu_layer_args(p)
@@ -177,7 +178,7 @@ def cmd_serve(args) -> int:
 
     def load():  # on the server's engine thread; the auto policy's profile is made before the first request
         engine = _load_engine(args)
-        if args.policy == "auto" and _drafter(args) != "none":
+        if _needs_profile(args):
             _ensure_profile(engine, args)
         return engine
 
@@ -215,8 +216,15 @@ def _add_models(sub) -> None:
     add_models_parser(sub)
 
 
-def _drafter(args) -> str:
-    return args.drafter or ("lookup+model" if args.draft else "lookup")
+def _drafter(args) -> DrafterKind:
+    if args.drafter:
+        return DrafterKind(args.drafter)
+    return DrafterKind.LOOKUP_MODEL if args.draft else DrafterKind.LOOKUP
+
+
+def _needs_profile(args) -> bool:
+    """The auto policy drafts by the machine's cost profile, made before the first generation."""
+    return PolicyName(args.policy) is PolicyName.AUTO and _drafter(args) is not DrafterKind.NONE
 
 
 def _load_engine(args):
@@ -311,7 +319,7 @@ def cmd_generate(args) -> int:
         print(json.dumps({**summary.to_dict(), **extra}, indent=2))
     else:
         print(file=sys.stdout)
-        n_draft = None if args.remote else args.draft_max if _drafter(args) != "none" else 0
+        n_draft = None if args.remote else args.draft_max if _drafter(args) is not DrafterKind.NONE else 0
         print(format_stats(summary, n_draft), file=sys.stderr)
         for name, where in placement.items():
             print(f"{name + ' model':<9} = {where}", file=sys.stderr)
@@ -354,7 +362,7 @@ def cmd_bench(args) -> int:
     prompts = load_prompts(args.prompts)[: args.limit]
     speculation = _speculation(args)
     engine = _load_engine(args)
-    if args.policy == "auto" and _drafter(args) != "none":
+    if _needs_profile(args):
         _ensure_profile(engine, args)
     baseline = (make_llama_baseline(args.main, args.ctx, args.threads, engine.main_params.n_gpu_layers)
                 if args.llama_baseline else None)

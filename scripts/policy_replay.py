@@ -40,7 +40,7 @@ from app.bench import load_prompts  # noqa: E402
 from app.core.costmodel import CostProfile, round_robin_medians  # noqa: E402
 from app.core.drafters import (Draft, DraftModelDrafter, Drafter, LookupThenModelDrafter,  # noqa: E402
                                PromptLookupDrafter)
-from app.core.params import ModelParams, SamplingParams, SpeculationParams  # noqa: E402
+from app.core.params import DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams  # noqa: E402
 from app.core.policy import AcceptanceModel, make_policy  # noqa: E402
 from app.core.sampling import Sampler, top_probability  # noqa: E402
 
@@ -142,14 +142,14 @@ class Replay:
 
     LOOKUP_ROUND_S = 1e-4  # a lookup probe in Python
 
-    def __init__(self, trace: dict, profile: CostProfile, drafter: str, acceptance: AcceptanceModel,
+    def __init__(self, trace: dict, profile: CostProfile, drafter: DrafterKind, acceptance: AcceptanceModel,
                  catch_up: dict[int, float], params: SpeculationParams):
         self.trace = trace
         self.profile = profile
         self.policy = make_policy(params, profile, acceptance)
         self.prompt, self.answer = trace["prompt"], trace["tokens"]
         self.draft_model = RecordedDraftModel(trace, profile.draft_step_s, catch_up_time(catch_up, profile))
-        self.uses_lookup = "lookup" in drafter
+        self.uses_lookup = drafter in (DrafterKind.LOOKUP, DrafterKind.LOOKUP_MODEL)
         self.drafter = make_drafter(drafter, self.draft_model)
         self.drafter.prepare(self.prompt, self.policy)
         self.seconds = profile.main_batch(1)  # the first token comes from the prompt phase
@@ -187,10 +187,10 @@ class Replay:
 GREEDY = Sampler(SamplingParams(temperature=0.0))
 
 
-def make_drafter(kind: str, draft_model: RecordedDraftModel) -> Drafter:
+def make_drafter(kind: DrafterKind, draft_model: RecordedDraftModel) -> Drafter:
     model = DraftModelDrafter(draft_model)
-    return {"model": model, "lookup": PromptLookupDrafter(),
-            "lookup+model": LookupThenModelDrafter(PromptLookupDrafter(), model)}[kind]
+    return {DrafterKind.MODEL: model, DrafterKind.LOOKUP: PromptLookupDrafter(),
+            DrafterKind.LOOKUP_MODEL: LookupThenModelDrafter(PromptLookupDrafter(), model)}[kind]
 
 
 def catch_up_time(catch_up: dict[int, float], profile: CostProfile):
@@ -283,8 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("replay", help="run the policy over recorded answers with a cost profile")
     rep.add_argument("traces")
     rep.add_argument("profile")
-    rep.add_argument("--drafter", choices=["model", "lookup", "lookup+model"], default="lookup+model")
-    rep.add_argument("--policy", choices=["auto", "fixed", "pmin"], default="auto")
+    rep.add_argument("--drafter", type=DrafterKind, default=DrafterKind.LOOKUP_MODEL,
+                     choices=[kind for kind in DrafterKind if kind is not DrafterKind.NONE])
+    rep.add_argument("--policy", type=PolicyName, choices=list(PolicyName), default=PolicyName.AUTO)
     rep.add_argument("--draft-max", type=int, default=16)
     rep.add_argument("--only", nargs="*", help="prompt ids to replay")
     rep.add_argument("--catch-up", help="a JSON {n: seconds} of the draft model reading n tokens in one batch, "

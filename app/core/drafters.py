@@ -8,6 +8,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from .lm import Session, common_prefix_length, prefill
+from .params import DrafterKind
 from .policy import LOOKUP, MODEL, Decision, DraftPolicy, LookupMatch, Score
 from .sampling import Sampler
 
@@ -151,7 +152,7 @@ class PromptLookupDrafter:
 class LookupThenModelDrafter:
     """Prompt lookup first; the draft model when lookup has nothing worth proposing."""
 
-    name = "lookup+model"
+    name = DrafterKind.LOOKUP_MODEL.value
 
     def __init__(self, lookup: PromptLookupDrafter, model: DraftModelDrafter):
         self.lookup = lookup

@@ -7,7 +7,6 @@ shared between threads.
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -22,12 +21,12 @@ from .errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
 from .events import Event, Summary
 from .lm import prefill
 from .gguf_info import GGUFInfo, check_pair, read_gguf_info
-from .params import ModelParams, SamplingParams, SpeculationParams
+from .params import DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams
 from .placement import footprint, plan_gpu_layers, resolved
 from .policy import AcceptanceModel, FixedPolicy, make_policy
+from .ram import total_memory_bytes
 from .speculative import SpeculativeGeneration
 
-DRAFTERS = ("model", "lookup", "lookup+model", "none")
 
 
 @dataclass(frozen=True)
@@ -64,16 +63,7 @@ class Engine:
         """Check the files, then load the main model and the draft. Raises QuickdraftError
         subclasses with a message for the user; nothing stays loaded after a failure.
         ``profile_store`` keeps cost profiles between runs (else they live as long as the engine)."""
-        main_info = read_gguf_info(main.path)
-        draft_info = read_gguf_info(draft.path) if draft else None
-        warnings: list[str] = []
-        if draft_info is not None:
-            pair = check_pair(main_info, draft_info)
-            if not pair.compatible:
-                raise IncompatibleDraftError(
-                    f"{draft_info.display_name} cannot draft for {main_info.display_name}: "
-                    + "; ".join(pair.reasons) + ".")
-            warnings += pair.warnings
+        main_info, draft_info, warnings = read_pair(main.path, draft.path if draft else None)
         placement = plan_gpu_layers(main, main_info, draft, draft_info, devices.free_gpu_bytes())
         main = resolved(main, placement.main_layers)
         draft = resolved(draft, placement.draft_layers) if draft is not None else None
@@ -127,15 +117,19 @@ class Engine:
     def generate(self, messages: Sequence[Message] | None = None, *, prompt: Sequence[int] | None = None,
                  sampling: SamplingParams = SamplingParams(),
                  speculation: SpeculationParams = SpeculationParams(),
-                 drafter: str = "model", cancel: threading.Event | None = None) -> Iterator[Event]:
-        """Generate an answer to ``messages`` (or to raw ``prompt`` tokens), yielding TokenPiece and
-        Round events and, last, a Summary. Raises PromptTooLongError before decoding anything."""
-        if drafter not in DRAFTERS:
-            raise QuickdraftError(f"Unknown drafter {drafter!r}; choose one of {', '.join(DRAFTERS)}.")
+                 drafter: DrafterKind | str = DrafterKind.MODEL,
+                 cancel: threading.Event | None = None) -> Iterator[Event]:
+        """Generate an answer to ``messages`` (or to raw ``prompt`` tokens), yielding a Started event,
+        TokenPiece and Round events and, last, a Summary, each stamped on the generation's clock.
+        Raises PromptTooLongError before decoding anything."""
+        kind = DrafterKind.parse(drafter)
+        if kind is None:
+            raise QuickdraftError(f"Unknown drafter {drafter!r}; choose one of {', '.join(DrafterKind.values())}.")
         chat = self.prompt(messages or []) if prompt is None else None
         tokens = list(prompt) if chat is None else list(chat.tokens)
-        chosen = self._drafter(drafter)
-        profile = self.cost_profile(speculation.draft_max + 1) if chosen and speculation.policy == "auto" else None
+        chosen = self._drafter(kind)
+        auto = chosen is not None and speculation.policy is PolicyName.AUTO
+        profile = self.cost_profile(speculation.draft_max + 1) if auto else None
         generation = SpeculativeGeneration(
             main=self.main,
             vocab=self.main.model,
@@ -148,15 +142,16 @@ class Engine:
         events = generation.run(tokens)
         return _with_warning(events, chat.warning) if chat is not None and chat.warning else events
 
-    def _drafter(self, kind: str) -> Drafter | None:
-        """A fresh drafter for one generation; "model" choices fall back to what is loaded."""
-        model = DraftModelDrafter(self.draft) if self.draft is not None else None
-        if kind == "lookup" or (kind == "lookup+model" and model is None):
+    def _drafter(self, kind: DrafterKind) -> Drafter | None:
+        """A fresh drafter for one generation; choices with the model fall back to what is loaded."""
+        if self.draft is None:
+            kind = kind.without_model()
+        if kind is DrafterKind.LOOKUP:
             return PromptLookupDrafter()
-        if kind == "lookup+model":
-            return LookupThenModelDrafter(PromptLookupDrafter(), model)
-        if kind == "model":
-            return model
+        if kind is DrafterKind.LOOKUP_MODEL:
+            return LookupThenModelDrafter(PromptLookupDrafter(), DraftModelDrafter(self.draft))
+        if kind is DrafterKind.MODEL:
+            return DraftModelDrafter(self.draft)
         return None
 
     # --- the cost model --------------------------------------------------------------------------
@@ -218,11 +213,18 @@ def _open(params: ModelParams, loaded: list) -> "llama.LlamaSession":
     return session
 
 
-def total_memory_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
+def read_pair(main_path: str, draft_path: str | None) -> tuple[GGUFInfo, GGUFInfo | None, list[str]]:
+    """Read both files' metadata (cheap: no weights) and check that the draft can draft for the main
+    model: (main info, draft info, warnings). Raises IncompatibleDraftError, or the reader's errors."""
+    main_info = read_gguf_info(main_path)
+    if draft_path is None:
+        return main_info, None, []
+    draft_info = read_gguf_info(draft_path)
+    pair = check_pair(main_info, draft_info)
+    if not pair.compatible:
+        raise IncompatibleDraftError(
+            f"{draft_info.display_name} cannot draft for {main_info.display_name}: {'; '.join(pair.reasons)}.")
+    return main_info, draft_info, list(pair.warnings)
 
 
 def _check_fits_in_memory(main_info: GGUFInfo, main: ModelParams,

@@ -1,12 +1,16 @@
 """The engine's event stream: what ``Engine.generate()`` yields.
 
-The CLI, the GUI, the benchmark and the tests all consume these same small frozen values.
+The CLI, the GUI, the benchmark and the tests all consume these same small frozen values. Every
+event carries ``at_s``: when it happened, in seconds since the generation started, on the engine's
+one clock, so every rate computed from events (app/core/stats.py) is measured on that clock.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+
+from . import rates
 
 
 class Origin(str, Enum):
@@ -26,6 +30,22 @@ class StopReason(str, Enum):
 
 
 @dataclass(frozen=True)
+class Started:
+    """The first event: the prompt fits and decoding begins. ``cached_tokens`` of the prompt are reused
+    from the KV cache (not decoded again). ``monotonic_start`` is ``time.monotonic()`` at that moment,
+    so a caller in the same process can place the stamps on its own clock."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    monotonic_start: float = 0.0
+    at_s: float = 0.0
+
+    @property
+    def evaluated_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+
+@dataclass(frozen=True)
 class TokenPiece:
     """Text ready to show. ``text`` holds whole characters only (bytes of a character split across
     tokens are held back until it is complete), so it may be empty while ``token_ids`` is not."""
@@ -33,6 +53,7 @@ class TokenPiece:
     text: str
     token_ids: tuple[int, ...]
     origin: Origin
+    at_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -45,7 +66,7 @@ class Round:
     draft_s: float
     verify_s: float
     generated_total: int   # tokens generated so far, this round included
-    elapsed_s: float       # since generation started (prompt processing included)
+    at_s: float = 0.0      # when the round ended, since generation started (prompt processing included)
 
 
 @dataclass(frozen=True)
@@ -71,16 +92,15 @@ class Summary:
     token_ids: tuple[int, ...] = field(default=(), repr=False)
     warnings: tuple[str, ...] = ()   # for the user: e.g. the chat template was too costly and not used
     speculation_reported: bool = True  # False: a remote server said nothing about drafting (not zero)
+    at_s: float = 0.0                  # when the generation ended (ttft_s + generation_s for the engine)
 
     @property
     def prompt_tps(self) -> float:
-        return self.prompt_tokens_evaluated / self.prompt_s if self.prompt_s > 0 else 0.0
+        return rates.per_second(self.prompt_tokens_evaluated, self.prompt_s)
 
     @property
     def generation_tps(self) -> float:
-        """Tokens per second after the first token (the first one is paid for by the prompt)."""
-        n = self.generated_tokens - 1
-        return n / self.generation_s if n > 0 and self.generation_s > 0 else 0.0
+        return rates.generation_tps(self.generated_tokens, self.generation_s)
 
     @property
     def total_s(self) -> float:
@@ -88,21 +108,19 @@ class Summary:
 
     @property
     def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
+        return rates.ratio(self.accepted, self.drafted)
 
     @property
     def mean_accepted_length(self) -> float:
         """Accepted draft tokens per round that drafted."""
-        return self.accepted / self.drafting_rounds if self.drafting_rounds else 0.0
+        return rates.ratio(self.accepted, self.drafting_rounds)
 
     @property
     def tokens_per_round(self) -> float:
-        """Tokens gained per main-model pass (1.0 without speculation)."""
-        return (self.generated_tokens - 1) / self.rounds if self.rounds else 0.0
+        return rates.tokens_per_round(self.generated_tokens, self.rounds)
 
     def acceptance_by_position(self) -> list[float]:
-        accepted = list(self.accepted_by_position) + [0] * len(self.drafted_by_position)
-        return [a / d if d else 0.0 for a, d in zip(accepted, self.drafted_by_position)]
+        return rates.by_position(self.accepted_by_position, self.drafted_by_position)
 
     def to_dict(self) -> dict:
         return {
@@ -136,14 +154,4 @@ class Summary:
         }
 
 
-@dataclass(frozen=True)
-class Loaded:
-    """Emitted by the engine's loader (not by generate): what is loaded, and any warning."""
-
-    main_name: str
-    draft_name: str | None
-    gpu_offload_supported: bool
-    warnings: tuple[str, ...] = ()
-
-
-Event = TokenPiece | Round | Summary
+Event = Started | TokenPiece | Round | Summary

@@ -8,13 +8,58 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from enum import StrEnum
 
 from .errors import InvalidParameterError
 
 DRAFT_MAX_LIMIT = 256        # more than any useful draft; each round's batch holds draft_max + 1 tokens
 SEED_LIMIT = 2**64           # numpy's generator takes seeds in [0, 2**64)
-POLICIES = ("auto", "fixed", "pmin")
+
+
+class Choice(StrEnum):
+    """One of a fixed set of names, with a label for people. The value is what settings files, JSON
+    and command-line flags hold; CLI choices, settings validation and combo boxes come from here."""
+
+    def __new__(cls, value: str, label: str):
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.label = label
+        return member
+
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        return tuple(member.value for member in cls)
+
+    @classmethod
+    def parse(cls, value: object) -> "Choice | None":
+        """The member named ``value``, or None when it names none."""
+        return next((member for member in cls if member.value == value), None)
+
+
+class DrafterKind(Choice):
+    """Who drafts."""
+
+    LOOKUP_MODEL = "lookup+model", "Lookup + draft"   # prompt lookup, else the draft model
+    MODEL = "model", "Draft model"
+    LOOKUP = "lookup", "Prompt lookup"                # copies text that repeats, free
+    NONE = "none", "Off"                              # the main model alone
+
+    @property
+    def uses_model(self) -> bool:
+        return self in (DrafterKind.MODEL, DrafterKind.LOOKUP_MODEL)
+
+    def without_model(self) -> "DrafterKind":
+        """What this choice becomes with no draft model loaded: lookup still works."""
+        return {DrafterKind.LOOKUP_MODEL: DrafterKind.LOOKUP, DrafterKind.MODEL: DrafterKind.NONE}.get(self, self)
+
+
+class PolicyName(Choice):
+    """How many tokens to draft each round (app/core/policy.py)."""
+
+    AUTO = "auto", "auto (measured cost model)"       # what the machine's cost profile says pays best
+    FIXED = "fixed", "fixed: always draft max"
+    PMIN = "pmin", "until draft p < p-min"             # stop where the draft's confidence falls below p_min
 
 
 @dataclass(frozen=True)
@@ -58,7 +103,7 @@ class SpeculationParams:
     draft_max: int = 16
     draft_min: int = 0
     p_min: float = 0.0
-    policy: str = "auto"      # "auto" (cost model) | "fixed" | "pmin"
+    policy: PolicyName = PolicyName.AUTO
 
     def __post_init__(self) -> None:
         _require("draft_max", self.draft_max, _integer(self.draft_max) and 0 <= self.draft_max <= DRAFT_MAX_LIMIT,
@@ -66,7 +111,9 @@ class SpeculationParams:
         _require("draft_min", self.draft_min, _integer(self.draft_min) and self.draft_min >= 0,
                  "must be 0 or more")
         _require("p_min", self.p_min, _finite(self.p_min) and 0.0 <= self.p_min <= 1.0, "must be between 0 and 1")
-        _require("policy", self.policy, self.policy in POLICIES, f"must be one of {', '.join(POLICIES)}")
+        policy = PolicyName.parse(self.policy)
+        _require("policy", self.policy, policy is not None, f"must be one of {', '.join(PolicyName.values())}")
+        object.__setattr__(self, "policy", policy)
 
 
 AUTO = "auto"  # GPU layers: the draft wholly on the GPU first, then what fits of the main model
@@ -108,13 +155,6 @@ class ModelParams:
                  self.n_threads is None or (_integer(self.n_threads) and 1 <= self.n_threads <= 4096),
                  "must be at least 1 (or left out for the default)")
         _require("n_batch", self.n_batch, _integer(self.n_batch) and 1 <= self.n_batch < 2**31, "must be at least 1")
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    main: ModelParams
-    draft: ModelParams | None = None
-    extra: dict = field(default_factory=dict)
 
 
 def _gpu_layers_ok(value) -> bool:

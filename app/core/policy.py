@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol, Sequence
 
-from .params import SpeculationParams
+from .params import PolicyName, SpeculationParams
 
 if TYPE_CHECKING:
     from .costmodel import CostProfile
@@ -343,12 +343,10 @@ class AutoPolicy:
 
 def make_policy(params: SpeculationParams, profile: "CostProfile | None" = None,
                 acceptance: AcceptanceModel | None = None) -> DraftPolicy:
-    if params.policy == "fixed":
+    if params.policy is PolicyName.FIXED:
         return FixedPolicy(params) if params.p_min <= 0 else ConfidencePolicy(params)
-    if params.policy == "pmin":
+    if params.policy is PolicyName.PMIN:
         return ConfidencePolicy(params)
-    if params.policy == "auto":
-        if profile is None:
-            raise ValueError("the auto policy needs a cost profile (calibrate first)")
-        return AutoPolicy(params, profile, acceptance)
-    raise ValueError(f"unknown draft policy {params.policy!r} (choose auto, fixed or pmin)")
+    if profile is None:
+        raise ValueError("the auto policy needs a cost profile (calibrate first)")
+    return AutoPolicy(params, profile, acceptance)

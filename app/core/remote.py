@@ -20,7 +20,7 @@ import httpx
 from .chat import Message
 from .errors import QuickdraftError
 from .events import Event, Origin, Round, StopReason, Summary, TokenPiece
-from .params import SamplingParams, SpeculationParams
+from .params import DrafterKind, SamplingParams, SpeculationParams
 from .remote_metrics import SpecCounters, spec_counters
 
 CONNECT_TIMEOUT_S = 10.0
@@ -64,9 +64,11 @@ class RemoteEngine:
 
     def generate(self, messages: Sequence[Message] | None = None, *, prompt: Sequence[int] | None = None,
                  sampling: SamplingParams = SamplingParams(), speculation: SpeculationParams = SpeculationParams(),
-                 drafter: str = "model", cancel: threading.Event | None = None) -> Iterator[Event]:
-        """Stream an answer from the server as TokenPiece and Round events and, last, a Summary.
-        ``speculation`` and ``drafter`` are the server's business; they are accepted and unused."""
+                 drafter: DrafterKind | str = DrafterKind.MODEL, cancel: threading.Event | None = None) -> Iterator[Event]:
+        """Stream an answer from the server as TokenPiece and Round events and, last, a Summary, each
+        stamped with the seconds since the request was sent. No Started event: the server says how
+        long the prompt was only at the end. ``speculation`` and ``drafter`` are the server's
+        business; they are accepted and unused."""
         body = _sampling_body(sampling) | {"model": self.model, "stream": True, "timings_per_token": True,
                                            "stream_options": {"include_usage": True}}
         if prompt is not None:
@@ -170,7 +172,7 @@ class ChunkReader:
             self.pieces.append(text)
             origin = Origin.DRAFT if self._drafts_left > 0 else Origin.MAIN
             self._drafts_left -= origin is Origin.DRAFT
-            yield TokenPiece(text, (), origin)
+            yield TokenPiece(text, (), origin, at_s=now)
 
     def _timings(self, timings: dict, now: float) -> Iterator[Round]:
         self.timings = timings
@@ -208,7 +210,8 @@ class ChunkReader:
             rounds=max(0, generated - accepted - 1) if spec else 0, drafting_rounds=drafts,
             draft_s=0.0, verify_s=0.0,
             accepted_by_position=per_pos, drafted_by_position=(drafts,) * len(per_pos),
-            stop_reason=stop, error=error, text="".join(self.pieces), speculation_reported=spec is not None)
+            stop_reason=stop, error=error, text="".join(self.pieces), speculation_reported=spec is not None,
+            at_s=time.perf_counter() - self.start)
 
     def _speculation(self, delta: SpecCounters | None) -> tuple[int, int, int, tuple[int, ...]] | None:
         """(drafted, accepted, drafts, accepted per position) as reported, or None."""

@@ -7,48 +7,20 @@ only a prefix of ``context``. So after every round both caches hold accepted tok
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from .drafters import Draft, Drafter
 from .errors import PromptTooLongError, QuickdraftError
-from .events import Event, Origin, Round, StopReason, Summary, TokenPiece
+from .events import Event, Origin, Round, Started, StopReason, TokenPiece
 from .lm import Session, Vocabulary, common_prefix_length, prefill
 from .params import SamplingParams
 from .policy import DraftPolicy
 from .sampling import Sampler, top_probability
+from .stats import GenerationStats
 from .text import TextAssembler
-
-
-@dataclass
-class _Counters:
-    drafted: int = 0
-    accepted: int = 0
-    main_tokens: int = 0
-    rounds: int = 0
-    drafting_rounds: int = 0
-    draft_s: float = 0.0
-    verify_s: float = 0.0
-    drafted_by_position: list[int] = field(default_factory=list)
-    accepted_by_position: list[int] = field(default_factory=list)
-
-    def record(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
-        self.rounds += 1
-        self.drafting_rounds += drafted > 0
-        self.drafted += drafted
-        self.accepted += accepted
-        self.draft_s += draft_s
-        self.verify_s += verify_s
-        _add_ones(self.drafted_by_position, drafted)
-        _add_ones(self.accepted_by_position, accepted)
-
-
-def _add_ones(by_position: list[int], n: int) -> None:
-    by_position.extend([0] * (n - len(by_position)))
-    for i in range(n):
-        by_position[i] += 1
 
 
 def check_prompt_fits(prompt: Sequence[int], n_ctx: int) -> None:
@@ -59,7 +31,8 @@ def check_prompt_fits(prompt: Sequence[int], n_ctx: int) -> None:
 
 
 class SpeculativeGeneration:
-    """One generation. Iterate ``run()`` for the events; the last one is always a Summary."""
+    """One generation. Iterate ``run()`` for the events: a Started first, a Summary last, each
+    stamped with the seconds since the generation started (one clock, ``time.perf_counter``)."""
 
     def __init__(self, main: Session, vocab: Vocabulary, drafter: Drafter | None, policy: DraftPolicy,
                  sampling: SamplingParams, draft_min: int = 0, cancel: threading.Event | None = None):
@@ -71,7 +44,8 @@ class SpeculativeGeneration:
         self.params = sampling
         self.sampler = Sampler(sampling)
         self.cancel = cancel or threading.Event()
-        self.counters = _Counters()
+        self.stats = GenerationStats()
+        self._start = 0.0
         self.text = TextAssembler(sampling.stop)
         self.context: list[int] = []
         self.generated: list[int] = []
@@ -79,31 +53,41 @@ class SpeculativeGeneration:
 
     def run(self, prompt: Sequence[int]) -> Iterator[Event]:
         check_prompt_fits(prompt, self.main.n_ctx)
-        start = time.perf_counter()
+        self._start = time.perf_counter()
         self.context = list(prompt)
-        evaluated = len(prompt) - min(len(prompt) - 1, common_prefix_length(self.main.cached, prompt))
+        cached = min(len(prompt) - 1, common_prefix_length(self.main.cached, prompt))
+        yield self._record(Started(len(prompt), cached, monotonic_start=time.monotonic()))
         stop: StopReason | None = None
         error: str | None = None
-        ttft = 0.0
         try:
             first = self.sampler.sample(prefill(self.main, prompt))
             if self.drafter is not None:  # the prompt phase covers both models, as in llama.cpp
                 self.drafter.prepare(prompt, self.policy)
-            ttft = time.perf_counter() - start
-            self.counters.main_tokens += 1
+            self.stats.first_token(self._now())
             yield from self._emit([first], n_from_draft=0)
             stop = self._stop_reason()
             while stop is None:
-                stop = yield from self._round(start)
+                stop = yield from self._round()
         except QuickdraftError as exc:
             stop, error = StopReason.ERROR, str(exc)
             self._forget_caches()
         tail = self.text.finish()
         if tail is not None:
-            yield tail
-        yield self._summary(prompt, evaluated, ttft, time.perf_counter() - start, stop, error)
+            yield self._record(tail)
+        yield self.stats.to_summary(generated_tokens=len(self.generated), end_s=self._now(),
+                                    stop_reason=stop or StopReason.LENGTH, error=error,
+                                    text=self.text.text, token_ids=self.generated)
 
-    def _round(self, start: float) -> Iterator[Event]:
+    def _now(self) -> float:
+        return time.perf_counter() - self._start
+
+    def _record(self, event: Event) -> Event:
+        """Stamp an event on this generation's clock and count it."""
+        event = dataclasses.replace(event, at_s=self._now())
+        self.stats.add(event)
+        return event
+
+    def _round(self) -> Iterator[Event]:
         if self.cancel.is_set():
             return StopReason.CANCEL
         t0 = time.perf_counter()
@@ -119,13 +103,10 @@ class SpeculativeGeneration:
         new_tokens = _cut_after_eog([*draft.tokens[:accepted], next_token], self.vocab)
         used_drafts = min(accepted, len(new_tokens))
         self.policy.observe(draft, accepted, draft_s=t1 - t0, main_confidence=confidence)
-        self.counters.record(len(draft), used_drafts, t1 - t0, t2 - t1)
-        self.counters.main_tokens += len(new_tokens) - used_drafts
         yield from self._emit(new_tokens, n_from_draft=used_drafts)
         if self.drafter is not None:
             self.drafter.sync(self.context)
-        yield Round(self.counters.rounds - 1, len(draft), used_drafts, t1 - t0, t2 - t1,
-                    len(self.generated), time.perf_counter() - start)
+        yield self._record(Round(self.stats.rounds, len(draft), used_drafts, t1 - t0, t2 - t1, len(self.generated)))
         return self._stop_reason()
 
     def _draft(self) -> Draft:
@@ -155,7 +136,7 @@ class SpeculativeGeneration:
             origin = Origin.DRAFT if i < n_from_draft else Origin.MAIN
             piece = self.text.push(token, self.vocab.piece(token), origin)
             if piece is not None:
-                yield piece
+                yield self._record(piece)
 
     def _stop_reason(self) -> StopReason | None:
         if self.ended_by_eog:
@@ -172,31 +153,6 @@ class SpeculativeGeneration:
         self.main.truncate(0)
         if self.drafter is not None:
             self.drafter.sync([])
-
-    def _summary(self, prompt: Sequence[int], evaluated: int, ttft: float, total: float,
-                 stop: StopReason | None, error: str | None) -> Summary:
-        c = self.counters
-        return Summary(
-            prompt_tokens=len(prompt),
-            prompt_tokens_evaluated=evaluated,
-            generated_tokens=len(self.generated),
-            ttft_s=ttft,
-            prompt_s=ttft,
-            generation_s=max(0.0, total - ttft),
-            drafted=c.drafted,
-            accepted=c.accepted,
-            main_tokens=c.main_tokens,
-            rounds=c.rounds,
-            drafting_rounds=c.drafting_rounds,
-            draft_s=c.draft_s,
-            verify_s=c.verify_s,
-            drafted_by_position=tuple(c.drafted_by_position),
-            accepted_by_position=tuple(c.accepted_by_position),
-            stop_reason=stop or StopReason.LENGTH,
-            error=error,
-            text=self.text.text,
-            token_ids=tuple(self.generated),
-        )
 
 
 def _cut_after_eog(tokens: list[int], vocab: Vocabulary) -> list[int]:

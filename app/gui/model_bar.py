@@ -14,17 +14,12 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QFrame, QHBoxLayout, QLab
 
 from app.core.errors import QuickdraftError
 from app.core.gguf_info import GGUFInfo, check_pair, read_gguf_info
+from app.core.params import DrafterKind
 from app.gui.plain import ElidedLabel, plain_tooltip
 
 MAX_SCANNED_FILES = 200
 UNREADABLE = (QuickdraftError, OSError)   # what reading a damaged or inaccessible GGUF can raise
 
-DRAFTER_LABELS = {
-    "lookup+model": "Lookup + draft",
-    "model": "Draft model",
-    "lookup": "Prompt lookup",
-    "none": "Off",
-}
 
 
 @dataclass(frozen=True)
@@ -111,8 +106,8 @@ class ModelBar(QFrame):
         self.drafter = QComboBox()
         self.drafter.setToolTip("Who drafts: the draft model, prompt lookup (copies text that repeats, free), "
                                 "lookup first then the draft model, or nobody (the main model alone)")
-        for kind, label in DRAFTER_LABELS.items():
-            self.drafter.addItem(label, kind)
+        for kind in DrafterKind:
+            self.drafter.addItem(kind.label, kind.value)
         self.drafter.currentIndexChanged.connect(lambda _: self.drafter_changed.emit(self.current_drafter()))
         self.load_button = QPushButton("Load")
         self.load_button.setObjectName("primary")
@@ -150,8 +145,8 @@ class ModelBar(QFrame):
     def current_main(self) -> str:
         return self.main_combo.currentData() or ""
 
-    def current_drafter(self) -> str:
-        return self.drafter.currentData()
+    def current_drafter(self) -> DrafterKind:
+        return DrafterKind(self.drafter.currentData())
 
     def set_drafter(self, kind: str) -> None:
         self.drafter.setCurrentIndex(max(0, self.drafter.findData(kind)))

@@ -7,8 +7,8 @@ from dataclasses import replace
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QWidget
 
-from app.core.params import AUTO
-from app.storage.settings import DRAFT_POLICIES, GPU_LAYER_FIELDS, LIMITS, Settings
+from app.core.params import AUTO, PolicyName
+from app.storage.settings import GPU_LAYER_FIELDS, LIMITS, Settings
 
 AUTO_LAYERS = -2  # the GPU-layer editors' minimum, shown as "auto"
 # field name, label, step, tooltip; the kind and range come from Settings and LIMITS
@@ -29,8 +29,6 @@ FIELDS = [
      "auto = all if they fit (a draft on the CPU rarely pays); -1 = all (reload to apply)"),
     ("threads", "Threads", 1, "0 = automatic (reload to apply)"),
 ]
-POLICY_NAMES = {"auto": "auto (measured cost model)", "fixed": "fixed: always draft max",
-                "pmin": "until draft p < p-min"}
 SECTIONS = {"temperature": "SAMPLING", "draft_max": "SPECULATION", "n_ctx": "LOADING"}
 # shown instead of the minimum value, which means something special
 SPECIAL = {"top_k": "off", "seed": "random", "n_ctx": "model's own", "main_gpu_layers": "auto",
@@ -87,8 +85,8 @@ class SettingsPanel(QWidget):
 
     def _policy_editor(self, current: str) -> QComboBox:
         self.policy = QComboBox()
-        for policy in DRAFT_POLICIES:
-            self.policy.addItem(POLICY_NAMES[policy], policy)
+        for policy in PolicyName:
+            self.policy.addItem(policy.label, policy.value)
         self.policy.setCurrentIndex(max(self.policy.findData(current), 0))
         self.policy.setToolTip("How many tokens to draft each round")
         self.policy.currentIndexChanged.connect(lambda _i: self._edited("draft_policy", self.policy.currentData()))

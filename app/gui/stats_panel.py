@@ -70,7 +70,7 @@ class StatsPanel(QWidget):
     def update_from(self, stats: LiveStats) -> None:
         shown = {
             "tps_now": f"{stats.tps_now:.1f}" if stats.tps_points else DASH,
-            "tps_message": f"{stats.tps_message:.1f}" if stats.tps_message else DASH,
+            "tps_message": f"{stats.generation_tps:.1f}" if stats.generation_tps else DASH,
             "ttft": format_duration(stats.ttft_s),
             "prompt_tps": format_rate(stats.prompt_tps),
             "drafted": str(stats.drafted),

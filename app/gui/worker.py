@@ -1,25 +1,25 @@
 """The one thread that owns the Engine: loads, generates, unloads, and reports through signals.
 
 The GUI sends requests by queued signals; this object lives on its own QThread, so its slots run
-there. Token pieces and rounds are sent in batches (every BATCH_S) to keep the GUI thread free.
+there. Token pieces and rounds are sent in batches (every BATCH_S of the engine's clock) to keep the
+GUI thread free; every event keeps the engine's own time stamp (``at_s``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from app.core.compare import CompareResult, compare_greedy
 from app.core.costmodel import ProfileStore
-from app.core.engine import Engine
-from app.core.errors import IncompatibleDraftError, QuickdraftError
-from app.core.events import Round, Summary, TokenPiece
-from app.core.gguf_info import check_pair, read_gguf_info
-from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.core.engine import Engine, read_pair
+from app.core.errors import QuickdraftError
+from app.core.events import Round, Started, Summary, TokenPiece
+from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
 
 log = logging.getLogger(__name__)
 BATCH_S = 0.05
@@ -52,48 +52,30 @@ class GenerateRequest:
     messages: tuple[dict, ...]
     sampling: SamplingParams
     speculation: SpeculationParams
-    drafter: str                      # "model", "lookup", "lookup+model" or "none"
+    drafter: DrafterKind | str        # a DrafterKind or its value
     cancel: threading.Event = field(default_factory=threading.Event, compare=False)
     compare: bool = False             # greedy speculative run, then greedy main-only run
 
 
 @dataclass(frozen=True)
-class Started:
-    prompt_tokens: int
-    monotonic_start: float   # time.monotonic() when decoding began; event times count from here
-
-
-@dataclass(frozen=True)
 class Batch:
-    """Events in order; ``times`` holds each event's seconds since the generation started."""
+    """Events in order, each stamped with its seconds since the generation started (``at_s``)."""
 
     events: tuple[TokenPiece | Round, ...]
-    times: tuple[float, ...]
-
-
-@dataclass(frozen=True)
-class CompareResult:
-    speculative: Summary
-    baseline: Summary
 
     @property
-    def speedup(self) -> float:
-        base = self.baseline.generation_tps
-        return self.speculative.generation_tps / base if base > 0 else 0.0
-
-    @property
-    def identical(self) -> bool:
-        return self.speculative.token_ids == self.baseline.token_ids
+    def times(self) -> tuple[float, ...]:
+        return tuple(event.at_s for event in self.events)
 
 
 class EngineWorker(QObject):
     loading = Signal(str)              # what is being loaded
-    loaded = Signal(object)            # LoadedInfo
-    load_failed = Signal(object)       # LoadFailure
-    started = Signal(object)           # Started
-    batch = Signal(object)             # Batch
-    finished = Signal(object)          # Summary
-    compared = Signal(object)          # CompareResult
+    loaded = Signal(LoadedInfo)
+    load_failed = Signal(LoadFailure)
+    started = Signal(Started)          # app.core.events.Started, the engine's first event
+    batch = Signal(Batch)
+    finished = Signal(Summary)
+    compared = Signal(CompareResult)   # app.core.compare.CompareResult
     failed = Signal(str)               # a generation could not run; the message is for the user
     idle = Signal()                    # a generate request has ended, however it ended
 
@@ -106,7 +88,8 @@ class EngineWorker(QObject):
     def load(self, request: LoadRequest) -> None:
         try:
             self.loading.emit(Path(request.main.path).name)
-            _preflight(request)  # a bad file or pair is refused before the working pair is unloaded
+            # a bad file or pair is refused before the working pair is unloaded
+            read_pair(request.main.path, request.draft.path if request.draft else None)
             self._close_engine()
             engine = Engine.load(request.main, request.draft, profile_store=self._profiles)
         except QuickdraftError as exc:
@@ -152,61 +135,28 @@ class EngineWorker(QObject):
             self._engine = None
 
     def _stream(self, engine: Engine, request: GenerateRequest) -> Summary:
-        """Run one generation, sending batches of events; returns its Summary."""
-        n_prompt = len(engine.tokenize_messages(list(request.messages)))
-        start = last_emit = time.monotonic()
-        self.started.emit(Started(n_prompt, start))
+        """Run one generation, sending Started and then batches of events; returns its Summary."""
         events: list[TokenPiece | Round] = []
-        times: list[float] = []
-        summary: Summary | None = None
-        for ev in engine.generate(list(request.messages), sampling=request.sampling,
-                                  speculation=request.speculation, drafter=request.drafter,
-                                  cancel=request.cancel):
-            now = time.monotonic()
-            if isinstance(ev, Summary):
-                summary = ev
-                break
-            events.append(ev)
-            times.append(now - start)
-            if now - last_emit >= BATCH_S:
-                self.batch.emit(Batch(tuple(events), tuple(times)))
-                events, times, last_emit = [], [], now
-        if events:
-            self.batch.emit(Batch(tuple(events), tuple(times)))
-        if summary is None:
-            raise QuickdraftError("The generation ended without a summary.")
-        return summary
+        sent_s = 0.0
+        for event in engine.generate(list(request.messages), sampling=request.sampling,
+                                     speculation=request.speculation, drafter=request.drafter,
+                                     cancel=request.cancel):
+            if isinstance(event, Started):
+                self.started.emit(event)
+            elif isinstance(event, Summary):
+                if events:
+                    self.batch.emit(Batch(tuple(events)))
+                return event
+            else:
+                events.append(event)
+                if event.at_s - sent_s >= BATCH_S:
+                    self.batch.emit(Batch(tuple(events)))
+                    events, sent_s = [], event.at_s
+        raise QuickdraftError("The generation ended without a summary.")
 
     def _compare(self, engine: Engine, request: GenerateRequest) -> None:
-        greedy = SamplingParams(temperature=0.0, top_k=request.sampling.top_k, top_p=1.0, min_p=0.0,
-                                seed=0, max_tokens=request.sampling.max_tokens)
-        speculative = request.drafter if request.drafter != "none" else "lookup"
-        runs = {}
-        for drafter in (speculative, "none"):
-            if request.cancel.is_set():
-                return
-            runs[drafter] = self._run_silently(engine, request, greedy, drafter)
-        if request.cancel.is_set():
-            return
-        self.compared.emit(CompareResult(runs[speculative], runs["none"]))
-
-    def _run_silently(self, engine: Engine, request: GenerateRequest, sampling: SamplingParams,
-                      drafter: str) -> Summary:
-        engine.forget_cache()  # both runs decode the whole prompt, so neither gets a head start
-        events = engine.generate(list(request.messages), sampling=sampling, speculation=request.speculation,
-                                 drafter=drafter, cancel=request.cancel)
-        summary = [ev for ev in events if isinstance(ev, Summary)][-1]
-        if summary.error:
-            raise QuickdraftError(summary.error)
-        return summary
-
-
-def _preflight(request: LoadRequest) -> None:
-    """Read both files' metadata and check the pair: cheap, and raises the engine's own errors."""
-    main = read_gguf_info(request.main.path)
-    if request.draft is not None:
-        draft = read_gguf_info(request.draft.path)
-        pair = check_pair(main, draft)
-        if not pair.compatible:
-            raise IncompatibleDraftError(
-                f"{draft.display_name} cannot draft for {main.display_name}: {'; '.join(pair.reasons)}.")
+        tokens = engine.prompt(list(request.messages)).tokens
+        result = compare_greedy(engine, tokens, request.drafter, request.sampling.max_tokens,
+                                request.speculation, request.cancel)
+        if result is not None:
+            self.compared.emit(result)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
 from app.core.gguf_info import GGUFInfo
 from app.core.placement import footprint, usable_bytes
+from app.core.ram import ram
 
 from .diskspace import format_bytes
 
@@ -104,67 +102,12 @@ def _judge(needed: int, total: int, free: int | None, kind: str) -> Fit:
 @lru_cache(maxsize=1)
 def machine_memory() -> MachineMemory:
     """This machine's RAM and the memory of the GPUs llama.cpp found (as its device registry reports it)."""
-    total, available = _ram()
+    total, available = ram()
     gpus = _gpus()
     if not gpus:
         return MachineMemory(total, available, False, None, None)
     return MachineMemory(total, available, True, sum(d.total_bytes for d in gpus) or None,
                          sum(d.free_bytes for d in gpus), " + ".join(d.description for d in gpus))
-
-
-def _ram() -> tuple[int | None, int | None]:
-    meminfo = _proc_meminfo()
-    if meminfo:
-        return meminfo.get("MemTotal"), meminfo.get("MemAvailable")
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), None
-    except (AttributeError, ValueError, OSError):
-        pass
-    if sys.platform == "darwin":
-        return _sysctl_memsize(), None
-    if sys.platform == "win32":
-        return _windows_ram()
-    return None, None
-
-
-def _proc_meminfo() -> dict[str, int]:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return {}
-    out = {}
-    for line in lines:
-        key, _, rest = line.partition(":")
-        fields = rest.split()
-        if fields and fields[0].isdigit():
-            out[key] = int(fields[0]) * (1024 if fields[1:] == ["kB"] else 1)
-    return out
-
-
-def _sysctl_memsize() -> int | None:
-    try:
-        out = subprocess.run(["sysctl", "-n", "hw.memsize"], capture_output=True, text=True, timeout=5)
-        return int(out.stdout.strip())
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return None
-
-
-def _windows_ram() -> tuple[int | None, int | None]:
-    import ctypes
-
-    class MemoryStatus(ctypes.Structure):
-        _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
-                    ("ullTotalPhys", ctypes.c_ulonglong), ("ullAvailPhys", ctypes.c_ulonglong),
-                    ("ullTotalPageFile", ctypes.c_ulonglong), ("ullAvailPageFile", ctypes.c_ulonglong),
-                    ("ullTotalVirtual", ctypes.c_ulonglong), ("ullAvailVirtual", ctypes.c_ulonglong),
-                    ("ullAvailExtendedVirtual", ctypes.c_ulonglong)]
-
-    status = MemoryStatus()
-    status.dwLength = ctypes.sizeof(MemoryStatus)
-    if not ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):  # type: ignore[attr-defined]
-        return None, None
-    return int(status.ullTotalPhys), int(status.ullAvailPhys)
 
 
 def _gpus() -> tuple:

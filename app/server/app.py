@@ -19,11 +19,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from app.core.events import Summary, TokenPiece
+from app.core.events import Started, Summary, TokenPiece
+from app.core.stats import GenerationStats
 
 from .api import ApiError, GenerationRequest, parse_chat, parse_completion
-from .responses import FINISH_REASONS, LiveTimings, ResponseShape, sse, summary_timings
-from .worker import EngineWorker, Failed, Job, Started
+from .responses import FINISH_REASONS, ResponseShape, live_timings, sse, summary_timings
+from .worker import EngineWorker, Failed, Job
 
 MAX_BODY_BYTES = 8 << 20
 PUBLIC_PATHS = {"/health", "/v1/health"}
@@ -90,7 +91,8 @@ class _Handlers:
                 if summary.error is not None:
                     raise ApiError(500, summary.error, type="server_error")
                 return JSONResponse(shape.complete(summary))
-            live = LiveTimings(started.prompt_tokens, started.cached)
+            live = GenerationStats()
+            live.add(started)
             streaming = True  # from here on the stream's own cleanup ends the job
             return StreamingResponse(_stream(job, shape, live, watcher, self.worker), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -141,7 +143,7 @@ async def _summary(job: Job) -> Summary:
             return summary
 
 
-async def _bursts(job: Job, live: LiveTimings | None) -> AsyncIterator[tuple[list[str], Summary | None]]:
+async def _bursts(job: Job, live: GenerationStats | None) -> AsyncIterator[tuple[list[str], Summary | None]]:
     """The answer's text pieces in bursts, as llama-server sends them: the first token at once, then
     each round's tokens when the round is over (so their timings carry that round's draft counts);
     last (the pieces still held, Summary)."""
@@ -150,22 +152,22 @@ async def _bursts(job: Job, live: LiveTimings | None) -> AsyncIterator[tuple[lis
         item = await job.next()
         if isinstance(item, Failed):
             raise item.error
-        event: object = item.event
+        event = item
         if live is not None:
-            live.add(event, item.at_s)
+            live.add(event)
         if isinstance(event, Summary):
             yield pending, event
             return
         if isinstance(event, TokenPiece):
             pending += [event.text] if event.text else []
-            if live is None or live.generated != len(event.token_ids):
+            if live is None or live.rounds or live.generated != len(event.token_ids):
                 continue  # not the first token: its round sends it
         if pending:
             yield pending, None
             pending = []
 
 
-async def _stream(job: Job, shape: ResponseShape, live: LiveTimings, watcher: asyncio.Task,
+async def _stream(job: Job, shape: ResponseShape, live: GenerationStats, watcher: asyncio.Task,
                   worker: EngineWorker) -> AsyncIterator[bytes]:
     """Server-sent events: a role chunk (chat), one chunk per text piece, the final chunk with the
     generation's timings, a usage chunk when asked, [DONE]."""
@@ -184,8 +186,8 @@ async def _stream(job: Job, shape: ResponseShape, live: LiveTimings, watcher: as
     yield sse("[DONE]")
 
 
-def _live_timings(job: Job, live: LiveTimings) -> dict | None:
-    return live.snapshot() if job.request.timings_per_token else None
+def _live_timings(job: Job, live: GenerationStats) -> dict | None:
+    return live_timings(live) if job.request.timings_per_token else None
 
 
 def _closing(shape: ResponseShape, s: Summary, job: Job) -> bytes:

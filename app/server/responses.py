@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass
 
-from app.core.events import Round, StopReason, Summary, TokenPiece
+from app.core.events import StopReason, Summary
+from app.core.stats import GenerationStats
 
 FINISH_REASONS = {StopReason.EOG: "stop", StopReason.STOP_STRING: "stop", StopReason.CANCEL: "stop",
                   StopReason.LENGTH: "length", StopReason.CONTEXT: "length"}
@@ -38,37 +38,10 @@ def _timings(cached: int, prompt_n: int, prompt_s: float, predicted_n: int, pred
     return timings
 
 
-@dataclass
-class LiveTimings:
-    """The timings of a generation still running, from its events and the worker's time stamps.
-
-    Rates follow Summary's definitions (tokens after the first, over the time since the first), so
-    the last chunk's numbers continue the earlier ones."""
-
-    prompt_tokens: int
-    cached: int
-    ttft_s: float | None = None
-    generated: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    last_s: float = 0.0
-
-    def add(self, event, at_s: float) -> None:
-        self.last_s = at_s
-        if isinstance(event, TokenPiece) and event.token_ids:
-            self.ttft_s = at_s if self.ttft_s is None else self.ttft_s
-            self.generated += len(event.token_ids)
-        elif isinstance(event, Round):
-            self.generated = event.generated_total
-            self.drafted += event.drafted
-            self.accepted += event.accepted
-
-    def snapshot(self) -> dict:
-        ttft = self.ttft_s or 0.0
-        generation_s = max(0.0, self.last_s - ttft)
-        tps = (self.generated - 1) / generation_s if self.generated > 1 and generation_s > 0 else 0.0
-        return _timings(self.cached, self.prompt_tokens - self.cached, ttft, self.generated, generation_s, tps,
-                        self.drafted, self.accepted)
+def live_timings(live: GenerationStats) -> dict:
+    """The timings of a generation still running, from the same numbers its Summary will hold."""
+    return _timings(live.cached_tokens, live.evaluated_tokens, live.ttft_s or 0.0, live.generated,
+                    live.generation_s, live.generation_tps, live.drafted, live.accepted)
 
 
 def usage(s: Summary) -> dict:

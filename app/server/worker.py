@@ -16,8 +16,7 @@ from typing import Callable
 
 from app.core.errors import PromptTooLongError, QuickdraftError
 from app.core.events import Summary
-from app.core.lm import common_prefix_length
-from app.core.params import SpeculationParams
+from app.core.params import DrafterKind, SpeculationParams
 from app.core.speculative import check_prompt_fits
 
 from .api import ApiError, GenerationRequest
@@ -38,27 +37,14 @@ class ModelCard:
 
 
 @dataclass(frozen=True)
-class Started:
-    """The prompt fits and generation begins: ``cached`` of its tokens are reused from the cache."""
-
-    prompt_tokens: int
-    cached: int
-
-
-@dataclass(frozen=True)
-class Stamped:
-    event: object     # TokenPiece | Round | Summary
-    at_s: float       # seconds since the job started generating, on the engine thread's clock
-
-
-@dataclass(frozen=True)
 class Failed:
     error: ApiError
 
 
 @dataclass(eq=False)
 class Job:
-    """One request's generation; the engine thread posts Started, Stamped... or Failed to ``outbox``."""
+    """One request's generation; the engine thread posts the engine's events (Started first, each
+    stamped on the engine's clock), or Failed, to ``outbox``."""
 
     request: GenerationRequest
     loop: asyncio.AbstractEventLoop
@@ -79,7 +65,7 @@ class EngineWorker:
     """Owns the Engine on one thread. One generation runs; up to ``max_waiting`` more wait."""
 
     def __init__(self, load_engine: Callable[[], object], speculation: SpeculationParams = SpeculationParams(),
-                 drafter: str = "model", max_waiting: int = 8, metrics: ServerMetrics | None = None):
+                 drafter: DrafterKind | str = DrafterKind.MODEL, max_waiting: int = 8, metrics: ServerMetrics | None = None):
         self._load_engine = load_engine
         self.speculation = speculation
         self.drafter = drafter
@@ -200,8 +186,8 @@ class EngineWorker:
             self._running = None  # before the last item goes out, so the client's next request finds room
         job.post(last)
 
-    def _generate(self, job: Job) -> Stamped | Failed:
-        """Post Started and the events as they come; return the last item (the Summary, or Failed)."""
+    def _generate(self, job: Job) -> Summary | Failed:
+        """Post the events as they come; return the last item (the Summary, or Failed)."""
         engine = self._engine
         if job.cancel.is_set():  # its client left before its turn
             return Failed(ApiError(499, "The client closed the request."))
@@ -213,16 +199,12 @@ class EngineWorker:
             return Failed(ApiError(400, str(exc), param=param, code="context_length_exceeded"))
         except QuickdraftError as exc:
             return Failed(ApiError(400, str(exc)))
-        cached = min(len(tokens) - 1, common_prefix_length(engine.main.cached, tokens))
-        job.post(Started(len(tokens), cached))
-        start = time.perf_counter()
         for event in engine.generate(prompt=tokens, sampling=job.request.sampling, speculation=self.speculation,
                                      drafter=self.drafter, cancel=job.cancel):
-            stamped = Stamped(event, time.perf_counter() - start)
             if isinstance(event, Summary):
                 self.metrics.record(event)
-                return stamped
-            job.post(stamped)
+                return event
+            job.post(event)
         raise RuntimeError("the generation ended without a summary")
 
     def _prompt_tokens(self, request: GenerationRequest) -> list[int]:

@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from app.core.errors import QuickdraftError
-from app.core.params import AUTO, ModelParams, SamplingParams, SpeculationParams, parse_gpu_layers
+from app.core.params import (AUTO, Choice, DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams,
+                             parse_gpu_layers)
 from app.storage.files import keep_aside
 
 log = logging.getLogger(__name__)
 RECENT_LIMIT = 10
-DRAFT_POLICIES = ("auto", "fixed", "pmin")
-DRAFTERS = ("lookup+model", "model", "lookup", "none")
 # the range of each number a user can set; the settings panel's editors use the same
 LIMITS: dict[str, tuple[float, float]] = {
     "temperature": (0.0, 2.0),
@@ -41,7 +40,7 @@ LIMITS: dict[str, tuple[float, float]] = {
 class Settings:
     main_model: str = ""
     draft_model: str = ""               # "" = no draft model loaded
-    drafter: str = "lookup+model"       # who drafts: see DRAFTERS; "none" = the main model alone
+    drafter: DrafterKind = DrafterKind.LOOKUP_MODEL
     recent_main: tuple[str, ...] = ()
     recent_drafts: tuple[str, ...] = ()
     temperature: float = 0.7
@@ -53,7 +52,7 @@ class Settings:
     draft_max: int = 16
     draft_min: int = 0
     p_min: float = 0.0
-    draft_policy: str = "auto"          # "auto" (the machine's cost model) | "fixed" | "pmin"
+    draft_policy: PolicyName = PolicyName.AUTO
     n_ctx: int = 4096
     main_gpu_layers: int | str = AUTO   # "auto": the draft wholly on the GPU first, then what fits; -1 = all
     draft_gpu_layers: int | str = AUTO
@@ -172,8 +171,8 @@ def _valid(name: str, value: Any) -> Any:
         if isinstance(value, float) and not math.isfinite(value):
             return None
         return value if low <= value <= high else None
-    choices = {"draft_policy": DRAFT_POLICIES, "drafter": DRAFTERS}.get(name)
-    return value if choices is None or value in choices else None
+    choices = CHOICE_FIELDS.get(name)
+    return value if choices is None else choices.parse(value)
 
 
 def _expected(name: str) -> str:
@@ -182,8 +181,8 @@ def _expected(name: str) -> str:
     if name in LIMITS:
         low, high = LIMITS[name]
         return f" (allowed: {low} to {high})"
-    choices = {"draft_policy": DRAFT_POLICIES, "drafter": DRAFTERS}.get(name)
-    return f" (allowed: {', '.join(choices)})" if choices else ""
+    choices = CHOICE_FIELDS.get(name)
+    return f" (allowed: {', '.join(choices.values())})" if choices else ""
 
 
 def _short(text: object, limit: int = 60) -> str:
@@ -192,6 +191,7 @@ def _short(text: object, limit: int = 60) -> str:
 
 
 GPU_LAYER_FIELDS = ("main_gpu_layers", "draft_gpu_layers")
+CHOICE_FIELDS: dict[str, type[Choice]] = {"draft_policy": PolicyName, "drafter": DrafterKind}
 
 
 def _gpu_layers_or_none(value: Any) -> int | str | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.core.events import Origin, Round, TokenPiece
+from app.core.events import Origin, Round, Started, TokenPiece
 from app.gui.live_stats import LiveStats, format_footer, thin
 from app.gui.render import code_blocks, render_markdown, render_runs, split_blocks
 from app.gui.stats_panel import StatsPanel, format_duration, format_rate
@@ -10,10 +10,10 @@ from app.gui.stats_panel import StatsPanel, format_duration, format_rate
 
 def test_rounds_give_acceptance_by_round_rolling_and_position():
     live = LiveStats()
-    live.add_piece(TokenPiece("a", (1,), Origin.MAIN), 0.010)
-    live.add_round(Round(0, drafted=4, accepted=4, draft_s=0, verify_s=0, generated_total=6, elapsed_s=0.1))
-    live.add_round(Round(1, drafted=4, accepted=1, draft_s=0, verify_s=0, generated_total=8, elapsed_s=0.2))
-    live.add_round(Round(2, drafted=0, accepted=0, draft_s=0, verify_s=0, generated_total=9, elapsed_s=0.3))
+    live.add(TokenPiece("a", (1,), Origin.MAIN, at_s=0.010))
+    live.add(Round(0, drafted=4, accepted=4, draft_s=0, verify_s=0, generated_total=6, at_s=0.1))
+    live.add(Round(1, drafted=4, accepted=1, draft_s=0, verify_s=0, generated_total=8, at_s=0.2))
+    live.add(Round(2, drafted=0, accepted=0, draft_s=0, verify_s=0, generated_total=9, at_s=0.3))
     assert live.ttft_s == 0.010
     assert (live.drafted, live.accepted, live.drafting_rounds) == (8, 5, 2)
     assert live.acceptance_rate == 5 / 8 and live.mean_accepted_length == 2.5
@@ -24,14 +24,15 @@ def test_rounds_give_acceptance_by_round_rolling_and_position():
 
 
 def test_prompt_speed_from_the_first_token_and_message_speed_from_the_second():
-    """Times on the worker's clock; rounds come on the engine's, which starts later (here 2 s)."""
-    live = LiveStats(prompt_tokens=500)
-    assert (live.prompt_tps, live.tps_message) == (0.0, 0.0)
-    live.add_piece(TokenPiece("a", (1,), Origin.MAIN), 104.63)
-    assert live.prompt_tps == 500 / 104.63 and live.tps_message == 0.0
-    live.add_piece(TokenPiece("b", (2, 3), Origin.DRAFT), 105.63)
-    live.add_round(Round(0, drafted=2, accepted=1, draft_s=0, verify_s=0, generated_total=3, elapsed_s=103.63))
-    assert live.tps_message == 2 / 1.0
+    """Every time is the engine's stamp; tokens reused from the cache are not counted as decoded."""
+    live = LiveStats()
+    live.add(Started(prompt_tokens=600, cached_tokens=100))
+    assert (live.prompt_tps, live.generation_tps) == (0.0, 0.0)
+    live.add(TokenPiece("a", (1,), Origin.MAIN, at_s=104.63))
+    assert live.prompt_tps == 500 / 104.63 and live.generation_tps == 0.0
+    live.add(TokenPiece("b", (2, 3), Origin.DRAFT, at_s=105.63))
+    live.add(Round(0, drafted=2, accepted=2, draft_s=0, verify_s=0, generated_total=3, at_s=105.63))
+    assert live.generation_tps == 2 / 1.0
     panel = StatsPanel()
     panel.update_from(live)
     shown = panel.values()
@@ -46,7 +47,7 @@ def test_durations_and_rates_are_formatted_for_reading():
 def test_pieces_merge_into_runs_by_origin():
     live = LiveStats()
     for text, origin in [("a", Origin.MAIN), ("b", Origin.DRAFT), ("c", Origin.DRAFT), ("", Origin.MAIN), ("d", Origin.MAIN)]:
-        live.add_piece(TokenPiece(text, (1,), origin), 0.0)
+        live.add(TokenPiece(text, (1,), origin))
     assert live.runs == [["a", "main"], ["bc", "draft"], ["d", "main"]]
     assert live.text == "abcd"
 

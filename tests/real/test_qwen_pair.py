@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.bench import first_difference
+from app.core.compare import first_difference
 from app.core.engine import Engine
 from app.core.errors import IncompatibleDraftError
 from app.core.params import ModelParams, SamplingParams, SpeculationParams

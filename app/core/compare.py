@@ -1,0 +1,71 @@
+"""Speculative decoding against the main model alone, greedy, on one engine: the window's Compare and
+the benchmark both measure the speedup this way, so both measure the same thing."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Sequence
+
+from .errors import QuickdraftError
+from .events import Summary
+from .params import DrafterKind, SamplingParams, SpeculationParams
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    speculative: Summary
+    baseline: Summary           # the main model alone
+
+    @property
+    def speedup(self) -> float:
+        base = self.baseline.generation_tps
+        return self.speculative.generation_tps / base if base > 0 else 0.0
+
+    @property
+    def identical(self) -> bool:
+        return self.speculative.token_ids == self.baseline.token_ids
+
+    @property
+    def first_difference(self) -> int | None:
+        """The first position where the answers differ (greedy decoding promises none)."""
+        return first_difference(self.baseline.token_ids, self.speculative.token_ids)
+
+
+def compare_greedy(engine, tokens: Sequence[int], drafter: DrafterKind | str, max_tokens: int,
+                   speculation: SpeculationParams = SpeculationParams(),
+                   cancel: threading.Event | None = None) -> CompareResult | None:
+    """The main model alone, then with ``drafter`` (prompt lookup when that is "none"), both greedy and
+    both from an empty cache. None when ``cancel`` was set."""
+    cancel = cancel or threading.Event()
+    kind = DrafterKind(drafter)
+    kind = DrafterKind.LOOKUP if kind is DrafterKind.NONE else kind
+    baseline = greedy_run(engine, tokens, DrafterKind.NONE, max_tokens, speculation, cancel)
+    if cancel.is_set():
+        return None
+    speculative = greedy_run(engine, tokens, kind, max_tokens, speculation, cancel)
+    if cancel.is_set():
+        return None
+    return CompareResult(speculative, baseline)
+
+
+def greedy_run(engine, tokens: Sequence[int], drafter: DrafterKind | str, max_tokens: int,
+               speculation: SpeculationParams, cancel: threading.Event | None = None) -> Summary:
+    """One greedy generation from an empty cache (so no run gets a head start); its Summary."""
+    engine.forget_cache()
+    summary = None
+    for event in engine.generate(prompt=list(tokens), sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens),
+                                 speculation=speculation, drafter=drafter, cancel=cancel):
+        summary = event
+    if not isinstance(summary, Summary):
+        raise QuickdraftError("The generation ended without a summary.")
+    if summary.error:
+        raise QuickdraftError(summary.error)
+    return summary
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
