@@ -53,10 +53,12 @@ class SpeculativeGeneration:
 
     def run(self, prompt: Sequence[int]) -> Iterator[Event]:
         check_prompt_fits(prompt, self.main.n_ctx)
-        self._start = time.perf_counter()
-        self.context = list(prompt)
         cached = min(len(prompt) - 1, common_prefix_length(self.main.cached, prompt))
-        yield self._record(Started(len(prompt), cached, monotonic_start=time.monotonic()))
+        started = Started(len(prompt), cached, monotonic_start=time.monotonic())
+        self._start = time.perf_counter()   # at_s = 0.0: the moment ``started`` names
+        self.stats.add(started)
+        yield started
+        self.context = list(prompt)
         stop: StopReason | None = None
         error: str | None = None
         try:

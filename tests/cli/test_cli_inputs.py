@@ -121,3 +121,19 @@ def test_invalid_utf8_on_the_command_line(tiny_models, tmp_path, argv_bytes):
     err = r.stderr.decode()
     assert r.returncode == 1 and r.stdout == b""
     assert err.startswith("error: ") and err.count("\n") == 1 and "not valid text" in err, err
+
+
+@pytest.mark.parametrize("command", ["generate", "bench", "serve", "calibrate"])
+def test_drafter_and_policy_choices_come_from_the_core(command):
+    from app.cli import build_parser
+    from app.core.params import DrafterKind, PolicyName
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices[command]
+    choices = {a.dest: a.choices for a in sub._actions if a.dest in ("drafter", "policy")}
+    assert tuple(choices["drafter"]) == DrafterKind.values()
+    assert tuple(choices["policy"]) == PolicyName.values()
+
+
+def test_an_unknown_drafter_is_one_error_line_naming_the_choices(capsys):
+    line = _one_error(capsys, ["generate", "-m", "m.gguf", "-p", "hi", "--drafter", "telepathy"])
+    assert "invalid choice: 'telepathy'" in line and "lookup+model" in line

@@ -7,9 +7,9 @@ import threading
 import numpy as np
 import pytest
 
-from app.core.engine import Engine
+from app.core.engine import Engine, read_pair
 from app.core.errors import IncompatibleDraftError, ModelFileError, ModelLoadError, PromptTooLongError
-from app.core.events import Origin, Round, StopReason, Summary, TokenPiece
+from app.core.events import Origin, Round, Started, StopReason, Summary, TokenPiece
 from app.core.llama import LlamaModel, LlamaSession
 from app.core.params import ModelParams, SamplingParams, SpeculationParams
 from app.core.tiny_gguf import TinySpec, write_tiny_model
@@ -183,9 +183,39 @@ def test_unknown_architecture(tmp_path):
         Engine.load(ModelParams(str(path)))
 
 
+def test_the_start_event_says_what_the_cache_reused_and_every_event_is_stamped(engines):
+    engine = engines["same"]
+    engine.forget_cache()
+    first, again = generate(engine), generate(engine)
+    for events in (first, again):
+        started, summary = events[0], events[-1]
+        assert isinstance(started, Started) and started.at_s == 0.0
+        assert started.prompt_tokens == summary.prompt_tokens
+        assert started.evaluated_tokens == summary.prompt_tokens_evaluated
+        stamps = [e.at_s for e in events]
+        assert stamps == sorted(stamps) and summary.at_s == pytest.approx(summary.ttft_s + summary.generation_s)
+        assert all(e.at_s >= summary.ttft_s for e in events if isinstance(e, (Round, TokenPiece)))
+    assert first[0].cached_tokens == 0
+    assert again[0].cached_tokens == again[0].prompt_tokens - 1   # the last prompt token is decoded again
+
+
 def test_incompatible_draft_is_refused_with_the_reason(tiny_models):
     with pytest.raises(IncompatibleDraftError, match="vocabularies differ"):
         Engine.load(ModelParams(str(tiny_models.main)), ModelParams(str(tiny_models.other_vocab)))
+
+
+def test_one_pair_check_reads_the_files_and_refuses_before_loading(tiny_models, monkeypatch):
+    """What the window's worker checks before unloading the working pair is what the engine checks."""
+    with pytest.raises(IncompatibleDraftError) as refused:
+        read_pair(str(tiny_models.main), str(tiny_models.other_vocab))
+    monkeypatch.setattr("app.core.engine._open", lambda *a: pytest.fail("a model was loaded"))
+    with pytest.raises(IncompatibleDraftError) as at_load:
+        Engine.load(ModelParams(str(tiny_models.main)), ModelParams(str(tiny_models.other_vocab)))
+    assert str(at_load.value) == str(refused.value)
+    assert "vocabularies differ" in str(refused.value)
+    main, draft, warnings = read_pair(str(tiny_models.main), str(tiny_models.bigger))
+    assert draft is not None and any("not smaller" in w for w in warnings)
+    assert read_pair(str(tiny_models.main), None)[1:] == (None, [])
 
 
 def test_draft_larger_than_main_is_a_warning(tiny_models):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 
 from app.core.errors import InvalidParameterError, QuickdraftError
-from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.core.params import DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams
 from app.core.sampling import Sampler
 
 
@@ -66,3 +67,19 @@ def test_a_tiny_temperature_samples_the_best_token_never_nan(temperature):
 def test_min_p_one_keeps_the_best_token():
     sampler = Sampler(SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=1.0, seed=1))
     assert sampler.sample(np.array([0.0, 2.0, 1.0], dtype=np.float32)) == 1
+
+
+def test_choices_keep_their_stored_names_and_have_labels():
+    """The values are what settings files and JSON hold: they must not change."""
+    assert DrafterKind.values() == ("lookup+model", "model", "lookup", "none")
+    assert PolicyName.values() == ("auto", "fixed", "pmin")
+    assert all(kind.label and kind.label != kind.value for kind in DrafterKind)
+    assert json.dumps({"drafter": DrafterKind.LOOKUP_MODEL}) == '{"drafter": "lookup+model"}'
+    assert DrafterKind.parse("model") is DrafterKind.MODEL and DrafterKind.parse("telepathy") is None
+    assert DrafterKind.parse(3) is None
+
+
+def test_speculation_policy_is_parsed_into_its_name():
+    assert SpeculationParams(policy="pmin").policy is PolicyName.PMIN
+    with pytest.raises(InvalidParameterError, match="must be one of auto, fixed, pmin"):
+        SpeculationParams(policy="fastest")

@@ -186,30 +186,6 @@ def test_the_loop_tells_the_policy_how_sure_the_main_model_was():
     assert sum(accepted for accepted, _ in seen) > 10
 
 
-def test_lookup_tells_a_match_in_the_prompt_from_one_in_the_answer():
-    prompt = [5, 6, 7, 8, 9]
-    lookup = PromptLookupDrafter(ngram_max=3)
-    policy = AutoPolicy(AUTO, FREE)
-    lookup.prepare(prompt, policy)
-    draft = lookup.draft(prompt + [1, 5, 6], 4, policy, None)
-    assert draft.tokens[:1] == [7] and draft.scores[0] == LookupMatch(2, in_prompt=True)
-    draft = lookup.draft(prompt + [1, 2, 3, 1, 2], 4, policy, None)
-    assert draft.tokens[:1] == [3] and draft.scores[0] == LookupMatch(2, in_prompt=False)
-
-
-def test_lookup_finds_the_continuation_of_a_repeated_text():
-    text = [5, 6, 7, 8, 9, 10, 11, 3, 4, 5, 6, 7]
-    lookup = PromptLookupDrafter(ngram_max=3)
-    n, continuation = lookup.find(text, 4)
-    assert (n, continuation) == (3, [8, 9, 10, 11])
-    n, continuation = lookup.find(text + [8, 9], 2)   # the index grows with the context
-    assert (n, continuation) == (3, [10, 11])
-    assert lookup.find([1, 2, 3], 4) == (0, [])       # nothing repeats
-    assert lookup.find([9, 9, 1, 2], 3)[0] == 0
-    n, continuation = lookup.find([1, 2, 1, 9, 1], 3)  # the latest match wins
-    assert (n, continuation) == (1, [9, 1])
-
-
 def test_profile_is_saved_reused_and_invalidated(tmp_path, tiny_models):
     from app.core.engine import Engine
     from app.core.params import ModelParams

@@ -12,11 +12,12 @@ import pytest
 
 from app.core.drafters import Draft, DraftModelDrafter
 from app.core.errors import PromptTooLongError
-from app.core.events import Origin, Round, StopReason, Summary, TokenPiece
+from app.core.events import Origin, Round, Started, StopReason, Summary, TokenPiece
 from app.core.params import SamplingParams, SpeculationParams
 from app.core.policy import make_policy
 from app.core.sampling import Sampler
 from app.core.speculative import SpeculativeGeneration
+from app.core.stats import GenerationStats
 
 from .reference_model import ReferenceModel, ReferenceSession
 
@@ -132,6 +133,28 @@ def test_counters_add_up(name):
     assert sum(s.drafted_by_position) == s.drafted and sum(s.accepted_by_position) == s.accepted
     assert all(a <= d for a, d in zip(s.accepted_by_position, s.drafted_by_position))
     assert "".join(p.text for p in pieces) == s.text
+
+
+@pytest.mark.parametrize("name", list(drafters()))
+def test_the_events_give_the_summarys_numbers(name):
+    """A consumer that counts the stream (the window, the server) gets what the Summary says."""
+    events, _, _ = run(drafters()[name](), sampling=SamplingParams(max_tokens=37))
+    started, *middle, summary = events
+    assert isinstance(started, Started) and started.prompt_tokens == len(PROMPT) == summary.prompt_tokens
+    assert started.cached_tokens == 0 == summary.prompt_tokens - summary.prompt_tokens_evaluated
+    stamps = [e.at_s for e in events]
+    assert stamps == sorted(stamps) and stamps[0] == 0.0 <= summary.ttft_s <= stamps[1]
+    assert summary.at_s == pytest.approx(summary.ttft_s + summary.generation_s)
+    stats = GenerationStats()
+    for event in [started, *middle]:
+        stats.add(event)
+    assert (stats.generated, stats.drafted, stats.accepted, stats.main_tokens) == \
+        (summary.generated_tokens, summary.drafted, summary.accepted, summary.main_tokens)
+    assert (stats.rounds, stats.drafting_rounds) == (summary.rounds, summary.drafting_rounds)
+    assert tuple(stats.drafted_by_position) == summary.drafted_by_position
+    assert tuple(stats.accepted_by_position) == summary.accepted_by_position
+    assert stats.acceptance_rate == summary.acceptance_rate
+    assert stats.tokens_per_round == summary.tokens_per_round
 
 
 def test_draft_min_drops_short_drafts():

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from app.core.params import DrafterKind, PolicyName
 from app.paths import app_paths
 from app.storage.settings import LIMITS, RECENT_LIMIT, Settings, SettingsStore
 from tests.storage.damage import SETTINGS_DAMAGE
@@ -41,6 +42,19 @@ def test_file_values_are_merged_over_defaults_and_bad_values_reported(tmp_path):
     assert loaded.recent_drafts == ("/d.gguf",)
     assert 'seed = "seven"' in s.problem and 'drafter = "telepathy"' in s.problem and "bogus" in s.problem
     assert "unknown" not in s.problem and "top_k" not in s.problem
+    assert f"(allowed: {', '.join(DrafterKind.values())})" in s.problem
+    assert f"(allowed: {', '.join(PolicyName.values())})" in s.problem
+
+
+def test_stored_choices_come_back_as_their_kinds(tmp_path):
+    s = store(tmp_path)
+    s.path.parent.mkdir(parents=True)
+    s.path.write_text(json.dumps({"drafter": "lookup", "draft_policy": "pmin"}))
+    loaded = s.load()
+    assert loaded.drafter is DrafterKind.LOOKUP and loaded.draft_policy is PolicyName.PMIN
+    assert loaded.speculation().policy is PolicyName.PMIN
+    s.save(loaded)
+    assert json.loads(s.path.read_text())["drafter"] == "lookup"
 
 
 def test_corrupt_file_is_renamed_aside_and_defaults_used(tmp_path):

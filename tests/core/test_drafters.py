@@ -1,0 +1,64 @@
+"""Drafters: prompt lookup, and which drafter each DrafterKind makes."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core.drafters import DraftModelDrafter, LookupThenModelDrafter, PromptLookupDrafter
+from app.core.engine import Engine
+from app.core.params import DrafterKind, ModelParams, SpeculationParams
+from app.core.policy import FixedPolicy, LookupMatch
+
+FIXED = FixedPolicy(SpeculationParams(policy="fixed", draft_max=8))
+
+
+def test_lookup_tells_a_match_in_the_prompt_from_one_in_the_answer():
+    prompt = [5, 6, 7, 8, 9]
+    lookup = PromptLookupDrafter(ngram_max=3)
+    lookup.prepare(prompt, FIXED)
+    draft = lookup.draft(prompt + [1, 5, 6], 4, FIXED, None)
+    assert draft.tokens[:1] == [7] and draft.scores[0] == LookupMatch(2, in_prompt=True)
+    draft = lookup.draft(prompt + [1, 2, 3, 1, 2], 4, FIXED, None)
+    assert draft.tokens[:1] == [3] and draft.scores[0] == LookupMatch(2, in_prompt=False)
+
+
+def test_lookup_finds_the_continuation_of_a_repeated_text():
+    text = [5, 6, 7, 8, 9, 10, 11, 3, 4, 5, 6, 7]
+    lookup = PromptLookupDrafter(ngram_max=3)
+    n, continuation = lookup.find(text, 4)
+    assert (n, continuation) == (3, [8, 9, 10, 11])
+    n, continuation = lookup.find(text + [8, 9], 2)   # the index grows with the context
+    assert (n, continuation) == (3, [10, 11])
+    assert lookup.find([1, 2, 3], 4) == (0, [])       # nothing repeats
+    assert lookup.find([9, 9, 1, 2], 3)[0] == 0
+    n, continuation = lookup.find([1, 2, 1, 9, 1], 3)  # the latest match wins
+    assert (n, continuation) == (1, [9, 1])
+
+
+@pytest.fixture(scope="module")
+def pair_and_main(tiny_models):
+    pair = Engine.load(ModelParams(str(tiny_models.main), n_ctx=128), ModelParams(str(tiny_models.same), n_ctx=128))
+    alone = Engine.load(ModelParams(str(tiny_models.main), n_ctx=128))
+    yield pair, alone
+    pair.close()
+    alone.close()
+
+
+@pytest.mark.parametrize("kind,with_draft,without_draft", [
+    (DrafterKind.LOOKUP_MODEL, LookupThenModelDrafter, PromptLookupDrafter),
+    (DrafterKind.MODEL, DraftModelDrafter, type(None)),
+    (DrafterKind.LOOKUP, PromptLookupDrafter, PromptLookupDrafter),
+    (DrafterKind.NONE, type(None), type(None)),
+])
+def test_each_kind_makes_its_drafter_and_falls_back_without_a_draft_model(pair_and_main, kind, with_draft,
+                                                                          without_draft):
+    pair, alone = pair_and_main
+    assert type(pair._drafter(kind)) is with_draft
+    assert type(alone._drafter(kind)) is without_draft
+    assert kind.without_model().uses_model is False
+
+
+def test_a_drafter_names_its_kind():
+    assert PromptLookupDrafter.name == DrafterKind.LOOKUP
+    assert DraftModelDrafter.name == DrafterKind.MODEL
+    assert LookupThenModelDrafter.name == DrafterKind.LOOKUP_MODEL
