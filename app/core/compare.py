@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .errors import QuickdraftError
 from .events import Summary
 from .params import DrafterKind, SamplingParams, SpeculationParams
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,7 @@ class CompareResult:
         return first_difference(self.baseline.token_ids, self.speculative.token_ids)
 
 
-def compare_greedy(engine, tokens: Sequence[int], drafter: DrafterKind | str, max_tokens: int,
+def compare_greedy(engine: "Engine", tokens: Sequence[int], drafter: DrafterKind | str, max_tokens: int,
                    speculation: SpeculationParams = SpeculationParams(),
                    cancel: threading.Event | None = None) -> CompareResult | None:
     """The main model alone, then with ``drafter`` (prompt lookup when that is "none"), both greedy and
@@ -49,7 +52,7 @@ def compare_greedy(engine, tokens: Sequence[int], drafter: DrafterKind | str, ma
     return CompareResult(speculative, baseline)
 
 
-def greedy_run(engine, tokens: Sequence[int], drafter: DrafterKind | str, max_tokens: int,
+def greedy_run(engine: "Engine", tokens: Sequence[int], drafter: DrafterKind | str, max_tokens: int,
                speculation: SpeculationParams, cancel: threading.Event | None = None) -> Summary:
     """One greedy generation from an empty cache (so no run gets a head start); its Summary."""
     engine.forget_cache()

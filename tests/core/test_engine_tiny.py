@@ -213,7 +213,7 @@ def test_one_pair_check_reads_the_files_and_refuses_before_loading(tiny_models, 
         Engine.load(ModelParams(str(tiny_models.main)), ModelParams(str(tiny_models.other_vocab)))
     assert str(at_load.value) == str(refused.value)
     assert "vocabularies differ" in str(refused.value)
-    main, draft, warnings = read_pair(str(tiny_models.main), str(tiny_models.bigger))
+    _, draft, warnings = read_pair(str(tiny_models.main), str(tiny_models.bigger))
     assert draft is not None and any("not smaller" in w for w in warnings)
     assert read_pair(str(tiny_models.main), None)[1:] == (None, [])
 

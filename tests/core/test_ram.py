@@ -21,7 +21,7 @@ def pretend_windows(monkeypatch, total: int, available: int) -> None:
         ref._obj.ullTotalPhys, ref._obj.ullAvailPhys = total, available
         return 1
 
-    monkeypatch.setattr(ram, "_proc_meminfo", lambda: {})
+    monkeypatch.setattr(ram, "_proc_meminfo", dict)
     monkeypatch.delattr(os, "sysconf")
     monkeypatch.setattr(ram.sys, "platform", "win32")
     kernel32 = types.SimpleNamespace(GlobalMemoryStatusEx=global_memory_status_ex)
@@ -51,7 +51,7 @@ def test_the_model_manager_and_the_engine_count_the_same_ram(monkeypatch):
 
 
 def test_unknown_when_the_system_says_nothing(monkeypatch):
-    monkeypatch.setattr(ram, "_proc_meminfo", lambda: {})
+    monkeypatch.setattr(ram, "_proc_meminfo", dict)
     monkeypatch.delattr(os, "sysconf")
     monkeypatch.setattr(ram.sys, "platform", "plan9")
     assert ram.total_memory_bytes() is None

@@ -9,7 +9,7 @@ from app.core.engine import Engine, read_pair
 from app.core.errors import IncompatibleDraftError
 from app.core.events import Round, Started, Summary, TokenPiece
 from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
-from app.gui.worker import Batch, EngineWorker, GenerateRequest, LoadFailure, LoadedInfo, LoadRequest
+from app.gui.worker import Batch, EngineWorker, GenerateRequest, LoadedInfo, LoadFailure, LoadRequest
 
 MESSAGES = ({"role": "user", "content": "write a long story"},)
 
