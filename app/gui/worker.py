@@ -69,13 +69,15 @@ class Batch:
 
 
 class EngineWorker(QObject):
+    # Signal(object), the payload's type beside it: declared as Signal(Batch) and the like, PySide6
+    # converts each payload on the way and the GUI thread stalled 100-250 ms while an answer streamed
     loading = Signal(str)              # what is being loaded
-    loaded = Signal(LoadedInfo)
-    load_failed = Signal(LoadFailure)
-    started = Signal(Started)          # app.core.events.Started, the engine's first event
-    batch = Signal(Batch)
-    finished = Signal(Summary)
-    compared = Signal(CompareResult)   # app.core.compare.CompareResult
+    loaded = Signal(object)            # LoadedInfo
+    load_failed = Signal(object)       # LoadFailure
+    started = Signal(object)           # app.core.events.Started, the engine's first event
+    batch = Signal(object)             # Batch
+    finished = Signal(object)          # Summary
+    compared = Signal(object)          # app.core.compare.CompareResult
     failed = Signal(str)               # a generation could not run; the message is for the user
     idle = Signal()                    # a generate request has ended, however it ended
 
