@@ -21,7 +21,6 @@ MAX_SCANNED_FILES = 200
 UNREADABLE = (QuickdraftError, OSError)   # what reading a damaged or inaccessible GGUF can raise
 
 
-
 @dataclass(frozen=True)
 class DraftOption:
     path: str
@@ -148,7 +147,7 @@ class ModelBar(QFrame):
     def current_drafter(self) -> DrafterKind:
         return DrafterKind(self.drafter.currentData())
 
-    def set_drafter(self, kind: str) -> None:
+    def set_drafter(self, kind: DrafterKind | str) -> None:
         self.drafter.setCurrentIndex(max(0, self.drafter.findData(kind)))
 
     def current_draft(self) -> str:
