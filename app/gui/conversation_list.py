@@ -62,6 +62,12 @@ class ConversationList(QWidget):
         item = self.list.currentItem()
         return item.data(Qt.ItemDataRole.UserRole) if item else None
 
+    def search_text(self) -> str:
+        return self.search.text()
+
+    def set_search_text(self, text: str) -> None:
+        self.search.setText(text)
+
     def set_busy(self, busy: bool) -> None:
         """While an answer streams, the conversation cannot change under it."""
         for widget in (self.list, self.new_button, self.delete_button):

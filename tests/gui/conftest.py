@@ -80,11 +80,12 @@ def make_window(qtbot, tmp_path):
 
 
 def wait_loaded(qtbot, window: MainWindow) -> None:
-    qtbot.waitUntil(lambda: not window.loading and window.loaded is not None, timeout=LOAD_TIMEOUT_MS)
+    controller = window.controller
+    qtbot.waitUntil(lambda: not controller.loading and controller.loaded is not None, timeout=LOAD_TIMEOUT_MS)
 
 
 def wait_idle(qtbot, window: MainWindow) -> None:
-    qtbot.waitUntil(lambda: not window.is_busy, timeout=ANSWER_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not window.controller.is_busy, timeout=ANSWER_TIMEOUT_MS)
 
 
 @pytest.fixture
