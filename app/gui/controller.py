@@ -7,41 +7,24 @@ in a LiveStats and reaches the views on a timer (REPAINT_MS), never once per tok
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, QTimer, Signal
 
-from app.core.events import Round, Summary, TokenPiece
-from app.gui.live_stats import LiveStats, message_stats
+from app.core.events import Summary
+from app.gui.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, compare_notice, drafter_for, feed,
+                                 prompt_messages, settings_after_load, title_from, with_compare)
+from app.gui.live_stats import message_stats
 from app.gui.worker import (Batch, CompareResult, EngineWorker, GenerateRequest, LoadedInfo, LoadFailure,
                             LoadRequest, Started)
 from app.paths import AppPaths
-from app.storage.conversations import ConversationStore, StoredMessage
+from app.storage.conversations import ConversationStore
 from app.storage.opening import open_storage
 from app.storage.settings import Settings, SettingsStore
 
 REPAINT_MS = 150          # ~7 Hz: counters, charts and the streaming message
-TITLE_CHARS = 48
-NEW_TITLE = "New chat"
 BUSY_WITH_MODELS = "Wait for the current answer or load to finish before changing models."
-
-
-@dataclass
-class ActiveGeneration:
-    request: GenerateRequest
-    conversation_id: int
-    message_id: int                 # the assistant message being written (or compared)
-    compare: bool = False
-    live: LiveStats = field(default_factory=LiveStats)
-    started_at: float | None = None   # the worker's time.monotonic() when decoding began
-
-
-@dataclass(frozen=True)
-class ShownConversation:
-    conversation_id: int | None     # None: no conversation yet, the first message starts one
-    system_prompt: str
-    messages: tuple[StoredMessage, ...]
 
 
 class ChatController(QObject):
@@ -181,16 +164,8 @@ class ChatController(QObject):
             self.store.set_system_prompt(self.conversation_id, text)
 
     def prompt_messages(self, conversation_id: int, upto_id: int | None = None) -> list[dict]:
-        """The chat messages sent to the model: the system prompt, then each message with text,
-        up to (not including) message ``upto_id``."""
-        conv = self.store.get(conversation_id)
-        messages = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt.strip() else []
-        for m in self.store.messages(conversation_id):
-            if upto_id is not None and m.id >= upto_id:
-                break
-            if m.content:
-                messages.append({"role": m.role, "content": m.content})
-        return messages
+        """What the model is sent for this conversation (up to, not including, ``upto_id``)."""
+        return prompt_messages(self.store, conversation_id, upto_id)
 
     def _show_no_conversation(self) -> None:
         self.conversation_id = None
@@ -265,12 +240,7 @@ class ChatController(QObject):
         return not problem
 
     def _drafter(self) -> str:
-        """The chosen drafter; without a draft model loaded, lookup still works and "model" is off."""
-        has_draft = self.loaded is not None and self.loaded.draft_path is not None
-        kind = self.settings.drafter
-        if not has_draft and kind in ("model", "lookup+model"):
-            return "lookup" if kind == "lookup+model" else "none"
-        return kind
+        return drafter_for(self.settings.drafter, self.loaded is not None and self.loaded.draft_path is not None)
 
     def _start_answer(self) -> None:
         # the request first: if it cannot be made, no empty answer is saved or left "generating…"
@@ -294,14 +264,8 @@ class ChatController(QObject):
             self.active.started_at = started.monotonic_start
 
     def _on_batch(self, batch: Batch) -> None:
-        if self.active is None or self.active.compare:
-            return
-        live = self.active.live
-        for event, at in zip(batch.events, batch.times):
-            if isinstance(event, TokenPiece):
-                live.add_piece(event, at)
-            elif isinstance(event, Round):
-                live.add_round(event)
+        if self.active is not None and not self.active.compare:
+            feed(self.active.live, batch)
 
     def _on_finished(self, summary: Summary) -> None:
         active = self.active
@@ -312,7 +276,7 @@ class ChatController(QObject):
         stats = message_stats(summary, active.request.drafter, loaded.main_name if loaded else "",
                               loaded.draft_name if loaded else None)
         text = summary.text or active.live.text
-        self.store.update_message(active.message_id, text, stats, [tuple(r) for r in active.live.runs])
+        self.store.update_message(active.message_id, text, stats, active.runs)
         if summary.error:
             self.notice.emit(summary.error, "error")
         elif summary.warnings:
@@ -323,15 +287,9 @@ class ChatController(QObject):
         stored = self.store.message(self.active.message_id) if self.active is not None else None
         if stored is None:
             return
-        stats = dict(stored.stats, speedup=result.speedup, compare_identical=result.identical,
-                     compare_speculative_tps=result.speculative.generation_tps,
-                     compare_baseline_tps=result.baseline.generation_tps)
-        self.store.update_message(stored.id, stored.content, stats)
+        self.store.update_message(stored.id, stored.content, with_compare(stored.stats, result))
         self.message_updated.emit(self.store.message(stored.id))
-        same = "the outputs are identical" if result.identical else "the outputs differ"
-        self.notice.emit(
-            f"Compare (greedy): with the draft {result.speculative.generation_tps:.1f} tok/s, main model alone "
-            f"{result.baseline.generation_tps:.1f} tok/s: {result.speedup:.2f}x speedup; {same}.", "info")
+        self.notice.emit(compare_notice(result), "info")
 
     def _on_failed(self, message: str) -> None:
         self._save_partial()
@@ -363,7 +321,7 @@ class ChatController(QObject):
             return
         text = active.live.text
         if text:
-            self.store.update_message(active.message_id, text, {}, [tuple(r) for r in active.live.runs])
+            self.store.update_message(active.message_id, text, {}, active.runs)
         else:
             self.store.delete_message(active.message_id)
 
@@ -397,11 +355,7 @@ class ChatController(QObject):
         self.loaded = info
         self.models_loaded.emit(info)
         self.busy_changed.emit(self.is_busy)
-        settings = replace(self.settings, main_model=info.main_path, draft_model=info.draft_path or "")
-        settings = settings.with_recent_main(info.main_path)
-        if info.draft_path:
-            settings = settings.with_recent_draft(info.draft_path)
-        self.save_settings(settings)
+        self.save_settings(settings_after_load(self.settings, info))
         if info.warnings:
             self.notice.emit("Loaded with a warning: " + "; ".join(info.warnings) + ".", "warning")
         else:
@@ -457,7 +411,3 @@ class ChatController(QObject):
         self._save_partial()
         self.store.close()
 
-
-def title_from(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= TITLE_CHARS else line[:TITLE_CHARS - 1].rstrip() + "…"

@@ -16,7 +16,8 @@ from app import __version__
 from app.gui.banner import Banner
 from app.gui.charts import ChartsPanel
 from app.gui.composer import Composer
-from app.gui.controller import ChatController, ShownConversation
+from app.gui.chat_values import ShownConversation
+from app.gui.controller import ChatController
 from app.gui.conversation_list import ConversationList
 from app.gui.hardware_status import HardwareStatus
 from app.gui.live_stats import LiveStats
