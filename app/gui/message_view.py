@@ -218,10 +218,12 @@ class ChatView(QScrollArea):
 
     def finish_answer(self, message: StoredMessage) -> None:
         widget = self.find(message.id)
-        if widget is not None:
-            widget.set_content(message.content, message.pieces)
-            widget.set_stats(message.stats)
-            widget.set_streaming(False)
+        if widget is None:
+            return
+        if message.content != widget.text or [list(r) for r in message.pieces] != widget.runs:
+            widget.set_content(message.content, message.pieces)   # rendering a long answer takes a while
+        widget.set_stats(message.stats)
+        widget.set_streaming(False)
 
     def update_stats(self, message: StoredMessage) -> None:
         widget = self.find(message.id)

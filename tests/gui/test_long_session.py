@@ -9,7 +9,7 @@ import sys
 from PySide6.QtCore import QCoreApplication, QObject, Signal
 from PySide6.QtWidgets import QLabel
 
-from tests.gui.conftest import wait_idle, wait_loaded
+from tests.gui.conftest import wait_answering, wait_idle, wait_loaded
 
 ANSWERS = 200
 CALLS = 5000
@@ -57,7 +57,7 @@ def test_hundreds_of_answers_then_quitting_while_busy(make_window, gui_models, q
 
     window.settings_panel.set_value("max_tokens", 1000)
     window.controller.send_message(LONG_PROMPT)
-    qtbot.waitUntil(lambda: window.controller.active is not None and window.controller.active.live.text != "", timeout=30_000)
+    wait_answering(qtbot, window)
     window.close()
     assert not window.controller.thread.isRunning()
 

@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
 from app.gui import main_window as main_window_module
-from tests.gui.conftest import wait_idle, wait_loaded
+from tests.gui.conftest import send, wait_answering, wait_idle, wait_loaded
 
 # With the default system prompt of TEST_SETTINGS ("You are terse."), the tiny main model answers
 # this prompt greedily with 1000 tokens before its end token: long enough to watch and to stop.
@@ -29,7 +29,8 @@ def test_send_streams_the_answer_and_feeds_stats_and_charts(loaded_window, qtbot
     shown_lengths = []
     sampler = QTimer()
     sampler.timeout.connect(lambda: shown_lengths.append(len(window.chat_view.messages()[-1].text)))
-    assert window.controller.send_message(LONG_PROMPT)
+    assert send(window, LONG_PROMPT)
+    assert window.composer.input.toPlainText() == "", "the text sent leaves the message box"
     sampler.start(20)
     wait_idle(qtbot, window)
     sampler.stop()
@@ -67,9 +68,8 @@ def test_enter_sends_and_shift_enter_adds_a_line(loaded_window, qtbot):
 def test_stop_ends_generation_within_one_round(loaded_window, qtbot):
     window = loaded_window
     window.settings_panel.set_value("max_tokens", 1000)
-    window.controller.send_message(LONG_PROMPT)
-    qtbot.waitUntil(lambda: window.controller.active is not None and window.controller.active.live.rounds > 0, timeout=30_000)
-    generation = window.controller.active
+    send(window, LONG_PROMPT)
+    generation = wait_answering(qtbot, window)
     stopped_at = time.monotonic()
     window.composer.stop_button.click()
     wait_idle(qtbot, window)
@@ -86,7 +86,7 @@ def test_stop_ends_generation_within_one_round(loaded_window, qtbot):
 
 def test_regenerate_replaces_the_last_answer(loaded_window, qtbot):
     window = loaded_window
-    window.controller.send_message("hello")
+    send(window, "hello")
     wait_idle(qtbot, window)
     [first] = assistant_messages(window)
     window.settings_panel.set_value("temperature", 1.0)
@@ -108,7 +108,7 @@ def test_conversation_survives_closing_and_reopening(make_window, gui_models, qt
     wait_loaded(qtbot, window)
     window.composer.system_prompt.setText("Answer in French.")
     window.composer.system_prompt.editingFinished.emit()
-    window.controller.send_message("remember this conversation")
+    send(window, "remember this conversation")
     wait_idle(qtbot, window)
     conversation_id = window.controller.conversation_id
     [answer] = assistant_messages(window)
@@ -116,7 +116,8 @@ def test_conversation_survives_closing_and_reopening(make_window, gui_models, qt
 
     again = make_window(data)
     wait_loaded(qtbot, again)  # the last pair is loaded again on start
-    assert again.controller.loaded.main_path == str(gui_models.main) and again.controller.loaded.draft_path == str(gui_models.same)
+    loaded = again.controller.loaded
+    assert loaded.main_path == str(gui_models.main) and loaded.draft_path == str(gui_models.same)
     assert again.controller.conversation_id == conversation_id
     assert again.conversation_list.titles() == ["remember this conversation"]
     assert again.composer.system_prompt_text() == "Answer in French."
@@ -144,22 +145,23 @@ def test_incompatible_draft_cannot_be_selected(loaded_window, gui_models, qtbot)
 @pytest.mark.parametrize("broken", ["garbage", "truncated"])
 def test_broken_model_file_shows_an_error_and_the_app_keeps_working(loaded_window, gui_models, qtbot, broken):
     window = loaded_window
-    window.controller.send_message("before")
+    send(window, "before")
     wait_idle(qtbot, window)
     assert window.set_model_pair(str(getattr(gui_models, broken)), None)
     qtbot.waitUntil(lambda: not window.controller.loading, timeout=30_000)
     assert window.error_text()
     assert window.controller.loaded.main_path == str(gui_models.main), "the working pair stays loaded"
-    assert window.controller.send_message("after")
+    assert send(window, "after")
     wait_idle(qtbot, window)
-    assert [m.content for m in window.controller.store.messages(window.controller.conversation_id) if m.role == "user"] == ["before", "after"]
+    asked = [m.content for m in window.controller.store.messages(window.controller.conversation_id) if m.role == "user"]
+    assert asked == ["before", "after"]
     assert len(assistant_messages(window)) == 2
 
 
 def test_prompt_too_long_is_reported_and_the_conversation_kept(make_window, gui_models, qtbot):
     window = make_window(main_model=str(gui_models.main), n_ctx=64)
     wait_loaded(qtbot, window)
-    window.controller.send_message("the cat is on the mat " * 20)
+    send(window, "the cat is on the mat " * 20)
     wait_idle(qtbot, window)
     assert "context" in window.error_text()
     messages = window.controller.store.messages(window.controller.conversation_id)
@@ -190,7 +192,7 @@ def test_gui_thread_never_stalls_during_generation(loaded_window, qtbot):
     timer.timeout.connect(tick)
     timer.start(10)
     last[0] = time.perf_counter()
-    window.controller.send_message(LONG_PROMPT)
+    send(window, LONG_PROMPT)
     wait_idle(qtbot, window)
     timer.stop()
     assert len(gaps) > 20
@@ -199,7 +201,7 @@ def test_gui_thread_never_stalls_during_generation(loaded_window, qtbot):
 
 def test_compare_measures_speedup_and_identity(loaded_window, qtbot):
     window = loaded_window
-    window.controller.send_message("hello")
+    send(window, "hello")
     wait_idle(qtbot, window)
     [answer] = assistant_messages(window)
     window.chat_view.messages()[-1].compare_button.click()
@@ -220,8 +222,8 @@ def test_quitting_mid_generation_keeps_the_partial_answer(make_window, gui_model
     data = tmp_path / "quit"
     window = make_window(data, main_model=str(gui_models.main), draft_model=str(gui_models.same), max_tokens=1000)
     wait_loaded(qtbot, window)
-    window.controller.send_message(LONG_PROMPT)
-    qtbot.waitUntil(lambda: window.controller.active is not None and window.controller.active.live.text != "", timeout=30_000)
+    send(window, LONG_PROMPT)
+    wait_answering(qtbot, window)
     window.close()
     assert not window.controller.thread.isRunning()
 
@@ -233,11 +235,11 @@ def test_quitting_mid_generation_keeps_the_partial_answer(make_window, gui_model
 
 def test_conversations_new_rename_delete_and_search(loaded_window, qtbot):
     window = loaded_window
-    window.controller.send_message("alpha question")
+    send(window, "alpha question")
     wait_idle(qtbot, window)
     first = window.controller.conversation_id
     second = window.controller.new_conversation()
-    window.controller.send_message("beta question")
+    send(window, "beta question")
     wait_idle(qtbot, window)
     assert window.conversation_list.titles() == ["beta question", "alpha question"]
 
@@ -270,7 +272,7 @@ def test_settings_persist_between_windows(make_window, tmp_path, qtbot):
 def test_drafting_off_decodes_with_the_main_model_alone(loaded_window, qtbot):
     window = loaded_window
     window.model_bar.set_drafter("none")
-    window.controller.send_message("hello")
+    send(window, "hello")
     wait_idle(qtbot, window)
     [answer] = assistant_messages(window)
     assert answer.stats["drafter"] == "none" and answer.stats["drafted"] == 0
@@ -302,7 +304,8 @@ def test_model_manager_pair_is_loaded(make_window, gui_models, qtbot, monkeypatc
     window.model_manager_action.trigger()
     wait_loaded(qtbot, window)
     assert window.model_manager.paths == window.paths
-    assert window.controller.loaded.main_path == str(gui_models.main) and window.controller.loaded.draft_path == str(gui_models.other)
+    loaded = window.controller.loaded
+    assert loaded.main_path == str(gui_models.main) and loaded.draft_path == str(gui_models.other)
 
 
 def test_a_damaged_settings_file_is_reported_and_defaults_used(make_window, tmp_path):

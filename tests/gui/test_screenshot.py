@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtGui import QImage
 
-from tests.gui.conftest import ARTIFACTS, wait_idle, wait_loaded
+from tests.gui.conftest import ARTIFACTS, wait_answering, wait_idle, wait_loaded
 
 EARLIER_ANSWER = """To reverse a list **in place**, call `reverse()`; to get a reversed copy, slice it:
 
@@ -30,7 +30,7 @@ def test_main_window_screenshot(make_window, gui_models, qtbot):
     window.controller.select_conversation(conv.id)
 
     window.controller.send_message("write a long story")
-    qtbot.waitUntil(lambda: window.controller.active is not None and window.controller.active.live.rounds >= 40, timeout=30_000)
+    wait_answering(qtbot, window, rounds=40)
     qtbot.wait(2 * 150)  # two repaint ticks, so counters and charts show this data
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / "main_window.png"

@@ -165,4 +165,5 @@ def test_a_chat_template_too_costly_to_render_is_named_in_the_banner(make_window
     window.controller.send_message("the cat")
     wait_idle(qtbot, window)
     assert window.banner.kind == "warning" and "took longer than 0.2 s" in window.banner.text()
-    assert [m.role for m in window.controller.store.messages(window.controller.conversation_id)] == ["user", "assistant"]
+    c = window.controller
+    assert [m.role for m in c.store.messages(c.conversation_id)] == ["user", "assistant"]

@@ -58,7 +58,8 @@ def params(path) -> ModelParams:
 
 
 def request(max_tokens: int = 24) -> GenerateRequest:
-    return GenerateRequest(({"role": "user", "content": "hello"},), SamplingParams(temperature=0.0, max_tokens=max_tokens),
+    return GenerateRequest(({"role": "user", "content": "hello"},),
+                           SamplingParams(temperature=0.0, max_tokens=max_tokens),
                            SpeculationParams(draft_max=4, policy="fixed"), "model")
 
 
