@@ -61,7 +61,7 @@ def xcb_env(display: str) -> dict[str, str]:
 def require_xcb(env: dict[str, str]) -> None:
     probe = subprocess.run([sys.executable, "-c", XCB_PROBE], env=env, capture_output=True, text=True, timeout=60)
     if probe.returncode != 0 or probe.stdout.strip() != "xcb":
-        pytest.skip("Qt's xcb platform plugin cannot start here (its libraries are missing; scripts/setup.sh "
+        pytest.skip("Qt's xcb platform plugin cannot start under Xvfb (missing libraries? scripts/setup.sh "
                     f"--check-qt names them): {probe.stderr.strip()[-500:]}")
 
 
