@@ -10,11 +10,10 @@ import importlib
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import QLabel, QMainWindow, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QMainWindow, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from app import __version__
 from app.gui.banner import Banner
-from app.gui.charts import ChartsPanel
 from app.gui.composer import Composer
 from app.gui.chat_values import ShownConversation
 from app.gui.controller import ChatController
@@ -24,7 +23,7 @@ from app.gui.live_stats import LiveStats
 from app.gui.message_view import ChatView
 from app.gui.model_bar import ModelBar
 from app.gui.settings_panel import SettingsPanel
-from app.gui.stats_panel import StatsPanel
+from app.gui.stats_panel import SpeculationPanel
 from app.gui.worker import LoadedInfo
 from app.paths import AppPaths
 from app.storage.conversations import ConversationStore
@@ -69,8 +68,8 @@ class MainWindow(QMainWindow):
         self.banner = Banner()
         self.chat_view = ChatView()
         self.composer = Composer()
-        self.stats_panel = StatsPanel()
-        self.charts = ChartsPanel()
+        self.speculation = SpeculationPanel()
+        self.stats_panel, self.charts = self.speculation.stats, self.speculation.charts
         self.settings_panel = SettingsPanel(self.controller.settings)
         self.hardware = HardwareStatus()
         self.statusBar().addPermanentWidget(self.hardware, 1)
@@ -104,18 +103,9 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
     def _side_panel(self) -> QWidget:
-        speculation = QWidget()
-        layout = QVBoxLayout(speculation)
-        layout.setContentsMargins(10, 10, 10, 10)
-        layout.setSpacing(8)
-        title = QLabel("LIVE SPECULATION")
-        title.setObjectName("sectionTitle")
-        layout.addWidget(title)
-        layout.addWidget(self.stats_panel)
-        layout.addWidget(self.charts, 1)
         tabs = QTabWidget()
         tabs.setMinimumWidth(400)
-        tabs.addTab(speculation, "Speculation")
+        tabs.addTab(self.speculation, "Speculation")
         tabs.addTab(_scrollable(self.settings_panel), "Settings")
         self.side_tabs = tabs
         holder = QWidget()
@@ -200,13 +190,11 @@ class MainWindow(QMainWindow):
 
     def _show_live(self, message_id: int, live: LiveStats) -> None:
         self.chat_view.update_answer(message_id, live.text, live.runs)
-        self.stats_panel.update_from(live)
-        self.charts.update_from(live)
+        self.speculation.update_from(live)
 
     def _show_generating(self, generating: bool) -> None:
         if generating:
-            self.stats_panel.clear()
-            self.charts.clear()
+            self.speculation.clear()
         self.composer.set_generating(generating)
         self.model_bar.set_busy(generating)
         self.conversation_list.set_busy(generating)
