@@ -39,6 +39,11 @@ class Banner(QFrame):
     def text(self) -> str:
         return self._label.text() if not self.isHidden() else ""
 
+    def clear_if(self, kind: str) -> None:
+        """Clear the message shown if it is of ``kind`` ("" clears any)."""
+        if not kind or self.kind == kind:
+            self.clear()
+
     def clear(self) -> None:
         self.kind = ""
         self._label.clear()

@@ -14,6 +14,7 @@ from app.gui.live_stats import LiveStats, thin
 
 CHART_MIN_HEIGHT = 130   # three charts under the counters still fit a 1280x800 screen
 MAX_ROUND_TICKS = 6
+SECONDS_HEADROOM = 1.5   # the seconds axis grows in steps with room to spare, not on every repaint
 
 
 def round_axis_span(last_round: int) -> tuple[int, int]:
@@ -72,6 +73,7 @@ class ChartsPanel(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self._drawn_rounds = -1
+        self._seconds_fitted = False
         self._build_tps()
         self._build_acceptance()
         self._build_positions()
@@ -134,6 +136,7 @@ class ChartsPanel(QWidget):
 
     def clear(self) -> None:
         self._drawn_rounds = -1
+        self._seconds_fitted = False
         self._set_round_range(0)
         for series in (self.tps_series, self.round_series, self.rolling_series):
             series.clear()
@@ -153,9 +156,17 @@ class ChartsPanel(QWidget):
         points = thin(stats.tps_points)
         self.tps_series.replace([QPointF(t, v) for t, v in points])
         if points:
-            self.tps_x.setRange(0, max(points[-1][0], 0.1))
-            self.tps_x.applyNiceNumbers()  # round ticks ("0.05", not "0.0" twice for a short answer)
+            self._extend_seconds_axis(points[-1][0])
             self.tps_y.setRange(0, max(v for _, v in points) * 1.15 or 1)
+
+    def _extend_seconds_axis(self, last_s: float) -> None:
+        """Make the seconds axis reach past ``last_s``. Laying an axis out again is the slowest part
+        of a repaint (it stalled the GUI thread), so it happens a few times per answer."""
+        if self._seconds_fitted and last_s <= self.tps_x.max():
+            return
+        self.tps_x.setRange(0, max(last_s * SECONDS_HEADROOM, 0.1))
+        self.tps_x.applyNiceNumbers()  # round ticks ("0.05", not "0.0" twice for a short answer)
+        self._seconds_fitted = True
 
     def _draw_acceptance(self, stats: LiveStats) -> None:
         per_round = thin(stats.round_acceptance)

@@ -88,6 +88,24 @@ class Composer(QWidget):
     def clear_input(self) -> None:
         self.input.clear()
 
+    def set_system_prompt(self, text: str) -> None:
+        self.system_prompt.setText(text)
+
+    def system_prompt_text(self) -> str:
+        return self.system_prompt.text()
+
+    def set_colour_tokens(self, on: bool) -> None:
+        """Show the choice; the checkbox signals only a change."""
+        if self.colour_tokens.isChecked() != on:
+            self.colour_tokens.setChecked(on)
+
+    def toggle_colour_tokens(self) -> None:
+        self.colour_tokens.toggle()
+
+    def set_send_enabled(self, on: bool) -> None:
+        """Send is off while the models load or an answer streams."""
+        self.send_button.setEnabled(on)
+
     def set_generating(self, generating: bool) -> None:
         self.send_button.setEnabled(not generating)
         self.stop_button.setEnabled(generating)

@@ -22,6 +22,8 @@ class ConversationList(QWidget):
         self.search.setClearButtonEnabled(True)
         self.search.textChanged.connect(self.search_changed)
         self.list = QListWidget()
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)   # long titles end in "…"
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.list.currentItemChanged.connect(self._current_changed)
         self.list.itemChanged.connect(self._item_edited)
         self.new_button = QPushButton("New chat")
@@ -49,6 +51,7 @@ class ConversationList(QWidget):
         for conv in conversations:
             item = QListWidgetItem(conv.title)
             item.setData(Qt.ItemDataRole.UserRole, conv.id)
+            item.setToolTip(conv.title)
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
             self.list.addItem(item)
             if conv.id == current:
@@ -61,6 +64,12 @@ class ConversationList(QWidget):
     def current_id(self) -> int | None:
         item = self.list.currentItem()
         return item.data(Qt.ItemDataRole.UserRole) if item else None
+
+    def search_text(self) -> str:
+        return self.search.text()
+
+    def set_search_text(self, text: str) -> None:
+        self.search.setText(text)
 
     def set_busy(self, busy: bool) -> None:
         """While an answer streams, the conversation cannot change under it."""

@@ -29,16 +29,6 @@ class LiveStats(GenerationStats):
         elif isinstance(event, Round):
             self._add_points(event)
 
-    # the window feeds events one kind at a time (app/gui/main_window.py)
-    def add_piece(self, piece: TokenPiece, at_s: float | None = None) -> None:
-        self.add(piece)
-
-    def add_round(self, r: Round) -> None:
-        self.add(r)
-
-    def finish(self, summary: Summary) -> None:
-        self.add(summary)
-
     def _add_text(self, piece: TokenPiece) -> None:
         origin = piece.origin.value
         if self.runs and self.runs[-1][1] == origin:

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePo
 
 from app.gui import render
 from app.gui.live_stats import format_footer
+from app.storage.conversations import StoredMessage
 
 ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System"}
 
@@ -190,6 +191,44 @@ class ChatView(QScrollArea):
         widget.deleteLater()
         if not self.messages():
             self._placeholder.show()
+
+    def show_messages(self, messages: list[StoredMessage] | tuple[StoredMessage, ...]) -> None:
+        self.clear()
+        for message in messages:
+            self.add_stored(message)
+
+    def add_stored(self, message: StoredMessage) -> MessageWidget:
+        return self.add_message(message.id, message.role, message.content, message.stats, message.pieces)
+
+    def remove_id(self, message_id: int) -> None:
+        widget = self.find(message_id)
+        if widget is not None:
+            self.remove_message(widget)
+
+    def start_answer(self, message_id: int) -> MessageWidget:
+        """An empty assistant message that shows "generating…" until finish_answer."""
+        widget = self.add_message(message_id, "assistant")
+        widget.set_streaming(True)
+        return widget
+
+    def update_answer(self, message_id: int, text: str, runs: list | tuple) -> None:
+        widget = self.find(message_id)
+        if widget is not None and text != widget.text:
+            widget.set_content(text, runs)
+
+    def finish_answer(self, message: StoredMessage) -> None:
+        widget = self.find(message.id)
+        if widget is None:
+            return
+        if message.content != widget.text or [list(r) for r in message.pieces] != widget.runs:
+            widget.set_content(message.content, message.pieces)   # rendering a long answer takes a while
+        widget.set_stats(message.stats)
+        widget.set_streaming(False)
+
+    def update_stats(self, message: StoredMessage) -> None:
+        widget = self.find(message.id)
+        if widget is not None:
+            widget.set_stats(message.stats)
 
     def find(self, message_id: int) -> MessageWidget | None:
         return next((w for w in self.messages() if w.message_id == message_id), None)

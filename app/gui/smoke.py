@@ -123,9 +123,9 @@ class SmokeRun(QObject):
         self._next(self._wait_loaded)
 
     def _wait_loaded(self) -> None:
-        if self.window.loading:
+        if self.window.controller.loading:
             return
-        if self.window.loaded is None:
+        if self.window.controller.loaded is None:
             self._fail(self.window.error_text() or "the models did not load")
             return
         self.report["load_s"] = self._phase_seconds()
@@ -137,13 +137,13 @@ class SmokeRun(QObject):
             return
         composer.input.setPlainText(self.config.prompt)
         composer.send_button.click()
-        if not self.window.is_generating:
+        if not self.window.controller.is_generating:
             self._fail(self.window.error_text() or "clicking Send started no answer")
             return
         self._next(self._wait_answered)
 
     def _wait_answered(self) -> None:
-        if self.window.is_busy:
+        if self.window.controller.is_busy:
             return
         self.report["answer_s"] = self._phase_seconds()
         self._timer.stop()

@@ -1,9 +1,11 @@
-"""Live numbers of the running (or last) generation, as a grid of tiles."""
+"""Live numbers of the running (or last) generation: a grid of tiles, and the tab that holds them
+with the charts."""
 
 from __future__ import annotations
 
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QVBoxLayout, QWidget
 
+from app.gui.charts import ChartsPanel
 from app.gui.live_stats import LiveStats
 
 TILES = [
@@ -80,3 +82,28 @@ class StatsPanel(QWidget):
         }
         for key, text in shown.items():
             self._values[key].setText(text)
+
+
+class SpeculationPanel(QWidget):
+    """The "Speculation" tab: the counters over the charts, both fed from one LiveStats."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.stats = StatsPanel()
+        self.charts = ChartsPanel()
+        title = QLabel("LIVE SPECULATION")
+        title.setObjectName("sectionTitle")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 10, 10, 10)
+        layout.setSpacing(8)
+        layout.addWidget(title)
+        layout.addWidget(self.stats)
+        layout.addWidget(self.charts, 1)
+
+    def clear(self) -> None:
+        self.stats.clear()
+        self.charts.clear()
+
+    def update_from(self, live: LiveStats) -> None:
+        self.stats.update_from(live)
+        self.charts.update_from(live)

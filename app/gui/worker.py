@@ -63,10 +63,6 @@ class Batch:
 
     events: tuple[TokenPiece | Round, ...]
 
-    @property
-    def times(self) -> tuple[float, ...]:
-        return tuple(event.at_s for event in self.events)
-
 
 class EngineWorker(QObject):
     # Signal(object), the payload's type beside it: declared as Signal(Batch) and the like, PySide6

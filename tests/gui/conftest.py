@@ -79,12 +79,28 @@ def make_window(qtbot, tmp_path):
     return make
 
 
+def send(window: MainWindow, text: str) -> bool:
+    """Type ``text`` in the composer and press Send, as a user does; True when an answer started."""
+    window.composer.input.setPlainText(text)
+    window.composer.submit()
+    return window.controller.is_generating
+
+
 def wait_loaded(qtbot, window: MainWindow) -> None:
-    qtbot.waitUntil(lambda: not window.loading and window.loaded is not None, timeout=LOAD_TIMEOUT_MS)
+    controller = window.controller
+    qtbot.waitUntil(lambda: not controller.loading and controller.loaded is not None, timeout=LOAD_TIMEOUT_MS)
+
+
+def wait_answering(qtbot, window: MainWindow, rounds: int = 1):
+    """Wait until the answer under way shows text after ``rounds`` rounds; returns that generation."""
+    c = window.controller
+    qtbot.waitUntil(lambda: c.active is not None and c.active.live.text != "" and c.active.live.rounds >= rounds,
+                    timeout=ANSWER_TIMEOUT_MS)
+    return c.active
 
 
 def wait_idle(qtbot, window: MainWindow) -> None:
-    qtbot.waitUntil(lambda: not window.is_busy, timeout=ANSWER_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not window.controller.is_busy, timeout=ANSWER_TIMEOUT_MS)
 
 
 @pytest.fixture

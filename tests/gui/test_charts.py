@@ -52,3 +52,23 @@ def test_seconds_axis_labels_differ_for_a_short_answer(qtbot):
     labels = [axis.labelFormat() % (axis.min() + i * step) for i in range(axis.tickCount())]
     assert len(set(labels)) == len(labels), labels
     assert axis.max() >= 0.14
+
+
+def test_the_seconds_axis_is_laid_out_a_few_times_per_answer_not_on_every_repaint(qtbot):
+    panel = ChartsPanel()
+    qtbot.addWidget(panel)
+    layouts = []
+    panel.tps_x.rangeChanged.connect(lambda low, high: layouts.append(high))
+    live = LiveStats()
+    for i in range(1, 201):   # a 2 s answer repainted 200 times
+        live.tps_points.append((0.01 * i, 900.0))
+        live.rounds = i
+        panel.update_from(live)
+    assert panel.tps_x.max() >= 2.0 and len(layouts) <= 12, layouts
+
+    panel.clear()
+    live = LiveStats()
+    live.rounds = 1
+    live.tps_points.append((0.05, 900.0))
+    panel.update_from(live)
+    assert 0.05 <= panel.tps_x.max() <= 0.2, "a new answer starts on its own scale"

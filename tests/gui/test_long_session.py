@@ -9,7 +9,7 @@ import sys
 from PySide6.QtCore import QCoreApplication, QObject, Signal
 from PySide6.QtWidgets import QLabel
 
-from tests.gui.conftest import wait_idle, wait_loaded
+from tests.gui.conftest import wait_answering, wait_idle, wait_loaded
 
 ANSWERS = 200
 CALLS = 5000
@@ -42,27 +42,27 @@ def test_hundreds_of_answers_then_quitting_while_busy(make_window, gui_models, q
     window = make_window(data, main_model=str(gui_models.main), draft_model=str(gui_models.same), drafter="model",
                          max_tokens=4)
     wait_loaded(qtbot, window)
-    assert window.send_message("hello")
+    assert window.controller.send_message("hello")
     wait_idle(qtbot, window)
     for _ in range(ANSWERS - 1):
-        assert window.regenerate()
+        assert window.controller.regenerate()
         wait_idle(qtbot, window)
     label, emitter = QLabel(), Emitter()
     emitter.flag.connect(lambda value: None)
     for i in range(CALLS):
         label.setText(str(i))
         emitter.flag.emit(i % 2 == 0)
-    [answer] = [m for m in window.store.messages(window.conversation_id) if m.role == "assistant"]
+    [answer] = [m for m in window.controller.store.messages(window.controller.conversation_id) if m.role == "assistant"]
     assert answer.stats["generated_tokens"] == 4
 
     window.settings_panel.set_value("max_tokens", 1000)
-    window.send_message(LONG_PROMPT)
-    qtbot.waitUntil(lambda: window.active is not None and window.active.live.text != "", timeout=30_000)
+    window.controller.send_message(LONG_PROMPT)
+    wait_answering(qtbot, window)
     window.close()
-    assert not window.thread.isRunning()
+    assert not window.controller.thread.isRunning()
 
     again = make_window(data)
-    last = [m for m in again.store.messages(again.conversation_id) if m.role == "assistant"][-1]
+    last = [m for m in again.controller.store.messages(again.controller.conversation_id) if m.role == "assistant"][-1]
     assert last.content and last.stats.get("stop_reason") == "cancel"
 
 
@@ -70,8 +70,8 @@ def test_quitting_while_the_models_load(make_window, gui_models, qtbot, tmp_path
     data = tmp_path / "loading"
     for _ in range(3):
         window = make_window(data, main_model=str(gui_models.main), draft_model=str(gui_models.same))
-        assert window.loading
+        assert window.controller.loading
         window.close()
-        assert not window.thread.isRunning() and not window.loading
+        assert not window.controller.thread.isRunning() and not window.controller.loading
     again = make_window(data)
-    assert again.settings.main_model == str(gui_models.main)
+    assert again.controller.settings.main_model == str(gui_models.main)

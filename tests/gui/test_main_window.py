@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
 from app.gui import main_window as main_window_module
-from tests.gui.conftest import wait_idle, wait_loaded
+from tests.gui.conftest import send, wait_answering, wait_idle, wait_loaded
 
 # With the default system prompt of TEST_SETTINGS ("You are terse."), the tiny main model answers
 # this prompt greedily with 1000 tokens before its end token: long enough to watch and to stop.
@@ -18,18 +18,19 @@ LONG_PROMPT = "write a long story"
 
 
 def assistant_messages(window):
-    return [m for m in window.store.messages(window.conversation_id) if m.role == "assistant"]
+    return [m for m in window.controller.store.messages(window.controller.conversation_id) if m.role == "assistant"]
 
 
 def test_send_streams_the_answer_and_feeds_stats_and_charts(loaded_window, qtbot):
     window = loaded_window
     window.settings_panel.set_value("max_tokens", 600)
     batches = []
-    window.worker.batch.connect(lambda batch: batches.append(len(batch.events)))
+    window.controller.worker.batch.connect(lambda batch: batches.append(len(batch.events)))
     shown_lengths = []
     sampler = QTimer()
     sampler.timeout.connect(lambda: shown_lengths.append(len(window.chat_view.messages()[-1].text)))
-    assert window.send_message(LONG_PROMPT)
+    assert send(window, LONG_PROMPT)
+    assert window.composer.input.toPlainText() == "", "the text sent leaves the message box"
     sampler.start(20)
     wait_idle(qtbot, window)
     sampler.stop()
@@ -59,7 +60,7 @@ def test_enter_sends_and_shift_enter_adds_a_line(loaded_window, qtbot):
     assert box.toPlainText() == "first line\nsecond line"
     qtbot.keyClick(box, Qt.Key.Key_Return)
     wait_idle(qtbot, window)
-    user = [m for m in window.store.messages(window.conversation_id) if m.role == "user"]
+    user = [m for m in window.controller.store.messages(window.controller.conversation_id) if m.role == "user"]
     assert [m.content for m in user] == ["first line\nsecond line"]
     assert box.toPlainText() == ""
 
@@ -67,9 +68,8 @@ def test_enter_sends_and_shift_enter_adds_a_line(loaded_window, qtbot):
 def test_stop_ends_generation_within_one_round(loaded_window, qtbot):
     window = loaded_window
     window.settings_panel.set_value("max_tokens", 1000)
-    window.send_message(LONG_PROMPT)
-    qtbot.waitUntil(lambda: window.active is not None and window.active.live.rounds > 0, timeout=30_000)
-    generation = window.active
+    send(window, LONG_PROMPT)
+    generation = wait_answering(qtbot, window)
     stopped_at = time.monotonic()
     window.composer.stop_button.click()
     wait_idle(qtbot, window)
@@ -86,7 +86,7 @@ def test_stop_ends_generation_within_one_round(loaded_window, qtbot):
 
 def test_regenerate_replaces_the_last_answer(loaded_window, qtbot):
     window = loaded_window
-    window.send_message("hello")
+    send(window, "hello")
     wait_idle(qtbot, window)
     [first] = assistant_messages(window)
     window.settings_panel.set_value("temperature", 1.0)
@@ -95,7 +95,7 @@ def test_regenerate_replaces_the_last_answer(loaded_window, qtbot):
     wait_idle(qtbot, window)
 
     [second] = assistant_messages(window)
-    assert second.id != first.id and window.store.message(first.id) is None
+    assert second.id != first.id and window.controller.store.message(first.id) is None
     assert second.stats["generated_tokens"] > 0
     widgets = window.chat_view.messages()
     assert [w.role for w in widgets] == ["user", "assistant"]
@@ -108,23 +108,24 @@ def test_conversation_survives_closing_and_reopening(make_window, gui_models, qt
     wait_loaded(qtbot, window)
     window.composer.system_prompt.setText("Answer in French.")
     window.composer.system_prompt.editingFinished.emit()
-    window.send_message("remember this conversation")
+    send(window, "remember this conversation")
     wait_idle(qtbot, window)
-    conversation_id = window.conversation_id
+    conversation_id = window.controller.conversation_id
     [answer] = assistant_messages(window)
     window.close()
 
     again = make_window(data)
     wait_loaded(qtbot, again)  # the last pair is loaded again on start
-    assert again.loaded.main_path == str(gui_models.main) and again.loaded.draft_path == str(gui_models.same)
-    assert again.conversation_id == conversation_id
+    loaded = again.controller.loaded
+    assert loaded.main_path == str(gui_models.main) and loaded.draft_path == str(gui_models.same)
+    assert again.controller.conversation_id == conversation_id
     assert again.conversation_list.titles() == ["remember this conversation"]
-    assert again.composer.system_prompt.text() == "Answer in French."
+    assert again.composer.system_prompt_text() == "Answer in French."
     widgets = again.chat_view.messages()
     assert [(w.role, w.text) for w in widgets] == [("user", "remember this conversation"),
                                                   ("assistant", answer.content)]
     assert widgets[-1].footer.text().startswith(f"{answer.stats['generation_tps']:.1f} tok/s")
-    again.set_colour_tokens(True)
+    again.controller.set_colour_tokens(True)
     assert widgets[-1].showing_origins()
     assert "background-color" in widgets[-1].body.toHtml()
 
@@ -138,31 +139,32 @@ def test_incompatible_draft_cannot_be_selected(loaded_window, gui_models, qtbot)
     assert "vocabular" in bar.option_for(str(gui_models.other_vocab)).reason
     assert bar.is_draft_item_enabled(str(gui_models.same)) and bar.is_draft_item_enabled(str(gui_models.other))
     assert bar.current_draft() != str(gui_models.other_vocab)
-    assert not window.loading and window.loaded.draft_path == str(gui_models.same)
+    assert not window.controller.loading and window.controller.loaded.draft_path == str(gui_models.same)
 
 
 @pytest.mark.parametrize("broken", ["garbage", "truncated"])
 def test_broken_model_file_shows_an_error_and_the_app_keeps_working(loaded_window, gui_models, qtbot, broken):
     window = loaded_window
-    window.send_message("before")
+    send(window, "before")
     wait_idle(qtbot, window)
     assert window.set_model_pair(str(getattr(gui_models, broken)), None)
-    qtbot.waitUntil(lambda: not window.loading, timeout=30_000)
+    qtbot.waitUntil(lambda: not window.controller.loading, timeout=30_000)
     assert window.error_text()
-    assert window.loaded.main_path == str(gui_models.main), "the working pair stays loaded"
-    assert window.send_message("after")
+    assert window.controller.loaded.main_path == str(gui_models.main), "the working pair stays loaded"
+    assert send(window, "after")
     wait_idle(qtbot, window)
-    assert [m.content for m in window.store.messages(window.conversation_id) if m.role == "user"] == ["before", "after"]
+    asked = [m.content for m in window.controller.store.messages(window.controller.conversation_id) if m.role == "user"]
+    assert asked == ["before", "after"]
     assert len(assistant_messages(window)) == 2
 
 
 def test_prompt_too_long_is_reported_and_the_conversation_kept(make_window, gui_models, qtbot):
     window = make_window(main_model=str(gui_models.main), n_ctx=64)
     wait_loaded(qtbot, window)
-    window.send_message("the cat is on the mat " * 20)
+    send(window, "the cat is on the mat " * 20)
     wait_idle(qtbot, window)
     assert "context" in window.error_text()
-    messages = window.store.messages(window.conversation_id)
+    messages = window.controller.store.messages(window.controller.conversation_id)
     assert [m.role for m in messages] == ["user"]
     assert [w.role for w in window.chat_view.messages()] == ["user"]
 
@@ -190,7 +192,7 @@ def test_gui_thread_never_stalls_during_generation(loaded_window, qtbot):
     timer.timeout.connect(tick)
     timer.start(10)
     last[0] = time.perf_counter()
-    window.send_message(LONG_PROMPT)
+    send(window, LONG_PROMPT)
     wait_idle(qtbot, window)
     timer.stop()
     assert len(gaps) > 20
@@ -199,16 +201,16 @@ def test_gui_thread_never_stalls_during_generation(loaded_window, qtbot):
 
 def test_compare_measures_speedup_and_identity(loaded_window, qtbot):
     window = loaded_window
-    window.send_message("hello")
+    send(window, "hello")
     wait_idle(qtbot, window)
     [answer] = assistant_messages(window)
     window.chat_view.messages()[-1].compare_button.click()
     wait_idle(qtbot, window)
 
-    result = window.last_compare
+    result = window.controller.last_compare
     assert result is not None and result.identical  # greedy speculation reproduces the main model
     assert result.speculative.drafted > 0 and result.baseline.drafted == 0
-    stored = window.store.message(answer.id)
+    stored = window.controller.store.message(answer.id)
     assert stored.stats["speedup"] == pytest.approx(result.speedup)
     assert stored.stats["compare_identical"] is True
     assert window.chat_view.messages()[-1].footer.text().endswith(f"{result.speedup:.1f}x")
@@ -220,38 +222,38 @@ def test_quitting_mid_generation_keeps_the_partial_answer(make_window, gui_model
     data = tmp_path / "quit"
     window = make_window(data, main_model=str(gui_models.main), draft_model=str(gui_models.same), max_tokens=1000)
     wait_loaded(qtbot, window)
-    window.send_message(LONG_PROMPT)
-    qtbot.waitUntil(lambda: window.active is not None and window.active.live.text != "", timeout=30_000)
+    send(window, LONG_PROMPT)
+    wait_answering(qtbot, window)
     window.close()
-    assert not window.thread.isRunning()
+    assert not window.controller.thread.isRunning()
 
     again = make_window(data)
-    [answer] = [m for m in again.store.messages(again.conversation_id) if m.role == "assistant"]
+    [answer] = [m for m in again.controller.store.messages(again.controller.conversation_id) if m.role == "assistant"]
     assert answer.content and answer.stats.get("stop_reason") == "cancel"
     assert answer.stats["generated_tokens"] < 1000
 
 
 def test_conversations_new_rename_delete_and_search(loaded_window, qtbot):
     window = loaded_window
-    window.send_message("alpha question")
+    send(window, "alpha question")
     wait_idle(qtbot, window)
-    first = window.conversation_id
-    second = window.new_conversation()
-    window.send_message("beta question")
+    first = window.controller.conversation_id
+    second = window.controller.new_conversation()
+    send(window, "beta question")
     wait_idle(qtbot, window)
     assert window.conversation_list.titles() == ["beta question", "alpha question"]
 
-    window.rename_conversation(second, "Renamed beta")
-    window.conversation_list.search.setText("alpha")
+    window.controller.rename_conversation(second, "Renamed beta")
+    window.conversation_list.set_search_text("alpha")
     assert window.conversation_list.titles() == ["alpha question"]
-    window.conversation_list.search.setText("")
+    window.conversation_list.set_search_text("")
     assert set(window.conversation_list.titles()) == {"Renamed beta", "alpha question"}
 
-    window.select_conversation(first)
+    window.controller.select_conversation(first)
     assert [w.text for w in window.chat_view.messages()][0] == "alpha question"
-    window.delete_conversation(first)
+    window.controller.delete_conversation(first)
     assert window.conversation_list.titles() == ["Renamed beta"]
-    assert window.conversation_id == second and window.store.messages(first) == []
+    assert window.controller.conversation_id == second and window.controller.store.messages(first) == []
 
 
 def test_settings_persist_between_windows(make_window, tmp_path, qtbot):
@@ -262,15 +264,15 @@ def test_settings_persist_between_windows(make_window, tmp_path, qtbot):
     window.model_bar.set_drafter("lookup")
     window.close()
     again = make_window(data)
-    assert again.settings.temperature == pytest.approx(1.25) and again.settings.draft_max == 7
+    assert again.controller.settings.temperature == pytest.approx(1.25) and again.controller.settings.draft_max == 7
     assert again.settings_panel.editors["draft_max"].value() == 7
-    assert again.model_bar.current_drafter() == "lookup" and again.settings.drafter == "lookup"
+    assert again.model_bar.current_drafter() == "lookup" and again.controller.settings.drafter == "lookup"
 
 
 def test_drafting_off_decodes_with_the_main_model_alone(loaded_window, qtbot):
     window = loaded_window
     window.model_bar.set_drafter("none")
-    window.send_message("hello")
+    send(window, "hello")
     wait_idle(qtbot, window)
     [answer] = assistant_messages(window)
     assert answer.stats["drafter"] == "none" and answer.stats["drafted"] == 0
@@ -302,7 +304,8 @@ def test_model_manager_pair_is_loaded(make_window, gui_models, qtbot, monkeypatc
     window.model_manager_action.trigger()
     wait_loaded(qtbot, window)
     assert window.model_manager.paths == window.paths
-    assert window.loaded.main_path == str(gui_models.main) and window.loaded.draft_path == str(gui_models.other)
+    loaded = window.controller.loaded
+    assert loaded.main_path == str(gui_models.main) and loaded.draft_path == str(gui_models.other)
 
 
 def test_a_damaged_settings_file_is_reported_and_defaults_used(make_window, tmp_path):
@@ -318,4 +321,4 @@ def test_a_damaged_settings_file_is_reported_and_defaults_used(make_window, tmp_
 def test_a_draft_for_an_unreadable_main_model_names_the_main_models_problem(make_window, gui_models):
     window = make_window()
     assert not window.set_model_pair(str(gui_models.garbage), str(gui_models.same))
-    assert "garbage.gguf" in window.error_text() and not window.loading
+    assert "garbage.gguf" in window.error_text() and not window.controller.loading

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtGui import QImage
 
-from tests.gui.conftest import ARTIFACTS, wait_idle, wait_loaded
+from tests.gui.conftest import ARTIFACTS, wait_answering, wait_idle, wait_loaded
 
 EARLIER_ANSWER = """To reverse a list **in place**, call `reverse()`; to get a reversed copy, slice it:
 
@@ -23,20 +23,20 @@ EARLIER_STATS = {"generation_tps": 42.1, "generated_tokens": 118, "drafted": 96,
 def test_main_window_screenshot(make_window, gui_models, qtbot):
     window = make_window(main_model=str(gui_models.main), draft_model=str(gui_models.same), max_tokens=1000)
     wait_loaded(qtbot, window)
-    conv = window.store.create("Reversing lists in Python", "You are terse.")
-    window.store.add_message(conv.id, "user", "How do I reverse a list in Python?")
-    window.store.add_message(conv.id, "assistant", EARLIER_ANSWER, EARLIER_STATS)
-    window.store.create("Explain speculative decoding", "")
-    window.select_conversation(conv.id)
+    conv = window.controller.store.create("Reversing lists in Python", "You are terse.")
+    window.controller.store.add_message(conv.id, "user", "How do I reverse a list in Python?")
+    window.controller.store.add_message(conv.id, "assistant", EARLIER_ANSWER, EARLIER_STATS)
+    window.controller.store.create("Explain speculative decoding", "")
+    window.controller.select_conversation(conv.id)
 
-    window.send_message("write a long story")
-    qtbot.waitUntil(lambda: window.active is not None and window.active.live.rounds >= 40, timeout=30_000)
+    window.controller.send_message("write a long story")
+    wait_answering(qtbot, window, rounds=40)
     qtbot.wait(2 * 150)  # two repaint ticks, so counters and charts show this data
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / "main_window.png"
     assert window.grab().save(str(path))
     wait_idle(qtbot, window)
-    window.set_colour_tokens(True)
+    window.controller.set_colour_tokens(True)
     qtbot.wait(50)
     assert window.grab().save(str(ARTIFACTS / "main_window_tokens.png"))
 

@@ -19,8 +19,8 @@ from tests.storage.damage import DATABASE_DAMAGE, SETTINGS_DAMAGE, damage_databa
 
 
 def still_usable(window) -> bool:
-    conversation_id = window.new_conversation()
-    window.rename_conversation(conversation_id, "Works")
+    conversation_id = window.controller.new_conversation()
+    window.controller.rename_conversation(conversation_id, "Works")
     return "Works" in window.conversation_list.titles()
 
 
@@ -125,13 +125,13 @@ def test_damaged_models_in_the_models_folder_are_listed_disabled_with_the_reason
             continue  # not every platform lists a link that loops
         assert option is not None and not option.enabled and option.reason, kind
         assert "unreadable" in option.label and not bar.is_draft_item_enabled(str(path)), kind
-    assert window.loaded.main_path == str(gui_models.main)
+    assert window.controller.loaded.main_path == str(gui_models.main)
 
 
 def test_a_damaged_main_model_in_the_settings_is_reported_not_fatal(make_window, gui_models, tmp_path, qtbot):
     window = make_window(main_model=str(gui_models.truncated), recent_main=(str(gui_models.truncated),))
-    qtbot.waitUntil(lambda: not window.loading, timeout=30_000)
-    assert window.isVisible() and window.loaded is None and "truncated" in window.error_text()
+    qtbot.waitUntil(lambda: not window.controller.loading, timeout=30_000)
+    assert window.isVisible() and window.controller.loaded is None and "truncated" in window.error_text()
     assert window.model_bar.main_combo.itemText(0) == "truncated.gguf (unreadable)"
     assert still_usable(window)
 
@@ -148,8 +148,8 @@ def test_html_in_a_model_name_is_shown_as_text(make_window, gui_models, tmp_path
     assert status.textFormat() == Qt.TextFormat.PlainText and name in status.full_text
     assert html.escape(name) in status.toolTip()
 
-    window._load_pair(str(main), str(other_vocab))  # past the bar: the worker's own refusal names both
-    qtbot.waitUntil(lambda: not window.loading, timeout=30_000)
+    window.controller.load_pair(str(main), str(other_vocab))  # past the bar: the worker's own refusal names both
+    qtbot.waitUntil(lambda: not window.controller.loading, timeout=30_000)
     assert name in window.error_text() and "cannot draft" in window.error_text()
     assert window.banner._label.textFormat() == Qt.TextFormat.PlainText
 
@@ -162,7 +162,8 @@ def test_a_chat_template_too_costly_to_render_is_named_in_the_banner(make_window
     model = write_tiny_model(tmp_path / "slow.gguf", TinySpec(chat_template=slow))
     window = make_window(main_model=str(model), max_tokens=4)
     wait_loaded(qtbot, window)
-    window.send_message("the cat")
+    window.controller.send_message("the cat")
     wait_idle(qtbot, window)
     assert window.banner.kind == "warning" and "took longer than 0.2 s" in window.banner.text()
-    assert [m.role for m in window.store.messages(window.conversation_id)] == ["user", "assistant"]
+    c = window.controller
+    assert [m.role for m in c.store.messages(c.conversation_id)] == ["user", "assistant"]

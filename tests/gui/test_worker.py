@@ -46,7 +46,7 @@ def test_the_stream_carries_the_engines_start_and_stamps(worker, monkeypatch):
     assert isinstance(started, Started) and isinstance(summary, Summary) and not seen["failed"]
     assert (started.prompt_tokens, started.evaluated_tokens) == (summary.prompt_tokens, summary.prompt_tokens_evaluated)
     events = [e for batch in seen["batch"] for e in batch.events]
-    assert all(isinstance(b, Batch) and b.times == tuple(e.at_s for e in b.events) for b in seen["batch"])
+    assert all(isinstance(b, Batch) for b in seen["batch"])
     stamps = [e.at_s for e in events]
     assert stamps == sorted(stamps) and 0 < stamps[0] and stamps[-1] <= summary.at_s
     assert sum(len(e.token_ids) for e in events if isinstance(e, TokenPiece)) == summary.generated_tokens
