@@ -46,6 +46,7 @@ class Round:
     verify_s: float
     generated_total: int   # tokens generated so far, this round included
     elapsed_s: float       # since generation started (prompt processing included)
+    learning: bool = False  # the policy was still learning this machine's costs after this round
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ class Summary:
     token_ids: tuple[int, ...] = field(default=(), repr=False)
     warnings: tuple[str, ...] = ()   # for the user: e.g. the chat template was too costly and not used
     speculation_reported: bool = True  # False: a remote server said nothing about drafting (not zero)
+    policy_learning: bool = False      # the auto policy was still learning this machine's costs at the end
+    cost_rounds_observed: int = 0      # rounds of this answer whose times the cost model learned from
 
     @property
     def prompt_tps(self) -> float:
@@ -133,6 +136,8 @@ class Summary:
             "token_ids": list(self.token_ids),
             "warnings": list(self.warnings),
             "speculation_reported": self.speculation_reported,
+            "policy_learning": self.policy_learning,
+            "cost_rounds_observed": self.cost_rounds_observed,
         }
 
 
