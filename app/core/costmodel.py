@@ -112,9 +112,10 @@ class CostModel:
 
     - the machine's speed moves every batch size together, and fast (another program takes a core, a
       laptop goes on battery, a GPU throttles): Q_SPEED per round, common to all sizes. So timing any
-      batch moves the estimate of every size, and after the machine's speed changes by a factor F
-      the estimates come within 10% of the new truth in about log(F / 1.1) / log(1 / 0.75) rounds
-      (8 rounds for F = 2; tests/core/test_costmodel.py holds this);
+      batch moves the estimate of every size. Each round takes about a third of what it saw, so
+      after the machine's speed changes by a factor F the estimates come within 10% of the new truth
+      in about ln(ln F / ln 1.1) / ln 1.5 rounds: 5 for F = 2, 10 with 5% round-to-round noise
+      (tests/core/test_costmodel.py holds this);
     - how a batch of 9 compares to a batch of 1 changes slowly (Q_SHAPE per size), and sizes close to
       each other are alike (the prior correlates them), so a size never verified is predicted from
       its neighbours;
@@ -130,7 +131,7 @@ class CostModel:
     """
 
     R = 0.02              # variance of one round's log time around the model (about 14% noise)
-    Q_SPEED = R / 12      # per round, common to all sizes: a steady gain of about a quarter per round
+    Q_SPEED = R / 6       # per round, common to all sizes: a steady gain of about a third per round
     Q_SHAPE = 1e-4        # per round and size (1% drift)
     Q_CONTEXT = 1e-6
     PRIOR_STEP_S = 0.05   # a guess at a main step before the first round (any value: the first round sets it)
@@ -197,10 +198,23 @@ class CostModel:
 
     def main_batch(self, n: int, context: int = 0) -> float:
         """Seconds for a main-model batch of ``n`` tokens after ``context`` cached positions."""
-        if n <= self.n_max:
-            return math.exp(self._theta[n - 1] + self.context_slope * context / 1000)
-        last = self.main_batch(self.n_max, context)
-        return last + (n - self.n_max) * last / self.n_max
+        return self.profile(context).main_batch(n)
+
+    def _times(self, context: int) -> list[float]:
+        """Every size's estimate at ``context``. A size never measured is read off the measured ones
+        around it: interpolated between two, or beyond the largest continued at the slope of the
+        last two (never cheaper). Before two sizes are measured, the prior's shape stands."""
+        times = np.exp(self._theta[:self.n_max] + self.context_slope * context / 1000)
+        measured = [n for n in range(1, self.n_max + 1) if self._known[n]]
+        if len(measured) < 2:
+            return [float(t) for t in times]
+        at = np.array(measured)
+        sizes = np.arange(1, self.n_max + 1)
+        inside = np.interp(sizes, at, times[at - 1])
+        slope = max(0.0, (times[at[-1] - 1] - times[at[-2] - 1]) / (at[-1] - at[-2]))
+        beyond = times[at[-1] - 1] + slope * (sizes - at[-1])
+        filled = np.where(sizes > at[-1], beyond, inside)
+        return [float(t) for t in np.where(self._known[1:], times, filled)]
 
     def known(self, n: int) -> bool:
         """Whether a main-model batch of ``n`` was measured (here or in the stored profile)."""
@@ -213,8 +227,7 @@ class CostModel:
 
     def profile(self, context: int = REFERENCE_CONTEXT) -> CostProfile:
         """The estimates as a profile at ``context``: what the policy decides with, and what is stored."""
-        times = np.exp(self._theta[:self.n_max] + self.context_slope * context / 1000)
-        return CostProfile(key=self.key, main_batch_s=[float(t) for t in times],
+        return CostProfile(key=self.key, main_batch_s=self._times(context),
                            draft_step_s=self.draft_step_s or 0.0, lookup_step_s=self.lookup_step_s,
                            context_position=context, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
                            context_log_slope=self.context_slope, learned_rounds=self.rounds)
