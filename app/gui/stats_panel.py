@@ -17,6 +17,7 @@ TILES = [
     ("mean_accepted", "accepted / round"),
 ]
 DASH = "–"
+LEARNING = "learning this machine's speed…"
 
 
 def format_duration(seconds: float | None) -> str:
@@ -43,6 +44,10 @@ class StatsPanel(QWidget):
         self._values: dict[str, QLabel] = {}
         for i, (key, name) in enumerate(TILES):
             grid.addWidget(self._tile(key, name), i // 4, i % 4)
+        # while the auto policy learns what batches cost here it drafts cautiously: say so
+        self.learning = QLabel(LEARNING)
+        self.learning.setObjectName("statName")
+        grid.addWidget(self.learning, (len(TILES) + 3) // 4, 0, 1, 4)
         self.clear()
 
     def _tile(self, key: str, name: str) -> QFrame:
@@ -63,6 +68,13 @@ class StatsPanel(QWidget):
     def clear(self) -> None:
         for label in self._values.values():
             label.setText(DASH)
+        self.set_learning(False)
+
+    def set_learning(self, learning: bool) -> None:
+        """Show the learning line while the policy is still learning this machine's costs
+        (``Round.learning`` during an answer, ``Summary.policy_learning`` at its end). The line
+        keeps its height when empty, so the panel does not jump."""
+        self.learning.setText(LEARNING if learning else "")
 
     def values(self) -> dict[str, str]:
         return {key: label.text() for key, label in self._values.items()}

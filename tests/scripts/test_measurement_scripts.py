@@ -54,3 +54,13 @@ def test_host_overhead_prints_its_table(tiny_models, tmp_path):
     assert "ms/drafted" in out and "top probability of one row" in out
     rounds = json.loads((tmp_path / "o.json").read_text())["rounds"]
     assert rounds[0]["drafted"] > 0 and 0 < rounds[0]["host_fraction"] < 1
+
+
+def test_replay_against_a_drifting_machine_learns_the_new_costs():
+    traces = ROOT / "scripts/gpu/data/qwen2.5-coder-1.5b+0.5b-traces.json"
+    profile = ROOT / "tests/scripts/cpu-2core-profile.json"
+    out = script("scripts/policy_replay.py", "replay", str(traces), str(profile), "--drafter", "lookup",
+                 "--drift", "2x@50%", "--only", "edit-1", "edit-2", "code-1", "chat-1")
+    assert "of the lookup bound: chat" in out and "edit" in out
+    learned = [float(x) for x in out.split("at the end:")[1].split()]
+    assert all(0.9 <= r <= 1.1 for r in learned[:3])   # batches of 1, 2 and 4: the doubled costs were learned
