@@ -164,7 +164,7 @@ class CostModel:
         slope = self.PRIOR_CONTEXT_SLOPE if context_slope is None else context_slope
         level_sd, shape_sd = (self.WARM_LEVEL_SD, self.WARM_SHAPE_SD) if self.warm else \
             (self.PRIOR_LEVEL_SD, self.PRIOR_SHAPE_SD)
-        sizes = np.arange(1, n_max + 1)
+        sizes = self._sizes = np.arange(1, n_max + 1)
         self._theta = np.append(self._prior_log_times(sizes, main_batch_s, context_position, slope), slope)
         distance = np.abs(sizes[:, None] - sizes[None, :])
         cov = np.zeros((n_max + 1, n_max + 1))
@@ -205,16 +205,15 @@ class CostModel:
         around it: interpolated between two, or beyond the largest continued at the slope of the
         last two (never cheaper). Before two sizes are measured, the prior's shape stands."""
         times = np.exp(self._theta[:self.n_max] + self.context_slope * context / 1000)
-        measured = [n for n in range(1, self.n_max + 1) if self._known[n]]
-        if len(measured) < 2:
-            return [float(t) for t in times]
-        at = np.array(measured)
-        sizes = np.arange(1, self.n_max + 1)
+        at = np.flatnonzero(self._known[1:]) + 1   # the measured sizes
+        if len(at) < 2 or len(at) == self.n_max:
+            return times.tolist()
+        sizes = self._sizes
         inside = np.interp(sizes, at, times[at - 1])
         slope = max(0.0, (times[at[-1] - 1] - times[at[-2] - 1]) / (at[-1] - at[-2]))
         beyond = times[at[-1] - 1] + slope * (sizes - at[-1])
         filled = np.where(sizes > at[-1], beyond, inside)
-        return [float(t) for t in np.where(self._known[1:], times, filled)]
+        return np.where(self._known[1:], times, filled).tolist()
 
     def known(self, n: int) -> bool:
         """Whether a main-model batch of ``n`` was measured (here or in the stored profile)."""
@@ -229,8 +228,8 @@ class CostModel:
         """The estimates as a profile at ``context``: what the policy decides with, and what is stored."""
         return CostProfile(key=self.key, main_batch_s=self._times(context),
                            draft_step_s=self.draft_step_s or 0.0, lookup_step_s=self.lookup_step_s,
-                           context_position=context, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
-                           context_log_slope=self.context_slope, learned_rounds=self.rounds)
+                           context_position=context, context_log_slope=self.context_slope,
+                           learned_rounds=self.rounds)
 
     # -- learning -----------------------------------------------------------------------------------
 
@@ -238,17 +237,15 @@ class CostModel:
         """A main-model batch of ``n`` tokens after ``context`` cached positions took ``seconds``."""
         if not 1 <= n <= self.n_max or not seconds > 0:
             return
+        size, x = n - 1, context / 1000   # the observation reads m[n] + c * x
         self._cov += self._noise
-        h = np.zeros(self.n_max + 1)
-        h[n - 1], h[-1] = 1.0, context / 1000
-        spread = float(h @ self._cov @ h) + self.R
-        error = math.log(seconds) - float(h @ self._theta)
+        covariance = self._cov[:, size] + x * self._cov[:, -1]
+        spread = float(covariance[size] + x * covariance[-1]) + self.R
+        error = math.log(seconds) - float(self._theta[size] + x * self._theta[-1])
         limit = max(self.CLIP, 3 * math.sqrt(spread))  # an unsure estimate takes the whole surprise
         error = min(limit, max(-limit, error))
-        gain = self._cov @ h / spread
-        self._theta += gain * error
-        self._cov -= np.outer(gain, h @ self._cov)
-        self._cov = (self._cov + self._cov.T) / 2
+        self._theta += covariance * (error / spread)
+        self._cov -= np.outer(covariance, covariance) / spread
         self._known[n] = True
         self.surprise += self.SURPRISE_RATE * (error - self.surprise) if self.rounds_now else error - self.surprise
         self.rounds += 1

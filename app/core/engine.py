@@ -219,7 +219,7 @@ class Engine:
         if self.profile_store is None or not costs.rounds_now:
             return
         try:
-            self.profile_store.save(costs.profile())
+            self.profile_store.save(dataclasses.replace(costs.profile(), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S")))
         except OSError:
             pass  # a profile is only a warm start: the next start learns again
 
