@@ -224,12 +224,24 @@ class CostModel:
         """Still learning: a cold start's first rounds, or recent rounds off what was expected."""
         return (not self.warm and self.rounds < self.COLD_ROUNDS) or abs(self.surprise) > self.SURPRISE_LEARNING
 
-    def profile(self, context: int = REFERENCE_CONTEXT) -> CostProfile:
-        """The estimates as a profile at ``context``: what the policy decides with, and what is stored."""
-        return CostProfile(key=self.key, main_batch_s=self._times(context),
+    def profile(self, context: int = REFERENCE_CONTEXT, bounded: bool = False) -> CostProfile:
+        """The estimates as a profile at ``context``: what the policy decides with, and what is stored.
+        ``bounded``: a size never measured at the most it can cost instead: the largest smaller size
+        measured plus one step per extra token (llama.cpp could decode the batch in those pieces)."""
+        times = self._times(context)
+        return CostProfile(key=self.key, main_batch_s=self._bound(times) if bounded else times,
                            draft_step_s=self.draft_step_s or 0.0, lookup_step_s=self.lookup_step_s,
                            context_position=context, context_log_slope=self.context_slope,
                            learned_rounds=self.rounds)
+
+    def _bound(self, times: list[float]) -> list[float]:
+        out, measured = list(times), 1
+        for n in range(2, self.n_max + 1):
+            if self._known[n]:
+                measured = n
+            else:
+                out[n - 1] = times[measured - 1] + (n - measured) * times[0]
+        return out
 
     # -- learning -----------------------------------------------------------------------------------
 

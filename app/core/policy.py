@@ -242,14 +242,17 @@ class AutoPolicy:
         the draft model can pay at all, its break-even acceptance) takes a bisection, so it is worked
         out again only when an estimate has moved."""
         self.profile = self.costs.profile(self._context)
-        if self._derived_from is not None and _within(self._derived_from, self.profile, self.REDERIVE):
+        self.bounded = self.costs.profile(self._context, bounded=True)
+        if self._derived_from is not None and _within(self._derived_from, self.bounded, self.REDERIVE):
             return
-        self._derived_from = profile = self.profile
-        draft = profile.draft_step_s
-        best_if_right = self._best_length([1.0] * self.max_len, draft) if draft > 0 else 0
+        # Whether the draft model may be asked is decided on the most the batches can cost: a cold
+        # start does not feed it the prompt (a third of the prompt phase again) on the prior's word.
+        self._derived_from = bounded = self.bounded
+        draft = bounded.draft_step_s
+        best_if_right = self._best_length([1.0] * self.max_len, draft, bounded) if draft > 0 else 0
         self._model_can_pay = best_if_right > 0
-        self._model_break_even = self._break_even_acceptance(draft) if self._model_can_pay else 2.0
-        self._model_best_gain_s = self._round_gain(best_if_right, draft)
+        self._model_break_even = self._break_even_acceptance(draft, bounded) if self._model_can_pay else 2.0
+        self._model_best_gain_s = self._round_gain(best_if_right, draft, bounded)
         # the draft model reads skipped tokens in one batch: assume it batches as well as the main one
         self._catch_up_s = draft * self._catch_up_ratio()
 
@@ -268,9 +271,7 @@ class AutoPolicy:
         n = length + 1
         if n == 1 or self.costs.known(n):
             return True
-        measured = max(k for k in range(1, n) if k == 1 or self.costs.known(k))
-        step = self.profile.main_batch(1)
-        worst = self.profile.main_batch(measured) + (n - measured) * step
+        step, worst = self.bounded.main_batch(1), self.bounded.main_batch(n)
         expected, run = 1.0, 1.0
         for a in chances[:length]:
             run *= a
@@ -283,31 +284,33 @@ class AutoPolicy:
         return self.profile.draft_step_s if source == MODEL else self.profile.lookup_step_s
 
     def expected_speed(self, chances: list[float], costs: list[float], length: int,
-                       sunk: float | None = None) -> float:
+                       sunk: float | None = None, profile: CostProfile | None = None) -> float:
         """Expected tokens per second of a round that verifies the first ``length`` tokens.
-        ``sunk``: drafting time already spent whatever the length (defaults to the length's own)."""
+        ``sunk``: drafting time already spent whatever the length (defaults to the length's own);
+        ``profile``: the batch costs (default: the estimates)."""
         expected, run = 1.0, 1.0
         for a in chances[:length]:
             run *= a
             expected += run
         draft_time = sum(costs[:length]) if sunk is None else sunk
-        return expected / (draft_time + self.profile.main_batch(length + 1))
+        return expected / (draft_time + (profile or self.profile).main_batch(length + 1))
 
-    def _break_even_acceptance(self, cost: float) -> float:
+    def _break_even_acceptance(self, cost: float, profile: CostProfile) -> float:
         """The lowest acceptance chance at which drafting tokens of this cost pays (they pay at 1)."""
         low, high = 0, 100  # percent: drafting does not pay at low, pays at high (it grows with it)
         while high - low > 1:
             middle = (low + high) // 2
-            low, high = (low, middle) if self._best_length([middle / 100] * self.max_len, cost) else (middle, high)
+            pays = self._best_length([middle / 100] * self.max_len, cost, profile)
+            low, high = (low, middle) if pays else (middle, high)
         return high / 100
 
-    def _round_gain(self, length: int, cost: float) -> float:
+    def _round_gain(self, length: int, cost: float, profile: CostProfile) -> float:
         """Seconds a round of ``length`` drafted tokens, every one right, saves against the main model alone."""
-        return (length + 1) * self.profile.main_batch(1) - length * cost - self.profile.main_batch(length + 1)
+        return (length + 1) * profile.main_batch(1) - length * cost - profile.main_batch(length + 1)
 
-    def _best_length(self, chances: list[float], cost: float) -> int:
+    def _best_length(self, chances: list[float], cost: float, profile: CostProfile) -> int:
         costs = [cost] * len(chances)
-        speeds = [self.expected_speed(chances, costs, n) for n in range(len(chances) + 1)]
+        speeds = [self.expected_speed(chances, costs, n, profile=profile) for n in range(len(chances) + 1)]
         return max(range(len(speeds)), key=speeds.__getitem__)
 
     # -- the policy protocol ----------------------------------------------------------------------

@@ -244,14 +244,18 @@ def test_the_draft_model_waits_until_its_cost_is_known(clock):
     summary = list(gen.run([0, 1, 2, 3]))[-1]
     assert isinstance(summary, Summary) and summary.drafted == 0
     assert draft_session.batches == []                      # never even read the prompt
-    policy.costs.observe_draft(1, machine.draft(1, 0))         # one step timed (the engine does it)
-    fresh = AutoPolicy(AUTO, policy.costs)
+    costs = policy.costs
+    costs.observe_draft(1, machine.draft(1, 0))              # one step timed (the engine does it)
+    assert not AutoPolicy(AUTO, costs).may_draft(MODEL)      # nor on the prior's word that batches are cheap
+    feed(costs, machine, [1, 2, 3, 4, 5], 100, 10)           # batches measured (lookup's probes do it)
+    fresh = AutoPolicy(AUTO, costs)
     assert fresh.may_draft(MODEL) and fresh.draft_length(MODEL) > 0
 
 
 def test_the_draft_step_is_learned_from_the_rounds_it_drafts(clock):
     machine = SimulatedMachine(per_token=0.1, draft_step=0.2 * STEP)
-    costs = CostModel({}, N_MAX, draft_step_s=0.05 * STEP)   # timed when the machine was idle
+    batches = [machine.main(n, 0) for n in range(1, N_MAX + 1)]
+    costs = CostModel({}, N_MAX, batches, draft_step_s=0.05 * STEP)   # the draft timed when the machine was idle
     main = TimedSession(REPEATING, clock, machine.main)
     # the draft model reads skipped tokens in one batch, which it batches as well as the main model
     draft_session = TimedSession(REPEATING, clock, lambda n, ctx: machine.draft_step * machine.main(n, 0) / STEP)
