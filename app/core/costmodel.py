@@ -116,9 +116,9 @@ class CostModel:
       after the machine's speed changes by a factor F the estimates come within 10% of the new truth
       in about ln(ln F / ln 1.1) / ln 1.5 rounds: 5 for F = 2, 10 with 5% round-to-round noise
       (tests/core/test_costmodel.py holds this);
-    - how a batch of 9 compares to a batch of 1 changes slowly (Q_SHAPE per size), and sizes close to
-      each other are alike (the prior correlates them), so a size never verified is predicted from
-      its neighbours;
+    - how a batch of 9 compares to a batch of 1 changes slowly (Q_SHAPE per size); sizes close to
+      each other are alike (the prior correlates them), and a size never verified is read off the
+      measured sizes around it;
     - the context slope c barely moves (Q_CONTEXT). Within one answer a slope and a machine slowing
       down look alike; a new answer whose context is shorter or longer tells them apart.
 
@@ -127,7 +127,8 @@ class CostModel:
     Started from a stored profile (``from_profile``) the estimates are where that profile left them
     but loosely held: a profile measured on a busier or quieter machine is corrected by the first
     rounds. Without one the prior knows nothing about the machine's speed (the first round sets it)
-    and guesses a CPU-like shape; the policy guards against that guess (see AutoPolicy.PROBE_LOSS).
+    and guesses a CPU-like shape; the policy never risks much on that guess: it verifies a size never
+    measured only as a bounded probe and asks the draft model only on ``profile(bounded=True)``.
     """
 
     R = 0.02              # variance of one round's log time around the model (about 14% noise)
@@ -142,7 +143,7 @@ class CostModel:
     SHAPE_LENGTH = 4.0    # sizes this far apart are correlated by 1/e in the prior
     PRIOR_CONTEXT_SLOPE = 0.05
     CONTEXT_SD = 0.05
-    CLIP = math.log(2)    # a round is never taken as more than twice (or half) what was expected...
+    CLIP = math.log(2)    # one round moves a sure estimate as if it took at most twice (or half) the time
     DRAFT_GAIN = 0.25     # the draft step's estimate moves this far towards each measurement
     SURPRISE_RATE = 0.3   # how fast the recent surprise (log measured / expected) follows the rounds
     SURPRISE_LEARNING = math.log(1.1)  # learning while the recent rounds are off by more than 10%

@@ -72,9 +72,11 @@ class StatsPanel(QWidget):
 
     def set_learning(self, learning: bool) -> None:
         """Show the learning line while the policy is still learning this machine's costs
-        (``Round.learning`` during an answer, ``Summary.policy_learning`` at its end). The line
-        keeps its height when empty, so the panel does not jump."""
-        self.learning.setText(LEARNING if learning else "")
+        (``Round.learning`` during an answer, ``Summary.policy_learning`` at its end)."""
+        self.learning.setVisible(learning)
+
+    def is_learning_shown(self) -> bool:
+        return not self.learning.isHidden()
 
     def values(self) -> dict[str, str]:
         return {key: label.text() for key, label in self._values.items()}

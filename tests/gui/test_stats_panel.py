@@ -8,11 +8,12 @@ from app.gui.stats_panel import LEARNING, StatsPanel
 def test_the_panel_says_while_the_policy_is_learning(qtbot):
     panel = StatsPanel()
     qtbot.addWidget(panel)
-    assert panel.learning.text() == ""
-    panel.set_learning(True)
     assert panel.learning.text() == LEARNING == "learning this machine's speed…"
+    assert not panel.is_learning_shown()
+    panel.set_learning(True)
+    assert panel.is_learning_shown()
     panel.set_learning(False)
-    assert panel.learning.text() == ""
+    assert not panel.is_learning_shown()
     panel.set_learning(True)
     panel.clear()   # cleared for a new answer: its first round says again
-    assert panel.learning.text() == ""
+    assert not panel.is_learning_shown()
