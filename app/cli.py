@@ -176,11 +176,8 @@ def _add_serve(sub) -> None:
 def cmd_serve(args) -> int:
     from .server.cli import serve
 
-    def load():  # on the server's engine thread; the auto policy's profile is made before the first request
-        engine = _load_engine(args)
-        if _needs_profile(args):
-            _ensure_profile(engine, args)
-        return engine
+    def load():  # on the server's engine thread; the auto policy learns the machine's costs as it answers
+        return _load_engine(args)
 
     return serve(args, load, _speculation(args), _drafter(args))
 
@@ -362,8 +359,6 @@ def cmd_bench(args) -> int:
     prompts = load_prompts(args.prompts)[: args.limit]
     speculation = _speculation(args)
     engine = _load_engine(args)
-    if _needs_profile(args):
-        _ensure_profile(engine, args)
     baseline = (make_llama_baseline(args.main, args.ctx, args.threads, engine.main_params.n_gpu_layers)
                 if args.llama_baseline else None)
     from .info_cli import system_summary
@@ -404,18 +399,13 @@ def _check_bench_args(args) -> None:
     _model_params(args)
 
 
-def _ensure_profile(engine, args, recalibrate: bool = False):
-    key = engine.profile_key(args.draft_max + 1)
-    if recalibrate or engine.profile_store.load(key) is None:
-        print(f"calibrating this machine for the auto policy (batches of 1..{args.draft_max + 1})...", file=sys.stderr)
-    return engine.cost_profile(args.draft_max + 1, recalibrate=recalibrate)
-
-
 def cmd_calibrate(args) -> int:
+    """An explicit measurement; the auto policy does not need one (it learns as it answers)."""
     _speculation(args)
     engine = _load_engine(args)
     try:
-        profile = _ensure_profile(engine, args, recalibrate=True)
+        print(f"calibrating this machine for the auto policy (batches of 1..{args.draft_max + 1})...", file=sys.stderr)
+        profile = engine.cost_profile(args.draft_max + 1, recalibrate=True)
     finally:
         engine.close()
     step = profile.main_batch_s[0]

@@ -16,7 +16,16 @@ another machine replays what the policy would do there.
 
 `bound` is what prompt lookup could reach at best on that profile: an oracle that knows before each round
 how many of lookup's proposed tokens will be accepted and drafts exactly the length that finishes the
-answer soonest (dynamic programming over the answer). No policy can beat it with this drafter.
+answer soonest (dynamic programming over the answer). No policy can beat it with this drafter. `replay`
+prints each prompt's fraction of that bound too ("of bound"), and its median per category.
+
+The machine can drift: `--drift 2x@50%` makes every cost twice the profile's from half-way through the
+replayed tokens on (another program taking a core). The policy then learns its costs from the rounds
+as the app does (`--learn`, implied by `--drift` and `--cold`), starting from the profile (a warm
+start from what is now a stale profile) or, with `--cold`, from the prior a fresh install starts from;
+the main model alone and the bound are charged the drifting costs too.
+
+    .venv/bin/python scripts/policy_replay.py replay traces.json PROFILE.json --drafter lookup --drift 2x@50%
 
 Greedy only, and the replayed answer is the recorded one: a replay cannot show the batch-numerics
 near-ties that `bench`'s "same" column reports. The draft model is a stand-in that gives the recorded
@@ -37,7 +46,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.bench import load_prompts  # noqa: E402
-from app.core.costmodel import CostProfile, round_robin_medians  # noqa: E402
+from app.core.costmodel import CostModel, CostProfile, round_robin_medians  # noqa: E402
 from app.core.drafters import (Draft, DraftModelDrafter, Drafter, LookupThenModelDrafter,  # noqa: E402
                                PromptLookupDrafter)
 from app.core.params import DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams  # noqa: E402
@@ -109,19 +118,19 @@ class RecordedDraftModel:
     recorded top probability, once it holds a wrong drafted token they give a guess that is never
     right. Each eval is charged the profile's time: a step, or a batch read when it catches up."""
 
-    def __init__(self, trace: dict, step_s: float, batch_s):
+    def __init__(self, trace: dict, step_s: float, batch_s, speed=lambda: 1.0):
         self.sequence = trace["prompt"] + trace["tokens"]
         self.answer_start = len(trace["prompt"])
         self.guesses, self.scores = trace["draft_tokens"], trace["draft_p"]
         self.n_vocab = max(self.sequence + self.guesses) + 2  # the last id is the guess never right
         self.n_ctx = len(self.sequence) + 1
         self.cached: list[int] = []
-        self.step_s, self.batch_s = step_s, batch_s
+        self.step_s, self.batch_s, self.speed = step_s, batch_s, speed
         self.seconds = 0.0
 
     def eval(self, tokens, all_logits: bool = False) -> np.ndarray:
         self.cached.extend(tokens)
-        self.seconds += self.step_s if len(tokens) == 1 else self.batch_s(len(tokens))
+        self.seconds += self.speed() * (self.step_s if len(tokens) == 1 else self.batch_s(len(tokens)))
         return self._next_logits()[None, :]
 
     def truncate(self, n_keep: int) -> None:
@@ -137,30 +146,60 @@ class RecordedDraftModel:
         return logits
 
 
+class Machine:
+    """The replayed machine: the profile's costs, times ``factor`` once ``at`` (a fraction) of the
+    replayed tokens are done (--drift FACTORx@AT%)."""
+
+    def __init__(self, profile: CostProfile, total_tokens: int, factor: float = 1.0, at: float = 1.0):
+        self.profile, self.factor, self.change_at = profile, factor, at * total_tokens
+        self.done = 0  # tokens replayed so far, over all answers
+
+    def speed(self, position: int | None = None) -> float:
+        return self.factor if (self.done if position is None else position) >= self.change_at else 1.0
+
+    def main_batch(self, n: int, position: int | None = None) -> float:
+        return self.speed(position) * self.profile.main_batch(n)
+
+
+def parse_drift(text: str | None) -> tuple[float, float]:
+    """"2x@50%" -> (2.0, 0.5): costs double half-way through; None -> no drift."""
+    if not text:
+        return 1.0, 1.0
+    factor, at = text.lower().split("@")
+    return float(factor.rstrip("x")), float(at.rstrip("%")) / 100
+
+
 class Replay:
-    """One answer replayed through the real drafters and policy, with the profile's times."""
+    """One answer replayed through the real drafters and policy, with the machine's times."""
 
     LOOKUP_ROUND_S = 1e-4  # a lookup probe in Python
 
-    def __init__(self, trace: dict, profile: CostProfile, drafter: DrafterKind, acceptance: AcceptanceModel,
-                 catch_up: dict[int, float], params: SpeculationParams):
+    def __init__(self, trace: dict, machine: Machine, drafter: DrafterKind, acceptance: AcceptanceModel,
+                 catch_up: dict[int, float], params: SpeculationParams, costs: CostModel | None = None):
         self.trace = trace
-        self.profile = profile
-        self.policy = make_policy(params, profile, acceptance)
+        self.machine = machine
+        profile = machine.profile
+        self.policy = make_policy(params, costs if costs is not None else profile, acceptance)
         self.prompt, self.answer = trace["prompt"], trace["tokens"]
-        self.draft_model = RecordedDraftModel(trace, profile.draft_step_s, catch_up_time(catch_up, profile))
+        self.start = machine.done  # where this answer starts in the replay
+        self.draft_model = RecordedDraftModel(trace, profile.draft_step_s, catch_up_time(catch_up, profile),
+                                              machine.speed)
         self.uses_lookup = drafter in (DrafterKind.LOOKUP, DrafterKind.LOOKUP_MODEL)
         self.drafter = make_drafter(drafter, self.draft_model)
         self.drafter.prepare(self.prompt, self.policy)
-        self.seconds = profile.main_batch(1)  # the first token comes from the prompt phase
+        self.seconds = machine.main_batch(1)  # the first token comes from the prompt phase
         self.drafted = self.accepted = self.rounds = self.empty_rounds = 0
 
     def run(self) -> float:
         """Speedup against the main model alone, one step per token."""
         done = 1
         while done < len(self.answer):
-            done += self.round(done)
-        return len(self.answer) * self.profile.main_batch(1) / self.seconds
+            step = self.round(done)
+            done += step
+            self.machine.done += step
+        self.machine.done = self.start + len(self.answer)
+        alone = sum(self.machine.main_batch(1, self.start + i) for i in range(len(self.answer)))
+        return alone / self.seconds
 
     def round(self, done: int) -> int:
         """As SpeculativeGeneration._round, with the profile's times instead of the clock's."""
@@ -173,9 +212,11 @@ class Replay:
             spent = self.draft_model.seconds - before + (self.LOOKUP_ROUND_S if self.uses_lookup else 0.0)
             draft = draft.cut(self.policy.cut(draft))
         accepted = right_prefix(draft.tokens, self.answer, done)
-        self.seconds += spent + self.profile.main_batch(len(draft) + 1)
+        verify_s = self.machine.main_batch(len(draft) + 1)
+        self.seconds += spent + verify_s
         confidence = self.trace["main_p"][done:done + accepted + 1] if self.policy.wants_main_confidence() else ()
-        self.policy.observe(draft, accepted, draft_s=spent, main_confidence=confidence)
+        self.policy.observe(draft, accepted, draft_s=spent, main_confidence=confidence, verify_s=verify_s,
+                            context=len(self.prompt) + done - 1)
         self.drafter.sync(self.prompt + self.answer[:done + accepted + 1])
         self.rounds += 1
         self.empty_rounds += not len(draft)
@@ -224,29 +265,48 @@ def replay(args: argparse.Namespace) -> int:
     traces, catch_up, profile = load(args)
     params = SpeculationParams(draft_max=args.draft_max, policy=args.policy)
     acceptance = AcceptanceModel()  # one per replay, as the engine keeps one while it is loaded
-    speedups = {}
-    print(f"{'prompt':10s} {'speedup':>8s} {'drafted':>8s} {'accepted':>9s} {'rounds':>7s} {'0-draft':>8s}")
+    factor, at = parse_drift(args.drift)
+    total = sum(len(t["tokens"]) for t in traces)
+    machine = Machine(profile, total, factor, at)
+    costs = None  # fixed costs: the profile's
+    if args.learn or args.drift or args.cold:  # the policy learns the costs from the rounds, as the app does
+        n_max = args.draft_max + 1
+        costs = CostModel({}, n_max) if args.cold else CostModel.from_profile(profile, n_max)
+        if args.cold and args.drafter != "lookup":
+            costs.observe_draft(1, profile.draft_step_s)  # the engine times one draft step before the first answer
+    speedups, fractions = {}, {}
+    print(f"{'prompt':10s} {'speedup':>8s} {'of bound':>8s} {'drafted':>8s} {'accepted':>9s} {'rounds':>7s} "
+          f"{'0-draft':>8s}")
     for trace in traces:
-        r = Replay(trace, profile, args.drafter, acceptance, catch_up, params)
+        start = machine.done
+        r = Replay(trace, machine, args.drafter, acceptance, catch_up, params, costs)
         speedups[trace["id"]] = r.run()
-        print(f"{trace['id']:10s} {speedups[trace['id']]:7.2f}x {r.drafted:8d} {r.accepted:9d} "
-              f"{r.rounds:7d} {r.empty_rounds:8d}")
+        fractions[trace["id"]] = speedups[trace["id"]] / lookup_bound(trace, machine, args.draft_max, start)
+        print(f"{trace['id']:10s} {speedups[trace['id']]:7.2f}x {fractions[trace['id']]:8.2f} {r.drafted:8d} "
+              f"{r.accepted:9d} {r.rounds:7d} {r.empty_rounds:8d}")
     _print_summary(speedups)
+    _print_fractions(fractions)
+    if costs is not None:
+        learned = costs.profile(0).main_batch_s
+        print("learned main batch times / the machine's at the end: "
+              + " ".join(f"{learned[n - 1] / machine.main_batch(n):.2f}" for n in (1, 2, 4, 8, 16) if n <= len(learned)))
     return 0
 
 
 def bound(args: argparse.Namespace) -> int:
     traces, _, profile = load(args)
     speedups = {}
+    machine = Machine(profile, 1)
     for trace in traces:
-        speedups[trace["id"]] = lookup_bound(trace, profile, args.draft_max)
+        speedups[trace["id"]] = lookup_bound(trace, machine, args.draft_max)
         print(f"{trace['id']:10s} {speedups[trace['id']]:7.2f}x")
     _print_summary(speedups)
     return 0
 
 
-def lookup_bound(trace: dict, profile: CostProfile, draft_max: int) -> float:
-    """Speedup of the best possible use of lookup's proposals, knowing which will be accepted."""
+def lookup_bound(trace: dict, machine: Machine, draft_max: int, start: int = 0) -> float:
+    """Speedup of the best possible use of lookup's proposals, knowing which will be accepted, on
+    ``machine`` with this answer starting at token ``start`` of the replay."""
     prompt, answer = trace["prompt"], trace["tokens"]
     lookup = PromptLookupDrafter()
     proposals = {}  # position -> (tokens proposed, how many of them are right)
@@ -256,9 +316,17 @@ def lookup_bound(trace: dict, profile: CostProfile, draft_max: int) -> float:
     finish = [0.0] * (len(answer) + 2)  # finish[i]: the least time to produce answer[i:]
     for done in range(len(answer) - 1, 0, -1):
         proposed, right = proposals[done]
-        finish[done] = min(profile.main_batch(length + 1) + finish[min(len(answer), done + min(right, length) + 1)]
-                           for length in range(proposed + 1))
-    return len(answer) * profile.main_batch(1) / (profile.main_batch(1) + finish[1])
+        finish[done] = min(machine.main_batch(length + 1, start + done)
+                           + finish[min(len(answer), done + min(right, length) + 1)] for length in range(proposed + 1))
+    alone = sum(machine.main_batch(1, start + i) for i in range(len(answer)))
+    return alone / (machine.main_batch(1, start) + finish[1])
+
+
+def _print_fractions(fractions: dict[str, float]) -> None:
+    """The policy's fraction of the lookup oracle's speedup, median per category."""
+    groups = sorted({k.split("-")[0] for k in fractions})
+    print("of the lookup bound: " + ", ".join(
+        f"{g} {statistics.median(v for k, v in fractions.items() if k.split('-')[0] == g):.2f}" for g in groups))
 
 
 def _print_summary(speedups: dict[str, float]) -> None:
@@ -290,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--only", nargs="*", help="prompt ids to replay")
     rep.add_argument("--catch-up", help="a JSON {n: seconds} of the draft model reading n tokens in one batch, "
                                         "measured on the profile's machine (default: the recording machine's)")
+    rep.add_argument("--learn", action="store_true", help="the policy learns the costs from the rounds (as the app)")
+    rep.add_argument("--drift", help="the machine's costs change by a factor part-way: FACTORx@PERCENT%%, e.g. 2x@50%%")
+    rep.add_argument("--cold", action="store_true", help="learn from the prior, not the profile (a fresh install)")
     top = sub.add_parser("bound", help="the best prompt lookup could do, knowing what will be accepted")
     top.add_argument("traces")
     top.add_argument("profile")

@@ -1,15 +1,20 @@
 """A cost model of the user's machine: how long the main model takes to decode a batch of n tokens
-and the draft model one token, measured once per (models, GPU layers, threads) and stored."""
+and the draft model one token. ``CostModel`` learns them from the rounds as they run; a profile
+stored per (models, GPU layers, threads) is only where the next start begins, and ``calibrate``
+measures one explicitly (``quickdraft calibrate``)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
+
+import numpy as np
 
 from .lm import Session
 
@@ -30,6 +35,8 @@ class CostProfile:
     measured_at: str = ""
     seconds: float = 0.0               # how long the calibration took
     notes: dict = field(default_factory=dict)
+    context_log_slope: float | None = None  # d log(batch time) / d(context in 1,000s); None: not learned
+    learned_rounds: int = 0            # rounds the times were learned from (0: measured by calibrate)
 
     @property
     def n_max(self) -> int:
@@ -90,6 +97,185 @@ class ProfileStore:
         tmp.write_text(json.dumps(asdict(profile), indent=2), encoding="utf-8")
         tmp.replace(path)
         return path
+
+
+class CostModel:
+    """What a main-model batch of n tokens and a draft-model token cost on this machine now, learned
+    from the rounds as they run: every round's verify batch (its size, its time and the context it
+    was decoded at) and its drafting time.
+
+        log T_main(n, context) = m[n] + c * context / 1000
+
+    m[n] is the log time of a batch of n at no context; c is how fast every batch slows as the
+    context grows (attention reads every cached position: for a 1.5B model about 5-15% more per
+    1,000 tokens). A Kalman filter follows m[1..n_max] and c, each a random walk:
+
+    - the machine's speed moves every batch size together, and fast (another program takes a core, a
+      laptop goes on battery, a GPU throttles): Q_SPEED per round, common to all sizes. So timing any
+      batch moves the estimate of every size. Each round takes about a third of what it saw, so
+      after the machine's speed changes by a factor F the estimates come within 10% of the new truth
+      in about ln(ln F / ln 1.1) / ln 1.5 rounds: 5 for F = 2, 10 with 5% round-to-round noise
+      (tests/core/test_costmodel.py holds this);
+    - how a batch of 9 compares to a batch of 1 changes slowly (Q_SHAPE per size); sizes close to
+      each other are alike (the prior correlates them), and a size never verified is read off the
+      measured sizes around it;
+    - the context slope c barely moves (Q_CONTEXT). Within one answer a slope and a machine slowing
+      down look alike; a new answer whose context is shorter or longer tells them apart.
+
+    The draft model's step is followed apart (``observe_draft``): unknown (None) until measured.
+
+    Started from a stored profile (``from_profile``) the estimates are where that profile left them
+    but loosely held: a profile measured on a busier or quieter machine is corrected by the first
+    rounds. Without one the prior knows nothing about the machine's speed (the first round sets it)
+    and guesses a CPU-like shape; the policy never risks much on that guess: it verifies a size never
+    measured only as a bounded probe and asks the draft model only on ``profile(bounded=True)``.
+    """
+
+    R = 0.02              # variance of one round's log time around the model (about 14% noise)
+    Q_SPEED = R / 6       # per round, common to all sizes: a steady gain of about a third per round
+    Q_SHAPE = 1e-4        # per round and size (1% drift)
+    Q_CONTEXT = 1e-6
+    PRIOR_STEP_S = 0.05   # a guess at a main step before the first round (any value: the first round sets it)
+    PRIOR_LEVEL_SD = 3.0  # a factor of 20 either way
+    PRIOR_SHAPE_SD = 0.5  # the guessed shape may be off by a factor of 1.6
+    WARM_LEVEL_SD = 0.7   # a stored profile: the machine's speed may have halved or doubled since
+    WARM_SHAPE_SD = 0.15
+    SHAPE_LENGTH = 4.0    # sizes this far apart are correlated by 1/e in the prior
+    PRIOR_CONTEXT_SLOPE = 0.05
+    CONTEXT_SD = 0.05
+    CLIP = math.log(2)    # one round moves a sure estimate as if it took at most twice (or half) the time
+    DRAFT_GAIN = 0.25     # the draft step's estimate moves this far towards each measurement
+    SURPRISE_RATE = 0.3   # how fast the recent surprise (log measured / expected) follows the rounds
+    SURPRISE_LEARNING = math.log(1.1)  # learning while the recent rounds are off by more than 10%
+    COLD_ROUNDS = 8       # without a stored profile: learning for at least this many rounds
+    REFERENCE_CONTEXT = 256  # where a learned profile is stored (where calibrate measures)
+
+    def __init__(self, key: dict, n_max: int, main_batch_s: Sequence[float] | None = None,
+                 context_position: int = 0, context_slope: float | None = None,
+                 draft_step_s: float | None = None, lookup_step_s: float = LOOKUP_STEP_S, learned_rounds: int = 0):
+        self.key = key
+        self.n_max = n_max
+        self.lookup_step_s = lookup_step_s
+        self.draft_step_s = draft_step_s if draft_step_s else None
+        self.warm = main_batch_s is not None and len(main_batch_s) > 0
+        self.rounds = learned_rounds          # rounds learned from, over the profile's life
+        self.rounds_now = 0                   # rounds learned from since this model was made
+        self.surprise = 0.0
+        self._draft_measured = 0
+        slope = self.PRIOR_CONTEXT_SLOPE if context_slope is None else context_slope
+        level_sd, shape_sd = (self.WARM_LEVEL_SD, self.WARM_SHAPE_SD) if self.warm else \
+            (self.PRIOR_LEVEL_SD, self.PRIOR_SHAPE_SD)
+        sizes = self._sizes = np.arange(1, n_max + 1)
+        self._theta = np.append(self._prior_log_times(sizes, main_batch_s, context_position, slope), slope)
+        distance = np.abs(sizes[:, None] - sizes[None, :])
+        cov = np.zeros((n_max + 1, n_max + 1))
+        cov[:n_max, :n_max] = level_sd ** 2 + shape_sd ** 2 * np.exp(-distance / self.SHAPE_LENGTH)
+        cov[n_max, n_max] = self.CONTEXT_SD ** 2
+        self._cov = cov
+        self._known = np.zeros(n_max + 1, dtype=bool)   # [n]: a batch of n was measured (index 0 unused)
+        if self.warm:
+            self._known[1:min(n_max, len(main_batch_s)) + 1] = True
+        self._noise = np.diag(np.append(np.full(n_max, self.Q_SHAPE), self.Q_CONTEXT))
+        self._noise[:n_max, :n_max] += self.Q_SPEED
+
+    @classmethod
+    def from_profile(cls, profile: CostProfile, n_max: int | None = None) -> "CostModel":
+        return cls(profile.key, n_max or profile.n_max, profile.main_batch_s, profile.context_position,
+                   profile.context_log_slope, profile.draft_step_s or None, profile.lookup_step_s,
+                   profile.learned_rounds)
+
+    def _prior_log_times(self, sizes: np.ndarray, measured: Sequence[float] | None, position: int,
+                         slope: float) -> np.ndarray:
+        if not measured:
+            return np.log(self.PRIOR_STEP_S * (1.0 + 0.5 * (sizes - 1)))  # a CPU: a token costs half a step more
+        times = np.array([CostProfile(key={}, main_batch_s=list(measured)).main_batch(int(n)) for n in sizes])
+        return np.log(times) - slope * position / 1000
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    @property
+    def context_slope(self) -> float:
+        return float(self._theta[-1])
+
+    def main_batch(self, n: int, context: int = 0) -> float:
+        """Seconds for a main-model batch of ``n`` tokens after ``context`` cached positions."""
+        return self.profile(context).main_batch(n)
+
+    def _times(self, context: int) -> list[float]:
+        """Every size's estimate at ``context``. A size never measured is read off the measured ones
+        around it: interpolated between two, or beyond the largest continued at the slope of the
+        last two (never cheaper). Before two sizes are measured, the prior's shape stands."""
+        times = np.exp(self._theta[:self.n_max] + self.context_slope * context / 1000)
+        at = np.flatnonzero(self._known[1:]) + 1   # the measured sizes
+        if len(at) < 2 or len(at) == self.n_max:
+            return times.tolist()
+        sizes = self._sizes
+        inside = np.interp(sizes, at, times[at - 1])
+        slope = max(0.0, (times[at[-1] - 1] - times[at[-2] - 1]) / (at[-1] - at[-2]))
+        beyond = times[at[-1] - 1] + slope * (sizes - at[-1])
+        filled = np.where(sizes > at[-1], beyond, inside)
+        return np.where(self._known[1:], times, filled).tolist()
+
+    def known(self, n: int) -> bool:
+        """Whether a main-model batch of ``n`` was measured (here or in the stored profile)."""
+        return n <= self.n_max and bool(self._known[n])
+
+    @property
+    def learning(self) -> bool:
+        """Still learning: a cold start's first rounds, or recent rounds off what was expected."""
+        return (not self.warm and self.rounds < self.COLD_ROUNDS) or abs(self.surprise) > self.SURPRISE_LEARNING
+
+    def profile(self, context: int = REFERENCE_CONTEXT, bounded: bool = False) -> CostProfile:
+        """The estimates as a profile at ``context``: what the policy decides with, and what is stored.
+        ``bounded``: a size never measured at the most it can cost instead: the largest smaller size
+        measured plus one step per extra token (llama.cpp could decode the batch in those pieces)."""
+        times = self._times(context)
+        return CostProfile(key=self.key, main_batch_s=self._bound(times) if bounded else times,
+                           draft_step_s=self.draft_step_s or 0.0, lookup_step_s=self.lookup_step_s,
+                           context_position=context, context_log_slope=self.context_slope,
+                           learned_rounds=self.rounds)
+
+    def _bound(self, times: list[float]) -> list[float]:
+        out, measured = list(times), 1
+        for n in range(2, self.n_max + 1):
+            if self._known[n]:
+                measured = n
+            else:
+                out[n - 1] = times[measured - 1] + (n - measured) * times[0]
+        return out
+
+    # -- learning -----------------------------------------------------------------------------------
+
+    def observe_main(self, n: int, context: int, seconds: float) -> None:
+        """A main-model batch of ``n`` tokens after ``context`` cached positions took ``seconds``."""
+        if not 1 <= n <= self.n_max or not seconds > 0:
+            return
+        size, x = n - 1, context / 1000   # the observation reads m[n] + c * x
+        self._cov += self._noise
+        covariance = self._cov[:, size] + x * self._cov[:, -1]
+        spread = float(covariance[size] + x * covariance[-1]) + self.R
+        error = math.log(seconds) - float(self._theta[size] + x * self._theta[-1])
+        limit = max(self.CLIP, 3 * math.sqrt(spread))  # an unsure estimate takes the whole surprise
+        error = min(limit, max(-limit, error))
+        self._theta += covariance * (error / spread)
+        self._cov -= np.outer(covariance, covariance) / spread
+        self._known[n] = True
+        self.surprise += self.SURPRISE_RATE * (error - self.surprise) if self.rounds_now else error - self.surprise
+        self.rounds += 1
+        self.rounds_now += 1
+
+    def observe_draft(self, steps: float, seconds: float) -> None:
+        """The draft model took ``seconds`` for work worth ``steps`` single-token steps."""
+        if not steps > 0 or not seconds > 0:
+            return
+        measured = seconds / steps
+        if self.draft_step_s is None:
+            self.draft_step_s = measured
+        else:
+            gain = max(self.DRAFT_GAIN, 1.0 / (1 + self._draft_measured))
+            error = min(self.CLIP, max(-self.CLIP, math.log(measured / self.draft_step_s)))
+            self.draft_step_s *= math.exp(gain * error)
+        self._draft_measured += 1
 
 
 def calibrate(main: Session, draft: Session | None, key: dict, n_max: int, filler: Sequence[int],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -15,15 +16,15 @@ import numpy as np
 
 from . import devices, llama
 from .chat import Message, Prompt, check_messages, prompt_tokens
-from .costmodel import CALIBRATION_TEXT, CostProfile, ProfileStore, calibrate, profile_key
+from .costmodel import CALIBRATION_TEXT, CostModel, CostProfile, ProfileStore, calibrate, profile_key
 from .drafters import DraftModelDrafter, Drafter, LookupThenModelDrafter, PromptLookupDrafter
 from .errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
-from .events import Event, Summary
+from .events import Event, Round, Summary
 from .lm import prefill
 from .gguf_info import GGUFInfo, check_pair, read_gguf_info
 from .params import DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams
 from .placement import footprint, plan_gpu_layers, resolved
-from .policy import AcceptanceModel, FixedPolicy, make_policy
+from .policy import AcceptanceModel, AutoPolicy, DraftPolicy, FixedPolicy, make_policy
 from .ram import total_memory_bytes
 from .speculative import SpeculativeGeneration
 
@@ -51,7 +52,7 @@ class Engine:
         self.main_params = main_params or ModelParams(main_info.path)
         self.draft_params = draft_params or (ModelParams(draft_info.path) if draft_info else None)
         self.profile_store = profile_store
-        self._profile: CostProfile | None = None
+        self._costs: CostModel | None = None
         self.acceptance = AcceptanceModel()  # what verification accepted, across a conversation
         self._last_prompt: tuple[tuple, Prompt] | None = None
 
@@ -128,19 +129,32 @@ class Engine:
         chat = self.prompt(messages or []) if prompt is None else None
         tokens = list(prompt) if chat is None else list(chat.tokens)
         chosen = self._drafter(kind)
-        auto = chosen is not None and speculation.policy is PolicyName.AUTO
-        profile = self.cost_profile(speculation.draft_max + 1) if auto else None
+        policy = self._policy(speculation, chosen, tokens[-1:])
         generation = SpeculativeGeneration(
             main=self.main,
             vocab=self.main.model,
             drafter=chosen,
-            policy=make_policy(speculation, profile, self.acceptance) if chosen else FixedPolicy(speculation),
+            policy=policy,
             sampling=sampling,
             draft_min=speculation.draft_min,
             cancel=cancel,
         )
         events = generation.run(tokens)
+        if isinstance(policy, AutoPolicy):
+            events = self._learning(events, policy)
         return _with_warning(events, chat.warning) if chat is not None and chat.warning else events
+
+    def _policy(self, speculation: SpeculationParams, chosen: Drafter | None, probe: list[int]) -> DraftPolicy:
+        """The auto policy learns on the engine's cost model as it answers, never calibrating first;
+        a draft model's step is timed once (two steps) before the first answer that may use it."""
+        if chosen is None:
+            return FixedPolicy(speculation)
+        if speculation.policy is not PolicyName.AUTO:
+            return make_policy(speculation, None, self.acceptance)
+        costs = self.cost_model(speculation.draft_max + 1)
+        if costs.draft_step_s is None and isinstance(chosen, (DraftModelDrafter, LookupThenModelDrafter)):
+            self._time_draft_step(costs, probe)
+        return make_policy(speculation, costs, self.acceptance)
 
     def _drafter(self, kind: DrafterKind) -> Drafter | None:
         """A fresh drafter for one generation; choices with the model fall back to what is loaded."""
@@ -156,6 +170,53 @@ class Engine:
 
     # --- the cost model --------------------------------------------------------------------------
 
+    def cost_model(self, n_max: int) -> CostModel:
+        """What this machine's batches cost, learned while the engine answers: kept while the pair
+        is loaded, started from the stored profile for this key (warm) or from a prior (cold)."""
+        key = self.profile_key(n_max)
+        if self._costs is None or self._costs.key != key:
+            stored = self.profile_store.load(key) if self.profile_store else None
+            self._costs = CostModel.from_profile(stored, n_max) if stored else CostModel(key, n_max)
+        return self._costs
+
+    def forget_costs(self) -> None:
+        """Drop what was learned; the next answer starts from the stored profile or the prior."""
+        self._costs = None
+
+    def _time_draft_step(self, costs: CostModel, probe: list[int]) -> None:
+        """Time one draft-model step at the end of its cache, then put the cache back. Twice: the
+        first decode after loading also sets up buffers."""
+        keep = len(self.draft.cached)
+        if not probe or keep + 1 >= self.draft.n_ctx:
+            return
+        times = []
+        for _ in range(2):
+            started = time.perf_counter()
+            self.draft.eval(probe)
+            times.append(time.perf_counter() - started)
+            self.draft.truncate(keep)
+        costs.observe_draft(1, min(times))
+
+    def _learning(self, events: Iterator[Event], policy: AutoPolicy) -> Iterator[Event]:
+        """Mark each round with whether the policy is still learning, put that in the summary, and
+        store what was learned so that the next start is warm."""
+        for event in events:
+            if isinstance(event, Round):
+                event = dataclasses.replace(event, learning=policy.learning)
+            elif isinstance(event, Summary):
+                event = dataclasses.replace(event, policy_learning=policy.learning,
+                                            cost_rounds_observed=policy.rounds_learned)
+                self._store(policy.costs)
+            yield event
+
+    def _store(self, costs: CostModel) -> None:
+        if self.profile_store is None or not costs.rounds_now:
+            return
+        try:
+            self.profile_store.save(dataclasses.replace(costs.profile(), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S")))
+        except OSError:
+            pass  # a profile is only a warm start: the next start learns again
+
     def profile_key(self, n_max: int) -> dict:
         draft = self.draft_params if self.draft is not None else None
         return profile_key(
@@ -164,21 +225,18 @@ class Engine:
             (draft.n_threads or llama.default_threads()) if draft else 0, n_max)
 
     def cost_profile(self, n_max: int, recalibrate: bool = False, progress=None) -> CostProfile:
-        """The machine's cost profile for this pair: from memory, else from the store, else
-        measured now (tens of seconds for billion-parameter models) and stored."""
-        key = self.profile_key(n_max)
+        """The machine's cost profile for this pair: what has been learned (or stored) so far; with
+        ``recalibrate``, measured now instead (tens of seconds for billion-parameter models:
+        ``quickdraft calibrate``), stored, and where learning goes on from."""
         if not recalibrate:
-            if self._profile is not None and self._profile.key == key:
-                return self._profile
-            stored = self.profile_store.load(key) if self.profile_store else None
-            if stored is not None:
-                self._profile = stored
-                return stored
+            return self.cost_model(n_max).profile()
+        key = self.profile_key(n_max)
         filler = self.main.model.tokenize(CALIBRATION_TEXT, add_special=False, parse_special=False)
-        self._profile = calibrate(self.main, self.draft, key, n_max, filler, progress=progress)
+        profile = calibrate(self.main, self.draft, key, n_max, filler, progress=progress)
         if self.profile_store is not None:
-            self.profile_store.save(self._profile)
-        return self._profile
+            self.profile_store.save(profile)
+        self._costs = CostModel.from_profile(profile, n_max)
+        return profile
 
     def logit_margin(self, tokens: Sequence[int]) -> LogitMargin:
         """The main model's two best next tokens after ``tokens``, and their logit gap."""

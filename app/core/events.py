@@ -67,6 +67,7 @@ class Round:
     verify_s: float
     generated_total: int   # tokens generated so far, this round included
     at_s: float = 0.0      # when the round ended, since generation started (prompt processing included)
+    learning: bool = False  # the policy was still learning this machine's costs after this round
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,8 @@ class Summary:
     warnings: tuple[str, ...] = ()   # for the user: e.g. the chat template was too costly and not used
     speculation_reported: bool = True  # False: a remote server said nothing about drafting (not zero)
     at_s: float = 0.0                  # when the generation ended (ttft_s + generation_s for the engine)
+    policy_learning: bool = False      # the auto policy was still learning this machine's costs at the end
+    cost_rounds_observed: int = 0      # rounds of this answer whose times the cost model learned from
 
     @property
     def prompt_tps(self) -> float:
@@ -151,6 +154,8 @@ class Summary:
             "token_ids": list(self.token_ids),
             "warnings": list(self.warnings),
             "speculation_reported": self.speculation_reported,
+            "policy_learning": self.policy_learning,
+            "cost_rounds_observed": self.cost_rounds_observed,
         }
 
 

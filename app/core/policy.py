@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol, Sequence
 
+from .costmodel import CostModel, CostProfile
 from .params import PolicyName, SpeculationParams
 
 if TYPE_CHECKING:
-    from .costmodel import CostProfile
     from .drafters import Draft
 
 MODEL = "model"
@@ -57,10 +57,17 @@ class DraftPolicy(Protocol):
         """Whether ``observe`` should be given the main model's confidence in each new token."""
 
     def observe(self, draft: "Draft", accepted: int, draft_s: float | None = None,
-                main_confidence: Sequence[float] = ()) -> None:
+                main_confidence: Sequence[float] = (), verify_s: float | None = None,
+                context: int | None = None) -> None:
         """Verification accepted the first ``accepted`` tokens of ``draft``; drafting took
         ``draft_s`` seconds (None: not measured); ``main_confidence``: the main model's top
-        probability for each token it produced this round (when asked for)."""
+        probability for each token it produced this round (when asked for); ``verify_s``: the
+        main model's batch of ``len(draft) + 1`` tokens took that long, decoded after ``context``
+        tokens (None: not measured)."""
+
+    @property
+    def learning(self) -> bool:
+        """Whether the policy is still learning what this machine's batches cost."""
 
 
 class FixedPolicy:
@@ -85,8 +92,11 @@ class FixedPolicy:
         return False
 
     def observe(self, draft: "Draft", accepted: int, draft_s: float | None = None,
-                main_confidence: Sequence[float] = ()) -> None:
+                main_confidence: Sequence[float] = (), verify_s: float | None = None,
+                context: int | None = None) -> None:
         pass
+
+    learning = False
 
 
 class ConfidencePolicy(FixedPolicy):
@@ -184,19 +194,28 @@ class AutoPolicy:
     main one about as often as the main one is sure (on the benchmark prompts the two rates differ by
     0.00-0.05 per answer), so a round asked where the main model hesitates pays for the draft
     model's catch-up and step to learn what the main model's doubt already said.
+
+    The costs are a CostModel's estimates at the current context, which every round's measured times
+    correct (``observe`` with ``verify_s``): the policy starts from a stored profile, or from a prior
+    that cannot lose. Given a CostProfile instead, the costs are fixed (a replay, a test). Without a measured draft step the draft model is never asked (the engine
+    measures one step before the first answer that may use it). A batch size never measured is
+    verified only as a bounded probe: see ``_may_verify``.
     """
 
     MAX_BACKOFF = 64
     BALANCE_DECAY = 0.8  # the balance follows the last few rounds: the text changes as it goes
     PARK_STEPS = 2.0
     CONFIDENCE_DECAY = 0.7  # the main model's recent confidence: each new token weighs 30%
+    PROBE_LOSS = 0.5     # main steps a round verifying a never-measured batch size may be expected to lose
+    REDERIVE = 0.02      # what follows from the costs is worked out again when an estimate moves 2%
 
-    def __init__(self, params: SpeculationParams, profile: "CostProfile",
+    def __init__(self, params: SpeculationParams, costs: "CostModel | CostProfile",
                  acceptance: AcceptanceModel | None = None):
         self.params = params
-        self.profile = profile
+        self.learns = isinstance(costs, CostModel)
+        self.costs = costs if self.learns else CostModel.from_profile(costs)
         self.acceptance = acceptance or AcceptanceModel()
-        self.max_len = max(0, min(params.draft_max, profile.n_max - 1))
+        self.max_len = max(0, min(params.draft_max, self.costs.n_max - 1))
         self._chain: list[float] = []          # this round's acceptance chances
         self._chain_cost: list[float] = []     # and the cost of drafting each token
         self._backoff = {MODEL: 0, LOOKUP: 0}  # rounds a drafter sits out after a losing round
@@ -204,14 +223,60 @@ class AutoPolicy:
         self._balance = {MODEL: 0.0, LOOKUP: 0.0}  # seconds saved by a drafter's recent rounds
         self._model_parked = False
         self._round_source: str | None = None
-        best_if_right = self._best_length([1.0] * self.max_len, profile.draft_step_s) if profile.draft_step_s > 0 else 0
-        self._model_can_pay = best_if_right > 0
-        self._model_break_even = self._break_even_acceptance(profile.draft_step_s) if self._model_can_pay else 2.0
-        self._model_best_gain_s = self._round_gain(best_if_right, profile.draft_step_s)
-        # the draft model reads skipped tokens in one batch: assume it batches as well as the main one
-        self._catch_up_s = profile.draft_step_s * profile.main_batch(profile.n_max) / profile.n_max \
-            / profile.main_batch(1)
+        self._behind = 0                       # tokens the draft model read before this round's draft
+        self._more = 0                         # draft-model steps after the first, this round
         self._main_confidence: float | None = None  # unknown until the first round is verified
+        self._context = 0
+        self._derived_from: CostProfile | None = None
+        self.rounds_learned = 0                # rounds whose times the cost model learned from
+        self._refresh()
+
+    # -- the costs ----------------------------------------------------------------------------------
+
+    @property
+    def learning(self) -> bool:
+        return self.learns and self.costs.learning
+
+    def _refresh(self) -> None:
+        """Take the cost model's estimates at the current context; what follows from them (whether
+        the draft model can pay at all, its break-even acceptance) takes a bisection, so it is worked
+        out again only when an estimate has moved."""
+        self.profile = self.costs.profile(self._context)
+        self.bounded = self.costs.profile(self._context, bounded=True)
+        if self._derived_from is not None and _within(self._derived_from, self.bounded, self.REDERIVE):
+            return
+        # Whether the draft model may be asked is decided on the most the batches can cost: a cold
+        # start does not feed it the prompt (a third of the prompt phase again) on the prior's word.
+        self._derived_from = bounded = self.bounded
+        draft = bounded.draft_step_s
+        best_if_right = self._best_length([1.0] * self.max_len, draft, bounded) if draft > 0 else 0
+        self._model_can_pay = best_if_right > 0
+        self._model_break_even = self._break_even_acceptance(draft, bounded) if self._model_can_pay else 2.0
+        self._model_best_gain_s = self._round_gain(best_if_right, draft, bounded)
+        # the draft model reads skipped tokens in one batch: assume it batches as well as the main one
+        self._catch_up_s = draft * self._catch_up_ratio()
+
+    def _catch_up_ratio(self) -> float:
+        """What reading one skipped token costs the draft model, in its steps."""
+        return self.profile.main_batch(self.profile.n_max) / self.profile.n_max / self.profile.main_batch(1)
+
+    def _may_verify(self, length: int, chances: Sequence[float]) -> bool:
+        """Whether a draft of ``length`` tokens may be verified. A batch size never measured is a
+        probe, allowed when the round is expected to lose at most PROBE_LOSS main steps against the
+        main model alone even at the most the batch can cost: what the largest smaller size measured
+        costs plus one step per extra token (llama.cpp could decode the batch in those pieces). Each
+        size is probed until it is measured once, so probing costs at most (n_max - 1) * PROBE_LOSS
+        main steps in expectation over a profile's life (none after a warm start: a stored profile
+        has every size)."""
+        n = length + 1
+        if n == 1 or self.costs.known(n):
+            return True
+        step, worst = self.bounded.main_batch(1), self.bounded.main_batch(n)
+        expected, run = 1.0, 1.0
+        for a in chances[:length]:
+            run *= a
+            expected += run
+        return worst - expected * step <= self.PROBE_LOSS * step
 
     # -- the speed of a draft ---------------------------------------------------------------------
 
@@ -219,31 +284,33 @@ class AutoPolicy:
         return self.profile.draft_step_s if source == MODEL else self.profile.lookup_step_s
 
     def expected_speed(self, chances: list[float], costs: list[float], length: int,
-                       sunk: float | None = None) -> float:
+                       sunk: float | None = None, profile: CostProfile | None = None) -> float:
         """Expected tokens per second of a round that verifies the first ``length`` tokens.
-        ``sunk``: drafting time already spent whatever the length (defaults to the length's own)."""
+        ``sunk``: drafting time already spent whatever the length (defaults to the length's own);
+        ``profile``: the batch costs (default: the estimates)."""
         expected, run = 1.0, 1.0
         for a in chances[:length]:
             run *= a
             expected += run
         draft_time = sum(costs[:length]) if sunk is None else sunk
-        return expected / (draft_time + self.profile.main_batch(length + 1))
+        return expected / (draft_time + (profile or self.profile).main_batch(length + 1))
 
-    def _break_even_acceptance(self, cost: float) -> float:
+    def _break_even_acceptance(self, cost: float, profile: CostProfile) -> float:
         """The lowest acceptance chance at which drafting tokens of this cost pays (they pay at 1)."""
         low, high = 0, 100  # percent: drafting does not pay at low, pays at high (it grows with it)
         while high - low > 1:
             middle = (low + high) // 2
-            low, high = (low, middle) if self._best_length([middle / 100] * self.max_len, cost) else (middle, high)
+            pays = self._best_length([middle / 100] * self.max_len, cost, profile)
+            low, high = (low, middle) if pays else (middle, high)
         return high / 100
 
-    def _round_gain(self, length: int, cost: float) -> float:
+    def _round_gain(self, length: int, cost: float, profile: CostProfile) -> float:
         """Seconds a round of ``length`` drafted tokens, every one right, saves against the main model alone."""
-        return (length + 1) * self.profile.main_batch(1) - length * cost - self.profile.main_batch(length + 1)
+        return (length + 1) * profile.main_batch(1) - length * cost - profile.main_batch(length + 1)
 
-    def _best_length(self, chances: list[float], cost: float) -> int:
+    def _best_length(self, chances: list[float], cost: float, profile: CostProfile) -> int:
         costs = [cost] * len(chances)
-        speeds = [self.expected_speed(chances, costs, n) for n in range(len(chances) + 1)]
+        speeds = [self.expected_speed(chances, costs, n, profile=profile) for n in range(len(chances) + 1)]
         return max(range(len(speeds)), key=speeds.__getitem__)
 
     # -- the policy protocol ----------------------------------------------------------------------
@@ -253,6 +320,7 @@ class AutoPolicy:
 
     def draft_length(self, source: str, behind: int = 0) -> int:
         self._chain, self._chain_cost = [], []
+        self._behind, self._more = behind, 0
         if source == MODEL and behind * self._catch_up_s > self._model_best_gain_s:
             self._model_parked = True  # it only falls further behind from here
         if source == MODEL and (self._model_parked or not self._model_can_pay):
@@ -283,6 +351,7 @@ class AutoPolicy:
             return Decision.STOP
         if n + 1 >= self.max_len or future <= max(best_now, with_token):
             return Decision.LAST
+        self._more += 1
         return Decision.MORE
 
     def _optimistic_future(self, n: int, score: Score, source: str) -> float:
@@ -302,10 +371,14 @@ class AutoPolicy:
         chances = [self.acceptance.chance(s, i, x) for i, (s, x) in enumerate(zip(draft.sources, draft.scores))]
         costs = [self.token_cost(s) for s in draft.sources]
         sunk = sum(costs)
-        return max(range(len(chances) + 1), key=lambda k: self.expected_speed(chances, costs, k, sunk))
+        allowed = [k for k in range(len(chances) + 1) if self._may_verify(k, chances)]
+        return max(allowed, key=lambda k: self.expected_speed(chances, costs, k, sunk))
 
     def observe(self, draft: "Draft", accepted: int, draft_s: float | None = None,
-                main_confidence: Sequence[float] = ()) -> None:
+                main_confidence: Sequence[float] = (), verify_s: float | None = None,
+                context: int | None = None) -> None:
+        if verify_s is not None and self.learns:
+            self._learn_costs(len(draft) + 1, verify_s, context or 0, draft_s)
         for p in main_confidence:
             previous = p if self._main_confidence is None else self._main_confidence
             self._main_confidence = self.CONFIDENCE_DECAY * previous + (1.0 - self.CONFIDENCE_DECAY) * p
@@ -315,6 +388,17 @@ class AutoPolicy:
             spent = sum(self._chain_cost) if draft_s is None else draft_s
             self._learn_whether_drafting_pays(self._round_source, len(draft), accepted, spent)
         self._round_source = None
+
+    def _learn_costs(self, batch: int, verify_s: float, context: int, draft_s: float | None) -> None:
+        """Teach the cost model this round's times: the verify batch, and the draft model's work when
+        it drafted (its catch-up on skipped tokens, then a step per token after the first)."""
+        self.costs.observe_main(batch, context, verify_s)
+        self.rounds_learned += 1
+        if self._round_source == MODEL and draft_s is not None:
+            steps = 1 + max(0, self._behind - 1) * self._catch_up_ratio() + self._more
+            self.costs.observe_draft(steps, draft_s)
+        self._context = context + batch
+        self._refresh()
 
     def _learn_whether_drafting_pays(self, source: str, verified: int, accepted: int, spent: float) -> None:
         """Keep the drafter's balance: what its round saved against the main model alone, which
@@ -341,12 +425,16 @@ class AutoPolicy:
         self._wait[source] = max(1, self._backoff[source])
 
 
-def make_policy(params: SpeculationParams, profile: "CostProfile | None" = None,
+def _within(a: CostProfile, b: CostProfile, tolerance: float) -> bool:
+    """Whether every time in ``b`` is within ``tolerance`` (relative) of ``a``'s."""
+    pairs = [*zip(a.main_batch_s, b.main_batch_s), (a.draft_step_s, b.draft_step_s)]
+    return all(abs(y - x) <= tolerance * x if x > 0 else y == x for x, y in pairs)
+
+
+def make_policy(params: SpeculationParams, profile: "CostModel | CostProfile | None" = None,
                 acceptance: AcceptanceModel | None = None) -> DraftPolicy:
     if params.policy is PolicyName.FIXED:
         return FixedPolicy(params) if params.p_min <= 0 else ConfidencePolicy(params)
     if params.policy is PolicyName.PMIN:
         return ConfidencePolicy(params)
-    if profile is None:
-        raise ValueError("the auto policy needs a cost profile (calibrate first)")
-    return AutoPolicy(params, profile, acceptance)
+    return AutoPolicy(params, profile if profile is not None else CostModel({}, params.draft_max + 1), acceptance)

@@ -104,7 +104,8 @@ class SpeculativeGeneration:
         t2 = time.perf_counter()
         new_tokens = _cut_after_eog([*draft.tokens[:accepted], next_token], self.vocab)
         used_drafts = min(accepted, len(new_tokens))
-        self.policy.observe(draft, accepted, draft_s=t1 - t0, main_confidence=confidence)
+        self.policy.observe(draft, accepted, draft_s=t1 - t0, main_confidence=confidence,
+                            verify_s=t2 - t1, context=len(self.context) - 1)
         yield from self._emit(new_tokens, n_from_draft=used_drafts)
         if self.drafter is not None:
             self.drafter.sync(self.context)

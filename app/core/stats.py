@@ -33,6 +33,7 @@ class GenerationStats:
     drafted_by_position: list[int] = field(default_factory=list)
     accepted_by_position: list[int] = field(default_factory=list)
     summary: Summary | None = None    # the final record, once it arrived
+    learning: bool = False            # the auto policy is still learning this machine's costs
     _window: deque = field(default_factory=deque, repr=False)                 # (at_s, generated)
     _rolling: deque = field(default_factory=lambda: deque(maxlen=ROLLING_ROUNDS), repr=False)
 
@@ -66,6 +67,7 @@ class GenerationStats:
 
     def _add_round(self, r: Round) -> None:
         self.rounds += 1
+        self.learning = r.learning
         self.generated = max(self.generated, r.generated_total)
         self.draft_s += r.draft_s
         self.verify_s += r.verify_s
@@ -85,6 +87,7 @@ class GenerationStats:
     def _finish(self, s: Summary) -> None:
         """The summary is the final word (a remote server's counts may differ from what streamed)."""
         self.summary = s
+        self.learning = s.policy_learning
         self.prompt_tokens, self.cached_tokens = s.prompt_tokens, s.prompt_tokens - s.prompt_tokens_evaluated
         self.generated, self.ttft_s, self.generation_s = s.generated_tokens, s.ttft_s, s.generation_s
         self.drafted, self.accepted = s.drafted, s.accepted

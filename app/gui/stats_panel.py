@@ -19,6 +19,7 @@ TILES = [
     ("mean_accepted", "accepted / round"),
 ]
 DASH = "–"
+LEARNING = "learning this machine's speed…"
 
 
 def format_duration(seconds: float | None) -> str:
@@ -45,6 +46,10 @@ class StatsPanel(QWidget):
         self._values: dict[str, QLabel] = {}
         for i, (key, name) in enumerate(TILES):
             grid.addWidget(self._tile(key, name), i // 4, i % 4)
+        # while the auto policy learns what batches cost here it drafts cautiously: say so
+        self.learning = QLabel(LEARNING)
+        self.learning.setObjectName("statName")
+        grid.addWidget(self.learning, (len(TILES) + 3) // 4, 0, 1, 4)
         self.clear()
 
     def _tile(self, key: str, name: str) -> QFrame:
@@ -65,6 +70,15 @@ class StatsPanel(QWidget):
     def clear(self) -> None:
         for label in self._values.values():
             label.setText(DASH)
+        self.set_learning(False)
+
+    def set_learning(self, learning: bool) -> None:
+        """Show the learning line while the policy is still learning this machine's costs (the
+        stats follow ``Round.learning`` during an answer, ``Summary.policy_learning`` at its end)."""
+        self.learning.setVisible(learning)
+
+    def is_learning_shown(self) -> bool:
+        return not self.learning.isHidden()
 
     def values(self) -> dict[str, str]:
         return {key: label.text() for key, label in self._values.items()}
@@ -82,6 +96,7 @@ class StatsPanel(QWidget):
         }
         for key, text in shown.items():
             self._values[key].setText(text)
+        self.set_learning(stats.learning)
 
 
 class SpeculationPanel(QWidget):

@@ -35,6 +35,20 @@ def test_generate_json_summary(tiny_models, tmp_path):
     assert s["stop_reason"] == "length" and 0 <= s["acceptance_rate"] <= 1
 
 
+def test_a_first_auto_answer_learns_the_machine_instead_of_calibrating(tiny_models, tmp_path):
+    args = ("generate", "-m", str(tiny_models.main), "-md", str(tiny_models.same), "-p", "the cat the cat the cat",
+            "-n", "20", "--draft-max", "4", "--json")
+    first = quickdraft(*args, tmp_path=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "calibrating" not in first.stderr
+    s = json.loads(first.stdout)
+    assert s["cost_rounds_observed"] == s["rounds"] > 0 and isinstance(s["policy_learning"], bool)
+    stored = list((tmp_path / "data" / "cache" / "profiles").glob("*.json"))
+    assert len(stored) == 1 and json.loads(stored[0].read_text())["learned_rounds"] == s["rounds"]
+    second = json.loads(quickdraft(*args, tmp_path=tmp_path).stdout)   # starts warm from what the first learned
+    assert json.loads(stored[0].read_text())["learned_rounds"] == s["rounds"] + second["rounds"]
+
+
 def test_generate_from_a_messages_file_with_sampling(tiny_models, tmp_path):
     messages = tmp_path / "m.json"
     messages.write_text(json.dumps([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]))

@@ -54,3 +54,26 @@ def test_host_overhead_prints_its_table(tiny_models, tmp_path):
     assert "ms/drafted" in out and "top probability of one row" in out
     rounds = json.loads((tmp_path / "o.json").read_text())["rounds"]
     assert rounds[0]["drafted"] > 0 and 0 < rounds[0]["host_fraction"] < 1
+
+
+def test_replay_against_a_drifting_machine_learns_the_new_costs():
+    traces = ROOT / "scripts/gpu/data/qwen2.5-coder-1.5b+0.5b-traces.json"
+    profile = ROOT / "tests/scripts/cpu-2core-profile.json"
+    out = script("scripts/policy_replay.py", "replay", str(traces), str(profile), "--drafter", "lookup",
+                 "--drift", "2x@50%", "--only", "edit-1", "edit-2", "code-1", "chat-1")
+    assert "of the lookup bound: chat" in out and "edit" in out
+    learned = [float(x) for x in out.split("at the end:")[1].split()]
+    assert all(0.9 <= r <= 1.1 for r in learned[:3])   # batches of 1, 2 and 4: the doubled costs were learned
+
+
+def test_drift_bench_runs_its_three_scenarios(tiny_models, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"id": f"edit-{i}", "prompt": t})
+                                 for i, t in enumerate(["the cat sat on the mat, the cat sat", "a dog, a dog, a dog"])))
+    out = script("scripts/drift_bench.py", "-m", str(tiny_models.main), "-md", str(tiny_models.same), "--prompts",
+                 str(prompts), "-n", "6", "--draft-max", "3", "-t", "1", "--json", str(tmp_path / "d.json"))
+    assert "time to first token" in out and "stale profile" in out and "median before" in out
+    results = json.loads((tmp_path / "d.json").read_text())
+    assert [r["prompt"] for r in results["fresh"]["rows"]] == ["edit-0", "edit-1"]
+    assert all(r["cost_rounds"] > 0 for r in results["fresh"]["rows"])
+    assert results["stale"]["from_busy"] and results["load"]["after"]

@@ -1,0 +1,203 @@
+"""The auto policy learning the machine, measured on real models (issue 11): three scenarios, a table
+each, and one JSON file.
+
+    PYTHONPATH=. .venv/bin/python scripts/drift_bench.py -m MAIN.gguf -md DRAFT.gguf \\
+        --prompts ../shared/prompts/code.jsonl ../shared/prompts/chat.jsonl ../shared/prompts/edit.jsonl \\
+        --drafter lookup+model --repeat 2 --json drift.json
+
+fresh  A fresh data dir (no stored profile), per prompt: the wall-clock time to the first token of the
+       first speculative answer (from the call to generate: the engine's timing of one draft step is in
+       it) over the main model alone's. Each prompt starts from an empty profile store and a new cost
+       model. Target: at most 1.1x (before: the calibration's 25 s on top).
+stale  A profile calibrated while another process keeps one core busy, then, on the quiet machine, a
+       bench started from it against a bench started from a profile calibrated quietly (a correct one):
+       median speedups over prompts (paired runs with --repeat 2 or more). Target: within 3%.
+load   A bench during which a CPU-bound process starts half-way through the prompts: the median
+       speedup before and after it starts. Target: no slower than the main model alone (>= 1.0x) in
+       both halves.
+
+Every scenario keeps its stores under a temporary directory; nothing touches the real data dir. The
+busy process is a Python loop this script starts and stops (by its process id).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.bench import bench_prompt, load_prompts  # noqa: E402
+from app.core.costmodel import ProfileStore  # noqa: E402
+from app.core.engine import Engine  # noqa: E402
+from app.core.events import Summary, TokenPiece  # noqa: E402
+from app.core.params import ModelParams, SamplingParams, SpeculationParams  # noqa: E402
+
+SCENARIOS = ("fresh", "stale", "load")
+
+
+@contextmanager
+def busy_core():
+    """Another program keeps one core busy while the block runs."""
+    process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        yield
+    finally:
+        process.terminate()
+        process.wait()
+
+
+def first_token(engine: Engine, tokens: list[int], drafter: str, n_predict: int,
+                speculation: SpeculationParams) -> tuple[float, Summary]:
+    """Wall-clock seconds from calling generate to the first token, and the answer's summary."""
+    engine.forget_cache()
+    started, ttft, summary = time.perf_counter(), None, None
+    for event in engine.generate(prompt=tokens, sampling=SamplingParams(max_tokens=n_predict),
+                                 speculation=speculation, drafter=drafter):
+        if ttft is None and isinstance(event, TokenPiece) and event.token_ids:
+            ttft = time.perf_counter() - started
+        summary = event
+    return ttft or summary.ttft_s, summary
+
+
+def use_store(engine: Engine, directory: Path) -> ProfileStore:
+    engine.profile_store = ProfileStore(directory)
+    engine.forget_costs()
+    return engine.profile_store
+
+
+def fresh(engine: Engine, prompts, args, speculation, root: Path) -> dict:
+    rows = []
+    for i, (prompt_id, messages) in enumerate(prompts):
+        tokens = engine.tokenize_messages(messages)
+        alone, _ = first_token(engine, tokens, "none", args.n_predict, speculation)
+        use_store(engine, root / f"fresh-{i}")
+        spec, summary = first_token(engine, tokens, args.drafter, args.n_predict, speculation)
+        rows.append(dict(prompt=prompt_id, prompt_tokens=len(tokens), alone_ttft_s=alone, spec_ttft_s=spec,
+                         ratio=spec / alone, learning_at_end=summary.policy_learning,
+                         cost_rounds=summary.cost_rounds_observed))
+        print(f"fresh {prompt_id}: first token {1000 * alone:.0f} -> {1000 * spec:.0f} ms ({spec / alone:.2f}x)",
+              file=sys.stderr, flush=True)
+    return dict(rows=rows, median_ratio=statistics.median(r["ratio"] for r in rows))
+
+
+def bench(engine: Engine, prompts, args, speculation) -> list[dict]:
+    rows = []
+    for prompt_id, messages in prompts:
+        r = bench_prompt(engine, prompt_id, messages, args.n_predict, speculation, args.drafter, repeat=args.repeat)
+        speedup = r.paired_speedup if r.paired_speedup is not None else r.speedup
+        rows.append(dict(prompt=prompt_id, base_tps=r.base_tps, spec_tps=r.spec_tps, speedup=speedup,
+                         acceptance=r.acceptance, drafted=r.drafted))
+        print(f"  {prompt_id}: {speedup:.2f}x", file=sys.stderr, flush=True)
+    return rows
+
+
+def median_speedup(rows: list[dict]) -> float | None:
+    return statistics.median(r["speedup"] for r in rows) if rows else None
+
+
+def stale(engine: Engine, prompts, args, speculation, root: Path) -> dict:
+    n_max = speculation.draft_max + 1
+    with busy_core():
+        print("stale: calibrating while one core is busy...", file=sys.stderr, flush=True)
+        use_store(engine, root / "busy")
+        busy_profile = engine.cost_profile(n_max, recalibrate=True)
+    print("stale: calibrating on the quiet machine...", file=sys.stderr, flush=True)
+    use_store(engine, root / "quiet")
+    quiet_profile = engine.cost_profile(n_max, recalibrate=True)
+    print("stale: bench from the busy machine's profile", file=sys.stderr, flush=True)
+    use_store(engine, root / "busy")
+    from_busy = bench(engine, prompts, args, speculation)
+    print("stale: bench from the quiet machine's profile", file=sys.stderr, flush=True)
+    use_store(engine, root / "quiet")
+    from_quiet = bench(engine, prompts, args, speculation)
+    busy_median, quiet_median = median_speedup(from_busy), median_speedup(from_quiet)
+    return dict(busy_step_s=busy_profile.main_batch_s[0], quiet_step_s=quiet_profile.main_batch_s[0],
+                from_busy=from_busy, from_quiet=from_quiet, median_from_busy=busy_median,
+                median_from_quiet=quiet_median, ratio=busy_median / quiet_median)
+
+
+def load(engine: Engine, prompts, args, speculation, root: Path) -> dict:
+    use_store(engine, root / "load")
+    half = max(1, len(prompts) // 2)
+    print("load: quiet half", file=sys.stderr, flush=True)
+    before = bench(engine, prompts[:half], args, speculation)
+    with busy_core():
+        print("load: a CPU-bound process runs", file=sys.stderr, flush=True)
+        after = bench(engine, prompts[half:] or prompts[:half], args, speculation)
+    return dict(before=before, after=after, median_before=median_speedup(before), median_after=median_speedup(after))
+
+
+def table(results: dict) -> str:
+    lines = []
+    if "fresh" in results:
+        lines += ["fresh data dir: time to first token, first speculative answer vs the main model alone",
+                  f"{'prompt':10s} {'tokens':>6s} {'alone ms':>9s} {'spec ms':>8s} {'ratio':>6s}"]
+        for r in results["fresh"]["rows"]:
+            lines.append(f"{r['prompt']:10s} {r['prompt_tokens']:6d} {1000 * r['alone_ttft_s']:9.0f} "
+                         f"{1000 * r['spec_ttft_s']:8.0f} {r['ratio']:5.2f}x")
+        lines += [f"median {results['fresh']['median_ratio']:.2f}x (target <= 1.10x)", ""]
+    if "stale" in results:
+        s = results["stale"]
+        lines += ["stale profile (calibrated with one core busy) vs a correct one, on the quiet machine",
+                  f"main step in the profile: busy {1000 * s['busy_step_s']:.1f} ms, quiet {1000 * s['quiet_step_s']:.1f} ms",
+                  f"{'prompt':10s} {'from busy':>9s} {'from quiet':>10s}"]
+        for a, b in zip(s["from_busy"], s["from_quiet"]):
+            lines.append(f"{a['prompt']:10s} {a['speedup']:8.2f}x {b['speedup']:9.2f}x")
+        lines += [f"median {s['median_from_busy']:.2f}x vs {s['median_from_quiet']:.2f}x: {s['ratio']:.3f} "
+                  "(target >= 0.97)", ""]
+    if "load" in results:
+        s = results["load"]
+        lines += ["a CPU-bound process starts half-way", f"{'prompt':10s} {'speedup':>8s}"]
+        lines += [f"{r['prompt']:10s} {r['speedup']:7.2f}x   before" for r in s["before"]]
+        lines += [f"{r['prompt']:10s} {r['speedup']:7.2f}x   after" for r in s["after"]]
+        lines += [f"median before {s['median_before']:.2f}x, after {s['median_after']:.2f}x (target >= 1.00x both)"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-m", "--main", required=True)
+    ap.add_argument("-md", "--draft")
+    ap.add_argument("--prompts", nargs="+", required=True)
+    ap.add_argument("--drafter", choices=["model", "lookup", "lookup+model"], default="lookup+model")
+    ap.add_argument("-n", "--n-predict", type=int, default=128)
+    ap.add_argument("--limit", type=int, help="only the first N prompts of each file")
+    ap.add_argument("--repeat", type=int, default=2, help="paired runs per prompt in the benches (2+: paired medians)")
+    ap.add_argument("--draft-max", type=int, default=16)
+    ap.add_argument("-t", "--threads", type=int)
+    ap.add_argument("-c", "--ctx", type=int, default=4096)
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated, of {', '.join(SCENARIOS)}")
+    ap.add_argument("--json", dest="json_out", help="write the results here")
+    args = ap.parse_args(argv)
+    prompts = [p for path in args.prompts for p in load_prompts([path])[: args.limit]]
+    speculation = SpeculationParams(draft_max=args.draft_max, policy="auto")
+    main_params = ModelParams(args.main, n_ctx=args.ctx, n_threads=args.threads)
+    draft_params = ModelParams(args.draft, n_ctx=args.ctx, n_threads=args.threads) if args.draft else None
+    engine = Engine.load(main_params, draft_params)
+    results: dict = {"settings": {k: v for k, v in vars(args).items() if k != "json_out"}}
+    try:
+        first_token(engine, engine.tokenize_messages(prompts[0][1]), "none", 8, speculation)  # warm up
+        with tempfile.TemporaryDirectory(prefix="drift-bench-") as tmp:
+            for name in args.scenarios.split(","):
+                results[name] = {"fresh": fresh, "stale": stale, "load": load}[name](
+                    engine, prompts, args, speculation, Path(tmp))
+    finally:
+        engine.close()
+    print(table(results))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(results, indent=2), encoding="utf-8")
+        print(f"wrote {args.json_out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
