@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.core.tiny_gguf import TinySpec, write_tiny_model
 from app.gui.model_manager import ModelManagerDialog
-from app.models import download
+from app.models.download import transfer
 from app.models.download import local_path, partial_path
 from app.models.hub import HubClient
 from app.models.memory import MachineMemory
@@ -45,7 +45,7 @@ def qloop(qapp):
 @pytest.fixture
 def hub(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setattr(download, "RETRY_DELAY_S", 0.05)
+    monkeypatch.setattr(transfer, "RETRY_DELAY_S", 0.05)
     fake = populated_hub(tmp_path_factory.mktemp("hub"))
     server, thread = start_fake_hub(fake)
     yield fake

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.models import download
+from app.models.download import transfer
 from app.models.hub import HubClient
 
 from .fakehub import FakeHub, populated_hub, start_fake_hub
@@ -14,7 +14,7 @@ from .fakehub import FakeHub, populated_hub, start_fake_hub
 def fake_hub(tmp_path_factory, monkeypatch) -> FakeHub:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    monkeypatch.setattr(download, "RETRY_DELAY_S", 0.05)
+    monkeypatch.setattr(transfer, "RETRY_DELAY_S", 0.05)
     hub = populated_hub(tmp_path_factory.mktemp("hub-files"))
     server, thread = start_fake_hub(hub)
     yield hub
