@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -13,8 +14,11 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from app.core.tiny_gguf import TinySpec, write_tiny_model  # noqa: E402
 from app.gui.main_window import MainWindow  # noqa: E402
 from app.gui.theme import STYLE_SHEET  # noqa: E402
+from app.models.download import transfer  # noqa: E402
+from app.models.memory import MachineMemory  # noqa: E402
 from app.paths import app_paths  # noqa: E402
 from app.storage.settings import Settings, SettingsStore  # noqa: E402
+from tests.models.fakehub import populated_hub, start_fake_hub  # noqa: E402
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 LOAD_TIMEOUT_MS = 30_000
@@ -93,3 +97,38 @@ def loaded_window(make_window, gui_models, qtbot):
     window = make_window(main_model=str(gui_models.main), draft_model=str(gui_models.same), drafter="model")
     wait_loaded(qtbot, window)
     return window
+
+
+# --- the model manager's views: a qasync loop and a local fake Hugging Face Hub ---------------------
+
+MACHINE = MachineMemory(16 * 10**9, 12 * 10**9, False, None, None)   # 16 GB of RAM, no GPU
+TIMEOUT_MS = 15_000
+
+
+@pytest.fixture
+def qloop(qapp):
+    """A qasync loop over the running QApplication, as the dialog gets in the app; closed afterwards."""
+    import qasync
+
+    loop = qasync.QEventLoop(qapp, already_running=True)
+    asyncio.set_event_loop(loop)
+    yield loop
+    qapp.aboutToQuit.disconnect(loop._after_run_forever)
+    loop._after_run_forever()
+    loop._QEventLoop__is_running = False   # stop() would also ask the QApplication to exit
+    asyncio.events._set_running_loop(None)
+    loop.close()
+    asyncio.set_event_loop(None)
+
+
+@pytest.fixture
+def hub(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setattr(transfer, "RETRY_DELAY_S", 0.05)
+    fake = populated_hub(tmp_path_factory.mktemp("hub"))
+    server, thread = start_fake_hub(fake)
+    yield fake
+    fake.release.set()
+    server.shutdown()
+    server.server_close()
+    thread.join(5)

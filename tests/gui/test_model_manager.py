@@ -12,48 +12,13 @@ from PySide6.QtWidgets import QApplication
 
 from app.core.tiny_gguf import TinySpec, write_tiny_model
 from app.gui.model_manager import ModelManagerDialog
-from app.models.download import transfer
 from app.models.download import local_path, partial_path
 from app.models.hub import HubClient
-from app.models.memory import MachineMemory
 from app.models.registry import ModelRegistry
 from app.paths import app_paths
-from tests.models.fakehub import MAIN_FILE, TINY_REPO, populated_hub, start_fake_hub
+from tests.models.fakehub import MAIN_FILE, TINY_REPO
 
-from .conftest import ARTIFACTS
-
-MACHINE = MachineMemory(16 * 10**9, 12 * 10**9, False, None, None)
-TIMEOUT_MS = 15_000
-
-
-@pytest.fixture
-def qloop(qapp):
-    """A qasync loop over the running QApplication, as the dialog gets in the app; closed afterwards."""
-    import qasync
-
-    loop = qasync.QEventLoop(qapp, already_running=True)
-    asyncio.set_event_loop(loop)
-    yield loop
-    qapp.aboutToQuit.disconnect(loop._after_run_forever)
-    loop._after_run_forever()
-    loop._QEventLoop__is_running = False   # stop() would also ask the QApplication to exit
-    asyncio.events._set_running_loop(None)
-    loop.close()
-    asyncio.set_event_loop(None)
-
-
-@pytest.fixture
-def hub(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setattr(transfer, "RETRY_DELAY_S", 0.05)
-    fake = populated_hub(tmp_path_factory.mktemp("hub"))
-    server, thread = start_fake_hub(fake)
-    yield fake
-    fake.release.set()
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
-
+from .conftest import ARTIFACTS, MACHINE, TIMEOUT_MS
 
 @pytest.fixture
 def paths(tmp_path):
