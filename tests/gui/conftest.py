@@ -14,11 +14,10 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from app.core.tiny_gguf import TinySpec, write_tiny_model  # noqa: E402
 from app.gui.main_window import MainWindow  # noqa: E402
 from app.gui.theme import STYLE_SHEET  # noqa: E402
-from app.models.download import transfer  # noqa: E402
 from app.models.memory import MachineMemory  # noqa: E402
 from app.paths import app_paths  # noqa: E402
 from app.storage.settings import Settings, SettingsStore  # noqa: E402
-from tests.models.fakehub import populated_hub, start_fake_hub  # noqa: E402
+from tests.models.fakehub import serve_for_a_test  # noqa: E402
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 LOAD_TIMEOUT_MS = 30_000
@@ -123,12 +122,4 @@ def qloop(qapp):
 
 @pytest.fixture
 def hub(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setattr(transfer, "RETRY_DELAY_S", 0.05)
-    fake = populated_hub(tmp_path_factory.mktemp("hub"))
-    server, thread = start_fake_hub(fake)
-    yield fake
-    fake.release.set()
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+    yield from serve_for_a_test(tmp_path_factory.mktemp("hub"), monkeypatch)
