@@ -127,7 +127,7 @@ class FirstRunPanel(QWidget):
     def session(self) -> ManagerSession:
         if self._session is None:
             self._session = self.session_factory()
-            self._session.problem.connect(self._failed)
+            self._session.problem.connect(self.banner.show_message)
             self._session.models_changed.connect(self._installed)
             self._session.job_updated.connect(self._job_changed)
             self.downloads_panel = DownloadsPanel(self._session, empty_text="", title="Downloading")
@@ -154,7 +154,13 @@ class FirstRunPanel(QWidget):
         self.session.spawn(self._download(pair))
 
     async def _download(self, pair: CatalogPair) -> None:
-        if not await self.session.download_pair(pair, self.session.registry.list()):
+        try:
+            jobs = await self.session.download_pair(pair, self.session.registry.list())
+        except BaseException:   # the hub could not be asked: the message shows, the buttons come back
+            self.downloading = None
+            self._enable_downloads()
+            raise
+        if not jobs:
             self._installed()   # both files were there already
 
     def _installed(self) -> None:
@@ -174,11 +180,6 @@ class FirstRunPanel(QWidget):
     def _job_changed(self, job: DownloadJob) -> None:
         if job.state in ("paused", "failed"):   # Download again (or Resume on its row) goes on from there
             self._enable_downloads()
-
-    def _failed(self, message: str) -> None:
-        self.banner.show_message(message)
-        self.downloading = None
-        self._enable_downloads()
 
     def _enable_downloads(self) -> None:
         for button in self.download_buttons.values():
