@@ -1,5 +1,8 @@
-"""Choose the main model and its draft. Only compatible drafts can be chosen; an incompatible or
-unreadable one stays in the list, disabled, with the reason. A damaged file never stops the bar."""
+"""Choose the main model and its draft. Both pickers list every installed model (the models registry:
+the model manager's imports and downloads, ``quickdraft models import|download``), recently opened
+ones first, plus recently opened files kept elsewhere. Only compatible drafts can be chosen; an
+incompatible or unreadable one stays in the list, disabled, with the reason. A damaged file never
+stops the bar."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from app.core.errors import QuickdraftError
 from app.core.gguf_info import GGUFInfo, check_pair, read_gguf_info
 from app.core.params import DrafterKind
 from app.gui.plain import ElidedLabel, plain_tooltip
+from app.models.registry import ModelRegistry
 
 MAX_SCANNED_FILES = 200
 UNREADABLE = (QuickdraftError, OSError)   # what reading a damaged or inaccessible GGUF can raise
@@ -68,13 +72,21 @@ def _reason(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
-def scan_models(folder: Path, recursive: bool) -> list[str]:
-    """GGUF files in ``folder``; only the app's own models folder is searched recursively, since a
-    main model may sit in a huge folder such as Downloads."""
+def _unique(paths: list[str]) -> list[str]:
+    """``paths`` in order, each once (the same file spelt two ways counts once)."""
+    seen: dict[str, None] = {}
+    for path in paths:
+        seen.setdefault(str(Path(path)), None)
+    return list(seen)
+
+
+def gguf_files_beside(path: str) -> list[str]:
+    """The GGUF files in the folder of ``path`` (not below it: that may be a huge folder such as
+    Downloads), the likeliest drafts for a main model opened from there."""
+    folder = Path(path).parent
     if not folder.is_dir():
         return []
-    found = folder.rglob("*.gguf") if recursive else folder.glob("*.gguf")
-    return sorted(str(p) for p in found)[:MAX_SCANNED_FILES]
+    return sorted(str(p) for p in folder.glob("*.gguf"))[:MAX_SCANNED_FILES]
 
 
 class ModelBar(QFrame):
@@ -86,10 +98,13 @@ class ModelBar(QFrame):
         super().__init__(parent)
         self.setObjectName("modelBar")
         self.models_dir = models_dir
+        self.registry = ModelRegistry(models_dir)
+        self.installed: list[str] = []      # the registry's models (paths), read again by refresh()
         self.recent_main: list[str] = []
         self.recent_drafts: list[str] = []
         self.options: list[DraftOption] = []
         self._build()
+        self.installed = self._read_installed()
 
     def _build(self) -> None:
         layout = QHBoxLayout(self)
@@ -98,10 +113,10 @@ class ModelBar(QFrame):
         self.main_combo = self._combo("Main model: the one whose answers you get")
         self.main_combo.currentIndexChanged.connect(self._main_changed)
         self.main_open = QPushButton("Open…")
-        self.main_open.clicked.connect(self._browse_main)
+        self.main_open.clicked.connect(self.browse_main)
         self.draft_combo = self._combo("Draft model: proposes tokens the main model verifies")
         self.draft_open = QPushButton("Open…")
-        self.draft_open.clicked.connect(self._browse_draft)
+        self.draft_open.clicked.connect(self.browse_draft)
         self.drafter = QComboBox()
         self.drafter.setToolTip("Who drafts: the draft model, prompt lookup (copies text that repeats, free), "
                                 "lookup first then the draft model, or nobody (the main model alone)")
@@ -136,10 +151,35 @@ class ModelBar(QFrame):
     # --- choices -------------------------------------------------------------------------------
 
     def set_recent(self, mains: list[str], drafts: list[str]) -> None:
+        """The recently opened files, most recent first: listed before the other installed models."""
         self.recent_main = [p for p in mains if Path(p).is_file()]
         self.recent_drafts = [p for p in drafts if Path(p).is_file()]
-        current = self.current_main()
-        self._fill_main(current or (self.recent_main[0] if self.recent_main else ""))
+        self._fill_main(self.current_main() or self._first_main())
+
+    def refresh(self) -> None:
+        """Read the installed models again (after an import, a download or a delete); the chosen
+        main model and draft stay chosen."""
+        self.installed = self._read_installed()
+        draft = self.current_draft()
+        self._fill_main(self.current_main() or self._first_main())
+        index = self.draft_combo.findData(draft) if draft else -1
+        if index >= 0 and self.draft_combo.model().item(index).isEnabled():
+            self.draft_combo.setCurrentIndex(index)
+
+    def _read_installed(self) -> list[str]:
+        try:
+            return [str(m.path) for m in self.registry.list()]
+        except OSError:   # an unreadable models folder lists nothing; the recent files still do
+            return []
+
+    def _first_main(self) -> str:
+        return next(iter(self._main_paths("")), "")
+
+    @property
+    def has_models(self) -> bool:
+        """Whether any main model can be picked: False on a first run, before anything is installed."""
+        model = self.main_combo.model()
+        return any(model.item(i).isEnabled() for i in range(model.rowCount()))
 
     def current_main(self) -> str:
         return self.main_combo.currentData() or ""
@@ -194,8 +234,11 @@ class ModelBar(QFrame):
             return
         self.load_requested.emit(self.current_main(), self.current_draft())
 
+    def _main_paths(self, selected: str) -> list[str]:
+        return _unique(([selected] if selected else []) + self.recent_main + self.installed)
+
     def _fill_main(self, selected: str) -> None:
-        paths = ([selected] if selected else []) + [p for p in self.recent_main if p != selected]
+        paths = self._main_paths(selected)
         self.main_combo.blockSignals(True)
         self.main_combo.clear()
         for path in paths:
@@ -220,14 +263,10 @@ class ModelBar(QFrame):
         self._fill_drafts()
 
     def _candidates(self) -> list[str]:
+        """Recent drafts, then the installed models, then the GGUF files next to the main model."""
         main = self.current_main()
-        scanned = scan_models(self.models_dir, recursive=True)
-        if main:
-            scanned += scan_models(Path(main).parent, recursive=False)
-        seen: dict[str, None] = {}
-        for path in self.recent_drafts + scanned:
-            seen.setdefault(str(Path(path)), None)
-        return list(seen)
+        beside = gguf_files_beside(main) if main else []
+        return _unique(self.recent_drafts + self.installed + beside)
 
     def _fill_drafts(self) -> None:
         previous = self.current_draft()
@@ -256,12 +295,14 @@ class ModelBar(QFrame):
                 return index
         return 0
 
-    def _browse_main(self) -> None:
+    def browse_main(self) -> None:
+        """Ask for a GGUF file to use as the main model."""
         path, _ = QFileDialog.getOpenFileName(self, "Open main model", str(self.models_dir), "GGUF models (*.gguf)")
         if path:
             self.set_main(path)
 
-    def _browse_draft(self) -> None:
+    def browse_draft(self) -> None:
+        """Ask for a GGUF file to use as the draft (checked against the main model)."""
         if not self.current_main():
             self.problem.emit("Choose the main model first: drafts are checked against it.")
             return
@@ -269,6 +310,9 @@ class ModelBar(QFrame):
                                               "GGUF models (*.gguf)")
         if path:
             self.set_draft(path)
+
+    _browse_main = browse_main     # the names MainWindow used before these were public
+    _browse_draft = browse_draft
 
     # --- state ---------------------------------------------------------------------------------
 

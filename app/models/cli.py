@@ -175,7 +175,7 @@ def _import(args) -> int:
 
 
 def _list(args) -> int:
-    from .diskspace import format_bytes
+    from .diskspace import format_bytes, format_params
     from .memory import estimate_memory, judge_fit, machine_memory
     from .registry import ModelRegistry
 
@@ -193,7 +193,7 @@ def _list(args) -> int:
             continue
         i = m.info
         fit = judge_fit(estimate_memory(i, args.ctx, m.size).total, machine)
-        rows.append((m.name, i.architecture, _params(i.parameter_count), i.quantization, format_bytes(m.size),
+        rows.append((m.name, i.architecture, format_params(i.parameter_count), i.quantization, format_bytes(m.size),
                      f"{i.context_length or '?'}", f"{i.vocab_type_name} {i.vocab_size:,}",
                      "yes" if i.chat_template else "no", fit.verdict))
     _table(("model", "arch", "params", "quant", "size", "ctx", "vocabulary", "template", f"memory@{args.ctx}"),
@@ -295,10 +295,6 @@ def _paths():
     from app.paths import app_paths
 
     return app_paths().ensure()
-
-
-def _params(n: int) -> str:
-    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}K"
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:

@@ -1,4 +1,4 @@
-"""Sizes for people, and the free-space check every copy or download does first."""
+"""Sizes for people, file sizes, and the free-space check every copy or download does first."""
 
 from __future__ import annotations
 
@@ -21,6 +21,19 @@ def format_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
+
+
+def format_params(n: int) -> str:
+    """A parameter count: 1_540_000_000 -> '1.5B', 2_100_000 -> '2.1M'."""
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}K"
+
+
+def file_size(path: Path) -> int:
+    """The size of ``path``; 0 when it is missing or cannot be read."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def format_duration(seconds: float) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from app.core.errors import ModelFileError, QuickdraftError
 from app.core.gguf_info import GGUFInfo, read_gguf_info
 
-from .diskspace import check_disk_space
+from .diskspace import check_disk_space, file_size
 from .hub import SPLIT_RE
 
 REGISTRY_FILE = "registry.json"
@@ -289,9 +289,9 @@ def _describe(path: Path, source: str, repo_id: str | None) -> InstalledModel:
         size = sum(p.stat().st_size for p in parts)
         return InstalledModel(path, parts, size, source, repo_id, info, None)
     except QuickdraftError as exc:
-        return InstalledModel(path, (path,), _size(path), source, repo_id, None, str(exc))
+        return InstalledModel(path, (path,), file_size(path), source, repo_id, None, str(exc))
     except OSError as exc:
-        return InstalledModel(path, (path,), _size(path), source, repo_id, None,
+        return InstalledModel(path, (path,), file_size(path), source, repo_id, None,
                               f"{path.name} cannot be read: {exc.strerror or exc}")
 
 
@@ -330,10 +330,3 @@ def _same(a: Path, b: Path) -> bool:
                                                 and a.is_symlink() == b.is_symlink())
     except OSError:
         return False
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0

@@ -15,7 +15,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-BUNDLE="$(realpath "${1:-$ROOT/dist/quickdraft}")"
+BUNDLE="$(realpath -m "${1:-$ROOT/dist/quickdraft}")"
 OUT="$(realpath -m "${2:-$ROOT/dist}")"
 NAME=quickdraft
 ICON_SIZES="16 24 32 48 64 128 256 512"
@@ -24,7 +24,17 @@ MAINTAINER="${DEB_MAINTAINER:-Quickdraft developers <packaging@quickdraft.invali
 
 # Libraries the bundle loads from the system (PyInstaller leaves out libc, OpenGL/EGL and what the
 # build machine lacks): found with objdump -p NEEDED over the bundle minus the files it contains.
-DEPENDS_FIXED="libgl1, libegl1, libxcb1, libxcb-icccm4, libxcb-keysyms1, libwayland-client0, libwayland-cursor0, libwayland-egl1"
+DEPENDS_FIXED="libgl1, libegl1, libwayland-client0, libwayland-cursor0, libwayland-egl1"
+# Qt's xcb platform plugin (the window on X11: plugins/platforms/libqxcb.so and libQt6XcbQpa.so.6)
+# loads these from the system; without one of them the app stops with "Could not load the Qt
+# platform plugin xcb". Debian package:soname, from `ldd libqxcb.so` and `dpkg -S` of each library
+# (PySide6 6.11); tests/packaging checks the list against ldd whenever it can run it.
+QT_XCB_LIBRARIES="libxcb1:libxcb.so.1 libxcb-cursor0:libxcb-cursor.so.0 libxcb-icccm4:libxcb-icccm.so.4
+  libxcb-image0:libxcb-image.so.0 libxcb-keysyms1:libxcb-keysyms.so.1 libxcb-randr0:libxcb-randr.so.0
+  libxcb-render0:libxcb-render.so.0 libxcb-render-util0:libxcb-render-util.so.0 libxcb-shape0:libxcb-shape.so.0
+  libxcb-shm0:libxcb-shm.so.0 libxcb-sync1:libxcb-sync.so.1 libxcb-util1:libxcb-util.so.1
+  libxcb-xfixes0:libxcb-xfixes.so.0 libxcb-xkb1:libxcb-xkb.so.1 libxkbcommon0:libxkbcommon.so.0
+  libxkbcommon-x11-0:libxkbcommon-x11.so.0 libx11-6:libX11.so.6 libx11-xcb1:libX11-xcb.so.1"
 RECOMMENDS="libgtk-3-0 | libgtk-3-0t64"
 
 die() { echo "build_deb.sh: $*" >&2; exit 1; }
@@ -40,6 +50,15 @@ glibc_needed() {
         | sort -uV | tail -n 1
 }
 
+# The packages of QT_XCB_LIBRARIES, comma-separated, for the control file's Depends.
+qt_xcb_depends() {
+    local entry out=""
+    for entry in $QT_XCB_LIBRARIES; do
+        out="${out:+$out, }${entry%%:*}"
+    done
+    echo "$out"
+}
+
 write_control() {
     local dir="$1" version="$2" arch="$3" glibc="$4" size
     size="$(du -sk --exclude=DEBIAN "$dir" | cut -f1)"
@@ -50,7 +69,7 @@ Version: $version
 Architecture: $arch
 Maintainer: $MAINTAINER
 Installed-Size: $size
-Depends: libc6 (>= $glibc), $DEPENDS_FIXED
+Depends: libc6 (>= $glibc), $DEPENDS_FIXED, $(qt_xcb_depends)
 Recommends: $RECOMMENDS
 Section: devel
 Priority: optional
@@ -115,4 +134,7 @@ main() {
     echo "$deb ($(du -h "$deb" | cut -f1), needs libc6 >= $glibc)"
 }
 
-main "$@"
+# Sourced (by the packaging tests, to write a control file), it only defines the functions above.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    main "$@"
+fi

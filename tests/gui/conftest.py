@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -13,8 +14,10 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from app.core.tiny_gguf import TinySpec, write_tiny_model  # noqa: E402
 from app.gui.main_window import MainWindow  # noqa: E402
 from app.gui.theme import STYLE_SHEET  # noqa: E402
+from app.models.memory import MachineMemory  # noqa: E402
 from app.paths import app_paths  # noqa: E402
 from app.storage.settings import Settings, SettingsStore  # noqa: E402
+from tests.models.fakehub import serve_for_a_test  # noqa: E402
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 LOAD_TIMEOUT_MS = 30_000
@@ -109,3 +112,30 @@ def loaded_window(make_window, gui_models, qtbot):
     window = make_window(main_model=str(gui_models.main), draft_model=str(gui_models.same), drafter="model")
     wait_loaded(qtbot, window)
     return window
+
+
+# --- the model manager's views: a qasync loop and a local fake Hugging Face Hub ---------------------
+
+MACHINE = MachineMemory(16 * 10**9, 12 * 10**9, False, None, None)   # 16 GB of RAM, no GPU
+TIMEOUT_MS = 15_000
+
+
+@pytest.fixture
+def qloop(qapp):
+    """A qasync loop over the running QApplication, as the dialog gets in the app; closed afterwards."""
+    import qasync
+
+    loop = qasync.QEventLoop(qapp, already_running=True)
+    asyncio.set_event_loop(loop)
+    yield loop
+    qapp.aboutToQuit.disconnect(loop._after_run_forever)
+    loop._after_run_forever()
+    loop._QEventLoop__is_running = False   # stop() would also ask the QApplication to exit
+    asyncio.events._set_running_loop(None)
+    loop.close()
+    asyncio.set_event_loop(None)
+
+
+@pytest.fixture
+def hub(tmp_path_factory, monkeypatch):
+    yield from serve_for_a_test(tmp_path_factory.mktemp("hub"), monkeypatch)

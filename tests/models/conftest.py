@@ -4,24 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from app.models import download
 from app.models.hub import HubClient
 
-from .fakehub import FakeHub, populated_hub, start_fake_hub
+from .fakehub import FakeHub, serve_for_a_test
 
 
 @pytest.fixture
 def fake_hub(tmp_path_factory, monkeypatch) -> FakeHub:
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    monkeypatch.setattr(download, "RETRY_DELAY_S", 0.05)
-    hub = populated_hub(tmp_path_factory.mktemp("hub-files"))
-    server, thread = start_fake_hub(hub)
-    yield hub
-    hub.release.set()
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
+    yield from serve_for_a_test(tmp_path_factory.mktemp("hub-files"), monkeypatch)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlparse
@@ -240,3 +241,20 @@ def populated_hub(tmp_dir) -> FakeHub:
                              downloads=10),
         GATED_REPO: FakeRepo({MAIN_FILE: main}, downloads=1, gated=True),
     })
+
+
+def serve_for_a_test(tmp_dir, monkeypatch) -> Iterator[FakeHub]:
+    """A populated fake hub on 127.0.0.1 for one test (a fixture's body: ``yield from``): no proxy in
+    the way, quick retries; stopped, with any stalled download released, afterwards."""
+    from app.models.download import transfer
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    monkeypatch.setattr(transfer, "RETRY_DELAY_S", 0.05)
+    hub = populated_hub(tmp_dir)
+    server, thread = start_fake_hub(hub)
+    yield hub
+    hub.release.set()
+    server.shutdown()
+    server.server_close()
+    thread.join(5)

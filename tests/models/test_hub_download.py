@@ -191,7 +191,7 @@ def test_not_enough_disk_space_is_refused_before_writing(client, fake_hub, model
 def test_disk_filling_up_mid_download_leaves_nothing_listed(client, fake_hub, models_dir, monkeypatch):
     import errno
 
-    from app.models import download
+    from app.models.download import transfer
 
     calls = {"n": 0}
 
@@ -211,8 +211,8 @@ def test_disk_filling_up_mid_download_leaves_nothing_listed(client, fake_hub, mo
         def close(self):
             self.f.close()
 
-    original = download._write
-    monkeypatch.setattr(download, "_write", lambda out, chunk, partial: original(FullDisk(out), chunk, partial))
+    original = transfer._write
+    monkeypatch.setattr(transfer, "_write", lambda out, chunk, partial: original(FullDisk(out), chunk, partial))
     with pytest.raises(NotEnoughSpaceError, match="disk filled up"):
         download_model_blocking(client, _model(client, TINY_REPO, MAIN_FILE), models_dir)
     dest = local_path(models_dir, TINY_REPO, MAIN_FILE)
