@@ -18,6 +18,7 @@ from app.gui.composer import Composer
 from app.gui.chat_values import ShownConversation
 from app.gui.controller import ChatController
 from app.gui.conversation_list import ConversationList
+from app.gui.first_run import FirstRunPanel
 from app.gui.hardware_status import HardwareStatus
 from app.gui.live_stats import LiveStats
 from app.gui.message_view import ChatView
@@ -67,6 +68,7 @@ class MainWindow(QMainWindow):
         self.conversation_list = ConversationList()
         self.banner = Banner()
         self.chat_view = ChatView()
+        self.first_run = FirstRunPanel(self.paths)
         self.composer = Composer()
         self.speculation = SpeculationPanel()
         self.stats_panel, self.charts = self.speculation.stats, self.speculation.charts
@@ -82,6 +84,8 @@ class MainWindow(QMainWindow):
         banner_row.setContentsMargins(16, 0, 16, 4)
         banner_row.addWidget(self.banner)
         chat_layout.addLayout(banner_row)
+        self.first_run_area = _scrollable(self.first_run)
+        chat_layout.addWidget(self.first_run_area, 1)
         chat_layout.addWidget(self.chat_view, 1)
         chat_layout.addWidget(self.composer)
 
@@ -141,6 +145,7 @@ class MainWindow(QMainWindow):
         self.model_bar.set_recent(list(settings.recent_main), list(settings.recent_drafts))
         self.model_bar.set_drafter(settings.drafter)
         self.hardware.show_system()
+        self._show_first_run()
 
     def _wire(self) -> None:
         """Every connection between the widgets and the controller, in both directions."""
@@ -160,6 +165,10 @@ class MainWindow(QMainWindow):
         self.composer.colour_tokens_toggled.connect(c.set_colour_tokens)
         self.chat_view.compare_requested.connect(c.compare)
         self.settings_panel.changed.connect(c.save_settings)
+        self.first_run.models_changed.connect(self._models_changed)
+        self.first_run.pair_ready.connect(lambda main, draft: self.set_model_pair(main, draft))
+        self.first_run.model_imported.connect(lambda path: self.set_model_pair(path, None))
+        self.first_run.manage_requested.connect(self.open_model_manager)
 
         c.conversations_changed.connect(self.conversation_list.show_conversations)
         c.conversation_shown.connect(self._show_conversation)
@@ -202,6 +211,18 @@ class MainWindow(QMainWindow):
     def _show_loaded(self, info: LoadedInfo) -> None:
         self.model_bar.set_loaded(info.main_name, info.draft_name)
         self.hardware.show_placement(info.placement)
+        self._show_first_run()
+
+    def _models_changed(self) -> None:
+        """Something was installed or removed: the pickers and the first-run panel read it again."""
+        self.model_bar.refresh()
+        self._show_first_run()
+
+    def _show_first_run(self) -> None:
+        """With nothing installed, the chat area offers the next step instead of an empty chat."""
+        self.first_run.update_visibility(self.model_bar.has_models or self.controller.loaded is not None)
+        self.first_run_area.setVisible(not self.first_run.isHidden())
+        self.chat_view.setVisible(self.first_run.isHidden())
 
     def _show_unloaded(self) -> None:
         self.model_bar.set_unloaded()
@@ -247,16 +268,19 @@ class MainWindow(QMainWindow):
             self.show_error(f"The model manager cannot open: {exc}")
             return
         dialog.pair_chosen.connect(lambda main, draft: self.set_model_pair(main, draft or None))
+        dialog.models_changed.connect(self._models_changed)
         dialog.show()
         self.model_manager = dialog
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        self.first_run.shutdown()
         self.controller.shut_down()
         super().closeEvent(event)
 
 
 def _scrollable(widget: QWidget) -> QScrollArea:
-    """The long settings form scrolls rather than making the window taller than a small screen."""
+    """A long form (the settings, the first-run offers) scrolls rather than making the window
+    taller than a small screen."""
     area = QScrollArea()
     area.setWidgetResizable(True)
     area.setFrameShape(QScrollArea.Shape.NoFrame)

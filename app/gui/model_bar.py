@@ -311,8 +311,6 @@ class ModelBar(QFrame):
         if path:
             self.set_draft(path)
 
-    _browse_main = browse_main     # the names MainWindow used before these were public
-    _browse_draft = browse_draft
 
     # --- state ---------------------------------------------------------------------------------
 

@@ -288,6 +288,7 @@ def test_model_manager_missing_is_reported(make_window, monkeypatch):
 def test_model_manager_pair_is_loaded(make_window, gui_models, qtbot, monkeypatch):
     class FakeDialog(QObject):
         pair_chosen = Signal(str, str)
+        models_changed = Signal()
 
         def __init__(self, paths, parent=None):
             super().__init__(parent)
