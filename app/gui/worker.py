@@ -21,7 +21,6 @@ from app.core.events import Round, Summary, TokenPiece
 from app.core.gguf_info import check_pair, read_gguf_info
 from app.core.remote import RemoteEngine
 from app.core.params import ModelParams, SamplingParams, SpeculationParams
-from app.server.run import LocalServer
 from app.server.worker import Failed, HostedJobs, Job, Stamped
 from app.server.worker import Started as ServedStarted
 
@@ -147,7 +146,7 @@ class EngineWorker(QObject):
         self._engine: Engine | RemoteEngine | None = None
         self._profiles = ProfileStore(profiles_dir) if profiles_dir else None
         self._hosted: HostedJobs | None = None
-        self._server: LocalServer | None = None
+        self._server = None                # app.server.run.LocalServer while serving
         self._served: _ServedBatcher | None = None
         self._jobs_waiting.connect(self._serve_jobs, Qt.ConnectionType.QueuedConnection)
 
@@ -231,6 +230,8 @@ class EngineWorker(QObject):
         if not isinstance(self._engine, Engine):
             self.server_state.emit(ServerState(None, "Load a local model first: the server serves the loaded pair."))
             return
+        from app.server.run import LocalServer  # uvicorn and starlette: only when serving
+
         hosted = HostedJobs(self._engine, self._jobs_waiting.emit, request.speculation, request.drafter,
                             observe=self._observe_served)
         try:
