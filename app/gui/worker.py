@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QObject, Qt, Signal, Slot
 
 from app.core.compare import CompareResult, compare_greedy
 from app.core.costmodel import ProfileStore
@@ -20,6 +20,8 @@ from app.core.engine import Engine, read_pair
 from app.core.errors import QuickdraftError
 from app.core.events import Round, Started, Summary, TokenPiece
 from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
+from app.core.remote import RemoteEngine
+from app.server.worker import Failed, HostedJobs, Job
 
 log = logging.getLogger(__name__)
 BATCH_S = 0.05
@@ -39,6 +41,33 @@ class LoadedInfo:
     draft_name: str | None
     warnings: tuple[str, ...]
     placement: tuple[str, ...] = ()   # where each model's layers went, a line each
+    remote_url: str | None = None     # chatting through this server instead of local models
+
+
+@dataclass(frozen=True)
+class RemoteRequest:
+    """Chat through an OpenAI-compatible server instead of local models."""
+
+    url: str
+    api_key: str | None = None
+    model: str | None = None          # None: the first model the server lists
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """Serve the loaded pair over HTTP (the window's "Local server"); see app/server."""
+
+    host: str
+    port: int
+    api_key: str | None
+    speculation: SpeculationParams
+    drafter: DrafterKind | str
+
+
+@dataclass(frozen=True)
+class ServerState:
+    url: str | None                   # where it listens; None: not serving
+    message: str = ""                 # why it stopped or could not start
 
 
 @dataclass(frozen=True)
@@ -64,6 +93,17 @@ class Batch:
     events: tuple[TokenPiece | Round, ...]
 
 
+@dataclass(frozen=True)
+class ServedEvents:
+    """What one of the server's clients is being answered, for the window's speculation panel:
+    ``started`` opens a request, batches follow, ``summary`` (or ``error``) closes it."""
+
+    started: Started | None = None
+    batch: Batch | None = None
+    summary: Summary | None = None
+    error: str | None = None
+
+
 class EngineWorker(QObject):
     # Signal(object), the payload's type beside it: declared as Signal(Batch) and the like, PySide6
     # converts each payload on the way and the GUI thread stalled 100-250 ms while an answer streamed
@@ -76,11 +116,18 @@ class EngineWorker(QObject):
     compared = Signal(object)          # app.core.compare.CompareResult
     failed = Signal(str)               # a generation could not run; the message is for the user
     idle = Signal()                    # a generate request has ended, however it ended
+    server_state = Signal(object)      # ServerState
+    served = Signal(object)            # ServedEvents: the server's clients' answers, as they run
+    _jobs_waiting = Signal()           # the HTTP thread queued a job: serve it on this thread
 
     def __init__(self, profiles_dir: str | Path | None = None):
         super().__init__()
-        self._engine: Engine | None = None
+        self._engine: Engine | RemoteEngine | None = None
         self._profiles = ProfileStore(profiles_dir) if profiles_dir else None
+        self._hosted: HostedJobs | None = None
+        self._server = None                # app.server.run.LocalServer while serving
+        self._served: _ServedBatcher | None = None
+        self._jobs_waiting.connect(self._serve_jobs, Qt.ConnectionType.QueuedConnection)
 
     @Slot(object)
     def load(self, request: LoadRequest) -> None:
@@ -91,16 +138,41 @@ class EngineWorker(QObject):
             self._close_engine()
             engine = Engine.load(request.main, request.draft, profile_store=self._profiles)
         except QuickdraftError as exc:
-            self.load_failed.emit(LoadFailure(str(exc), self._engine is not None))
+            self._load_failed(str(exc))
         except Exception as exc:  # llama.cpp can fail in ways the engine does not name
             log.exception("loading failed")
-            self.load_failed.emit(LoadFailure(f"The model could not be loaded: {exc}", self._engine is not None))
+            self._load_failed(f"The model could not be loaded: {exc}")
         else:
             self._engine = engine
+            if self._hosted is not None:
+                self._hosted.lend(engine)
             self.loaded.emit(LoadedInfo(
                 request.main.path, request.draft.path if request.draft else None,
                 engine.main_info.display_name, engine.draft_info.display_name if engine.draft_info else None,
                 engine.warnings, tuple(f"{name}: {where.describe()}" for name, where in engine.placement().items())))
+
+    @Slot(object)
+    def connect_remote(self, request: RemoteRequest) -> None:
+        """Use an OpenAI-compatible server's model instead of local ones."""
+        self.loading.emit(request.url)
+        engine = RemoteEngine(request.url, request.api_key, request.model)
+        try:
+            name = engine.display_name   # asks the server for its models: fails here if unreachable
+        except QuickdraftError as exc:
+            engine.close()
+            self.load_failed.emit(LoadFailure(str(exc), self._engine is not None))
+            return
+        self._stop_server("The local server serves local models only; it stopped when the window "
+                          "connected to a remote server.")
+        self._close_engine()
+        self._engine = engine
+        self.loaded.emit(LoadedInfo(request.url, None, name, None, (), (f"remote: {engine.url}",),
+                                    remote_url=request.url))
+
+    def _load_failed(self, message: str) -> None:
+        if self._engine is None:
+            self._stop_server("The local server stopped: no model is loaded.")
+        self.load_failed.emit(LoadFailure(message, self._engine is not None))
 
     @Slot(object)
     def generate(self, request: GenerateRequest) -> None:
@@ -124,8 +196,60 @@ class EngineWorker(QObject):
     @Slot()
     def finish(self) -> None:
         """The last request: free the models and end this worker's thread (the window waits on it)."""
+        self._stop_server("The application is quitting.")
         self._close_engine()
         self.thread().quit()
+
+    # --- the local server: its clients share this thread's engine with the window -----------------
+
+    @Slot(object)
+    def start_server(self, request: ServeRequest) -> None:
+        if self._server is not None:
+            self.server_state.emit(ServerState(self._server.url))
+            return
+        if not isinstance(self._engine, Engine):
+            self.server_state.emit(ServerState(None, "Load a local model first: the server serves the loaded pair."))
+            return
+        from app.server.run import LocalServer  # uvicorn and starlette: only when serving
+
+        hosted = HostedJobs(self._engine, self._jobs_waiting.emit, request.speculation, request.drafter,
+                            observe=self._observe_served)
+        try:
+            server = LocalServer(hosted, request.host, request.port, request.api_key or None)
+            server.start()
+        except QuickdraftError as exc:
+            hosted.stop()
+            self.server_state.emit(ServerState(None, f"The local server could not start: {exc}."))
+            return
+        self._hosted, self._server = hosted, server
+        self.server_state.emit(ServerState(server.url))
+
+    @Slot()
+    def stop_server(self) -> None:
+        self._stop_server("")
+
+    def _stop_server(self, message: str) -> None:
+        if self._server is None:
+            return
+        self._hosted.stop()
+        self._server.stop()
+        self._hosted = self._server = None
+        self.server_state.emit(ServerState(None, message))
+
+    @Slot()
+    def _serve_jobs(self) -> None:
+        if self._hosted is not None:
+            self._hosted.serve_next()
+
+    def _observe_served(self, job: Job, item: object) -> None:
+        """Every item the server's jobs are sent, on this thread: passed on to the window in batches."""
+        if isinstance(item, Started):
+            self._served = _ServedBatcher(self.served.emit)
+            self.served.emit(ServedEvents(started=item))
+        elif self._served is not None:
+            self._served.add(item)
+            if isinstance(item, (Summary, Failed)):
+                self._served = None
 
     def _close_engine(self) -> None:
         if self._engine is not None:
@@ -158,3 +282,31 @@ class EngineWorker(QObject):
                                 request.speculation, request.cancel)
         if result is not None:
             self.compared.emit(result)
+
+
+class _ServedBatcher:
+    """Sends a server job's events on in batches of BATCH_S of the engine's clock, as the window's
+    own are sent."""
+
+    def __init__(self, emit):
+        self._emit = emit
+        self._events: list[TokenPiece | Round] = []
+        self._sent_s = 0.0
+
+    def add(self, item: object) -> None:
+        if isinstance(item, Failed):
+            self._flush()
+            self._emit(ServedEvents(error=item.error.message))
+        elif isinstance(item, Summary):
+            self._flush()
+            self._emit(ServedEvents(summary=item))
+        else:
+            self._events.append(item)
+            if item.at_s - self._sent_s >= BATCH_S:
+                self._flush()
+                self._sent_s = item.at_s
+
+    def _flush(self) -> None:
+        if self._events:
+            self._emit(ServedEvents(batch=Batch(tuple(self._events))))
+        self._events = []

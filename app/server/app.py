@@ -1,6 +1,6 @@
 """The HTTP routes (Starlette): OpenAI endpoints, /health and /metrics, API keys, error objects.
 
-Each generation request becomes a Job on the EngineWorker; the handler awaits the job's posted
+Each generation request becomes a Job on the worker's queue; the handler awaits the job's posted
 events on the server's event loop. A client that disconnects cancels its job at once.
 """
 
@@ -24,13 +24,13 @@ from app.core.stats import GenerationStats
 
 from .api import ApiError, GenerationRequest, parse_chat, parse_completion
 from .responses import FINISH_REASONS, ResponseShape, live_timings, sse, summary_timings
-from .worker import EngineWorker, Failed, Job
+from .worker import Failed, Job, JobQueue
 
 MAX_BODY_BYTES = 8 << 20
 PUBLIC_PATHS = {"/health", "/v1/health"}
 
 
-def create_app(worker: EngineWorker, api_key: str | None = None) -> Starlette:
+def create_app(worker: JobQueue, api_key: str | None = None) -> Starlette:
     handlers = _Handlers(worker)
     routes = [
         Route("/health", handlers.health), Route("/v1/health", handlers.health),
@@ -49,7 +49,7 @@ def create_app(worker: EngineWorker, api_key: str | None = None) -> Starlette:
 
 
 class _Handlers:
-    def __init__(self, worker: EngineWorker):
+    def __init__(self, worker: JobQueue):
         self.worker = worker
 
     async def health(self, request: Request) -> Response:
@@ -119,13 +119,13 @@ async def _json_body(request: Request):
         raise ApiError(400, f"The request body is not valid JSON: {exc}.") from None
 
 
-async def _cancel_on_disconnect(request: Request, worker: EngineWorker, job: Job) -> None:
+async def _cancel_on_disconnect(request: Request, worker: JobQueue, job: Job) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
     worker.withdraw(job)
 
 
-def _finish(watcher: asyncio.Task, worker: EngineWorker, job: Job) -> None:
+def _finish(watcher: asyncio.Task, worker: JobQueue, job: Job) -> None:
     watcher.cancel()
     worker.withdraw(job)  # a no-op for a finished job; stops one a departed client left running
 
@@ -168,7 +168,7 @@ async def _bursts(job: Job, live: GenerationStats | None) -> AsyncIterator[tuple
 
 
 async def _stream(job: Job, shape: ResponseShape, live: GenerationStats, watcher: asyncio.Task,
-                  worker: EngineWorker) -> AsyncIterator[bytes]:
+                  worker: JobQueue) -> AsyncIterator[bytes]:
     """Server-sent events: a role chunk (chat), one chunk per text piece, the final chunk with the
     generation's timings, a usage chunk when asked, [DONE]."""
     try:

@@ -11,7 +11,7 @@ import uvicorn
 from app.core.errors import QuickdraftError
 
 from .app import create_app
-from .worker import EngineWorker
+from .worker import JobQueue
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -50,10 +50,10 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 class LocalServer:
-    """The HTTP server for one EngineWorker: ``run()`` on this thread (the CLI), or ``start()`` on
+    """The HTTP server for one job queue: ``run()`` on this thread (the CLI), or ``start()`` on
     its own (tests, the window), then ``stop()``."""
 
-    def __init__(self, worker: EngineWorker, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+    def __init__(self, worker: JobQueue, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                  api_key: str | None = None, access_log: bool = False):
         check_exposure(host, api_key)
         self.worker = worker

@@ -1,5 +1,6 @@
-"""The engine's own thread: it loads the pair, runs one generation at a time from a bounded queue,
-and posts each event, stamped on its clock, to the asyncio loop of the request that asked for it."""
+"""One generation at a time from a bounded queue, each event stamped on the engine thread's clock and
+posted to the asyncio loop of the request that asked for it. The engine thread is the server's own
+(EngineWorker, for ``quickdraft serve``) or the window's (HostedJobs, the window's "Local server")."""
 
 from __future__ import annotations
 
@@ -61,54 +62,30 @@ class Job:
         return await self.outbox.get()
 
 
-class EngineWorker:
-    """Owns the Engine on one thread. One generation runs; up to ``max_waiting`` more wait."""
+class JobQueue:
+    """The bounded queue of generations and how one is served. Which thread serves them is a
+    subclass's business: EngineWorker's own (``quickdraft serve``), or the window's engine thread
+    (HostedJobs), where the window's chat and the server's clients share one engine."""
 
-    def __init__(self, load_engine: Callable[[], object], speculation: SpeculationParams = SpeculationParams(),
-                 drafter: DrafterKind | str = DrafterKind.MODEL, max_waiting: int = 8, metrics: ServerMetrics | None = None):
-        self._load_engine = load_engine
+    def __init__(self, speculation: SpeculationParams = SpeculationParams(), drafter: DrafterKind | str = DrafterKind.MODEL,
+                 max_waiting: int = 8, metrics: ServerMetrics | None = None,
+                 observe: Callable[[Job, object], None] | None = None):
         self.speculation = speculation
         self.drafter = drafter
         self.max_waiting = max_waiting
         self.metrics = metrics or ServerMetrics()
         self.card: ModelCard | None = None
+        self._observe = observe       # sees every item a job is sent, on the engine's thread
         self._engine = None
         self._waiting: deque[Job] = deque()
         self._running: Job | None = None
         self._stopping = False
         self._cond = threading.Condition()
-        self._ready = threading.Event()
-        self._load_error: BaseException | None = None
         self._durations: deque[float] = deque(maxlen=RECENT_JOBS)
-        self._thread = threading.Thread(target=self._run, name="quickdraft-engine", daemon=True)
-
-    # --- lifecycle (any thread) ------------------------------------------------------------------
-
-    def start(self) -> ModelCard:
-        """Load the engine on its thread; raises the loader's error (a QuickdraftError) here."""
-        self._thread.start()
-        self._ready.wait()
-        if self._load_error is not None:
-            raise self._load_error
-        return self.card
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """Cancel what runs and waits, then unload the engine on its thread."""
-        with self._cond:
-            self._stopping = True
-            if self._running is not None:
-                self._running.cancel.set()
-            for job in self._waiting:
-                job.cancel.set()
-                job.post(Failed(ApiError(503, "The server is stopping.", type="unavailable_error", retry_after=5)))
-            self._waiting.clear()
-            self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
 
     @property
     def available(self) -> bool:
-        return self._thread.is_alive() and not self._stopping and self.card is not None
+        return not self._stopping and self.card is not None
 
     @property
     def processing(self) -> int:
@@ -134,7 +111,8 @@ class EngineWorker:
             job = Job(request, loop)
             self._waiting.append(job)
             self._cond.notify_all()
-            return job
+        self._job_waiting()
+        return job
 
     def withdraw(self, job: Job) -> None:
         """The client is gone: stop its generation at the next round, or drop it from the queue."""
@@ -144,11 +122,105 @@ class EngineWorker:
                 self._waiting.remove(job)
                 job.post(Failed(ApiError(499, "The client closed the request.")))  # ends its handler
 
+    def _job_waiting(self) -> None:
+        """A job was queued (called on the HTTP side's thread, outside the lock)."""
+
     def _retry_after(self) -> int:
         mean = sum(self._durations) / len(self._durations) if self._durations else 1.0
         return max(1, math.ceil(mean * (len(self._waiting) + 1)))
 
+    def _refuse_all(self) -> None:
+        """Stop taking jobs: cancel the running one and answer the waiting ones 503."""
+        with self._cond:
+            self._stopping = True
+            if self._running is not None:
+                self._running.cancel.set()
+            for job in self._waiting:
+                job.cancel.set()
+                job.post(Failed(ApiError(503, "The server is stopping.", type="unavailable_error", retry_after=5)))
+            self._waiting.clear()
+            self._cond.notify_all()
+
     # --- the engine's thread ---------------------------------------------------------------------
+
+    def _serve(self, job: Job) -> None:
+        started = time.perf_counter()
+        try:
+            last = self._generate(job)
+        except Exception as exc:  # a defect, not the client's doing: answer 500, keep serving
+            traceback.print_exc(file=sys.stderr)
+            last = Failed(ApiError(500, f"Internal error: {type(exc).__name__}: {exc}", type="server_error"))
+        self._durations.append(time.perf_counter() - started)
+        with self._cond:
+            self._running = None  # before the last item goes out, so the client's next request finds room
+        self._send(job, last)
+
+    def _send(self, job: Job, item) -> None:
+        if self._observe is not None:
+            self._observe(job, item)
+        job.post(item)
+
+    def _generate(self, job: Job) -> Summary | Failed:
+        """Send the events as they come; return the last item (the Summary, or Failed)."""
+        engine = self._engine
+        if job.cancel.is_set():  # its client left before its turn
+            return Failed(ApiError(499, "The client closed the request."))
+        try:
+            tokens = self._prompt_tokens(job.request)
+            check_prompt_fits(tokens, engine.main.n_ctx)
+        except PromptTooLongError as exc:
+            param = "messages" if job.request.kind == "chat" else "prompt"
+            return Failed(ApiError(400, str(exc), param=param, code="context_length_exceeded"))
+        except QuickdraftError as exc:
+            return Failed(ApiError(400, str(exc)))
+        for event in engine.generate(prompt=tokens, sampling=job.request.sampling, speculation=self.speculation,
+                                     drafter=self.drafter, cancel=job.cancel):
+            if isinstance(event, Summary):
+                self.metrics.record(event)
+                return event
+            self._send(job, event)
+        raise RuntimeError("the generation ended without a summary")
+
+    def _prompt_tokens(self, request: GenerationRequest) -> list[int]:
+        engine = self._engine
+        if request.kind == "chat":
+            return engine.tokenize_messages(request.messages)
+        if request.prompt_ids is not None:
+            bad = [t for t in request.prompt_ids if not 0 <= t < self.card.n_vocab]
+            if bad:
+                raise QuickdraftError(f"Token id {bad[0]} is outside the vocabulary (0..{self.card.n_vocab - 1}).")
+            return list(request.prompt_ids)
+        return engine.main.model.tokenize(request.prompt_text, add_special=True, parse_special=True)
+
+
+class EngineWorker(JobQueue):
+    """Owns the Engine on a thread of its own. One generation runs; up to ``max_waiting`` more wait."""
+
+    def __init__(self, load_engine: Callable[[], object], speculation: SpeculationParams = SpeculationParams(),
+                 drafter: DrafterKind | str = DrafterKind.MODEL, max_waiting: int = 8, metrics: ServerMetrics | None = None):
+        super().__init__(speculation, drafter, max_waiting, metrics)
+        self._load_engine = load_engine
+        self._ready = threading.Event()
+        self._load_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="quickdraft-engine", daemon=True)
+
+    def start(self) -> ModelCard:
+        """Load the engine on its thread; raises the loader's error (a QuickdraftError) here."""
+        self._thread.start()
+        self._ready.wait()
+        if self._load_error is not None:
+            raise self._load_error
+        return self.card
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Cancel what runs and waits, then unload the engine on its thread."""
+        self._refuse_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def available(self) -> bool:
+        return self._thread.is_alive() and super().available
 
     def _run(self) -> None:
         try:
@@ -174,49 +246,47 @@ class EngineWorker:
             self._running = self._waiting.popleft()
             return self._running
 
-    def _serve(self, job: Job) -> None:
-        started = time.perf_counter()
-        try:
-            last = self._generate(job)
-        except Exception as exc:  # a defect, not the client's doing: answer 500, keep serving
-            traceback.print_exc(file=sys.stderr)
-            last = Failed(ApiError(500, f"Internal error: {type(exc).__name__}: {exc}", type="server_error"))
-        self._durations.append(time.perf_counter() - started)
+
+class HostedJobs(JobQueue):
+    """The server's jobs served on a thread that someone else owns, with an engine it lends: the
+    window's engine thread, which also runs the window's own chat. ``wake`` is called (from the HTTP
+    side's thread) when a job is queued; the host then calls ``serve_next()`` on its thread, one job
+    a call, so the window's requests queued meanwhile take their turn between the server's."""
+
+    def __init__(self, engine, wake: Callable[[], None], speculation: SpeculationParams = SpeculationParams(),
+                 drafter: DrafterKind | str = DrafterKind.MODEL, max_waiting: int = 8, metrics: ServerMetrics | None = None,
+                 observe: Callable[[Job, object], None] | None = None):
+        super().__init__(speculation, drafter, max_waiting, metrics, observe)
+        self._wake = wake
+        self.lend(engine)
+
+    def lend(self, engine) -> None:
+        """Serve with ``engine`` from now on (the host loaded another pair); call on the host's thread."""
+        self._engine = engine
+        self.card = _card(engine)
+
+    def serve_next(self) -> bool:
+        """Serve the oldest waiting job, if any, on the calling (the host's) thread. Returns whether
+        more are waiting; the host is woken again for them."""
         with self._cond:
-            self._running = None  # before the last item goes out, so the client's next request finds room
-        job.post(last)
+            if self._stopping or not self._waiting:
+                return False
+            self._running = self._waiting.popleft()
+            job = self._running
+        self._serve(job)
+        with self._cond:
+            more = bool(self._waiting) and not self._stopping
+        if more:
+            self._wake()
+        return more
 
-    def _generate(self, job: Job) -> Summary | Failed:
-        """Post the events as they come; return the last item (the Summary, or Failed)."""
-        engine = self._engine
-        if job.cancel.is_set():  # its client left before its turn
-            return Failed(ApiError(499, "The client closed the request."))
-        try:
-            tokens = self._prompt_tokens(job.request)
-            check_prompt_fits(tokens, engine.main.n_ctx)
-        except PromptTooLongError as exc:
-            param = "messages" if job.request.kind == "chat" else "prompt"
-            return Failed(ApiError(400, str(exc), param=param, code="context_length_exceeded"))
-        except QuickdraftError as exc:
-            return Failed(ApiError(400, str(exc)))
-        for event in engine.generate(prompt=tokens, sampling=job.request.sampling, speculation=self.speculation,
-                                     drafter=self.drafter, cancel=job.cancel):
-            if isinstance(event, Summary):
-                self.metrics.record(event)
-                return event
-            job.post(event)
-        raise RuntimeError("the generation ended without a summary")
+    def stop(self) -> None:
+        """Refuse new jobs, cancel the running one, answer the waiting ones 503. The engine stays
+        with its owner."""
+        self._refuse_all()
 
-    def _prompt_tokens(self, request: GenerationRequest) -> list[int]:
-        engine = self._engine
-        if request.kind == "chat":
-            return engine.tokenize_messages(request.messages)
-        if request.prompt_ids is not None:
-            bad = [t for t in request.prompt_ids if not 0 <= t < self.card.n_vocab]
-            if bad:
-                raise QuickdraftError(f"Token id {bad[0]} is outside the vocabulary (0..{self.card.n_vocab - 1}).")
-            return list(request.prompt_ids)
-        return engine.main.model.tokenize(request.prompt_text, add_special=True, parse_special=True)
+    def _job_waiting(self) -> None:
+        self._wake()
 
 
 def _card(engine) -> ModelCard:

@@ -33,6 +33,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "main_gpu_layers": (-1, 999),
     "draft_gpu_layers": (-1, 999),
     "threads": (0, 512),
+    "server_port": (1, 65535),
 }
 
 
@@ -59,6 +60,11 @@ class Settings:
     threads: int = 0                    # 0 = the engine's default for this machine
     colour_tokens: bool = False
     default_system_prompt: str = "You are a helpful assistant."
+    server_host: str = "127.0.0.1"      # the window's "Local server"; another address needs an API key
+    server_port: int = 8080
+    server_api_key: str = ""
+    recent_remotes: tuple[str, ...] = ()  # OpenAI-compatible servers chatted through, newest first
+    remote_api_key: str = ""
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
@@ -91,6 +97,9 @@ class Settings:
 
     def with_recent_draft(self, path: str) -> "Settings":
         return replace(self, recent_drafts=_push_recent(self.recent_drafts, path))
+
+    def with_recent_remote(self, url: str) -> "Settings":
+        return replace(self, recent_remotes=_push_recent(self.recent_remotes, url))
 
 
 def _push_recent(items: tuple[str, ...], path: str) -> tuple[str, ...]:
