@@ -54,8 +54,11 @@ def prompt_messages(store: ConversationStore, conversation_id: int, upto_id: int
     return messages
 
 
-def settings_after_load(settings: Settings, info: LoadedInfo) -> Settings:
-    """The loaded pair becomes the one opened next time and heads the recent lists."""
+def settings_after_load(settings: Settings, info: LoadedInfo, remote_api_key: str = "") -> Settings:
+    """The loaded pair becomes the one opened next time and heads the recent lists; a server heads
+    the recent servers (the next start opens the local pair again: a server may be gone by then)."""
+    if info.remote_url:
+        return replace(settings.with_recent_remote(info.remote_url), remote_api_key=remote_api_key)
     settings = replace(settings, main_model=info.main_path, draft_model=info.draft_path or "")
     settings = settings.with_recent_main(info.main_path)
     return settings.with_recent_draft(info.draft_path) if info.draft_path else settings

@@ -18,7 +18,7 @@ from app.gui.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation,
                                  prompt_messages, settings_after_load, title_from, with_compare)
 from app.gui.live_stats import message_stats
 from app.gui.worker import (Batch, CompareResult, EngineWorker, GenerateRequest, LoadedInfo, LoadFailure,
-                            LoadRequest, Started)
+                            LoadRequest, RemoteRequest, Started)
 from app.paths import AppPaths
 from app.storage.conversations import ConversationStore
 from app.storage.opening import open_storage
@@ -47,6 +47,7 @@ class ChatController(QObject):
     colour_tokens_changed = Signal(bool)
 
     _load = Signal(object)          # LoadRequest, to the worker
+    _connect_remote = Signal(object)  # RemoteRequest, to the worker
     _generate = Signal(object)      # GenerateRequest, to the worker
     _finish = Signal()              # to the worker: free the models and end the thread
 
@@ -67,6 +68,7 @@ class ChatController(QObject):
         self.last_generation: ActiveGeneration | None = None
         self.last_compare: CompareResult | None = None
         self.closed = False
+        self._remote_key = ""      # the API key of the server being connected to
         self._new_chat_prompt = self.settings.default_system_prompt
         self._repaint_timer = QTimer(self)
         self._repaint_timer.setInterval(REPAINT_MS)
@@ -79,6 +81,7 @@ class ChatController(QObject):
         self.worker = EngineWorker(self.paths.profiles_dir)
         self.worker.moveToThread(self.thread)
         self._load.connect(self.worker.load, Qt.ConnectionType.QueuedConnection)
+        self._connect_remote.connect(self.worker.connect_remote, Qt.ConnectionType.QueuedConnection)
         self._generate.connect(self.worker.generate, Qt.ConnectionType.QueuedConnection)
         self._finish.connect(self.worker.finish, Qt.ConnectionType.QueuedConnection)
         self.worker.loaded.connect(self._on_loaded)
@@ -240,13 +243,14 @@ class ChatController(QObject):
             self.notice.emit(problem, "error")
         return not problem
 
-    def _drafter(self) -> DrafterKind:
+    def drafter(self) -> DrafterKind:
+        """Who drafts, given what is loaded."""
         return drafter_for(self.settings.drafter, self.loaded is not None and self.loaded.draft_path is not None)
 
     def _start_answer(self) -> None:
         # the request first: if it cannot be made, no empty answer is saved or left "generating…"
         request = GenerateRequest(tuple(self.prompt_messages(self.conversation_id)), self.settings.sampling(),
-                                  self.settings.speculation(), self._drafter())
+                                  self.settings.speculation(), self.drafter())
         message = self.store.add_message(self.conversation_id, "assistant", "")
         self.answer_started.emit(message.id)
         self._begin(ActiveGeneration(request, self.conversation_id, message.id))
@@ -351,12 +355,23 @@ class ChatController(QObject):
         self._load.emit(request)
         return True
 
+    def connect_remote(self, request: RemoteRequest) -> bool:
+        """Chat through an OpenAI-compatible server instead of local models."""
+        if not self.can_change_models():
+            return False
+        self.loading = True
+        self._remote_key = request.api_key or ""
+        self.model_loading.emit(request.url)
+        self.busy_changed.emit(True)
+        self._connect_remote.emit(request)
+        return True
+
     def _on_loaded(self, info: LoadedInfo) -> None:
         self.loading = False
         self.loaded = info
         self.models_loaded.emit(info)
         self.busy_changed.emit(self.is_busy)
-        self.save_settings(settings_after_load(self.settings, info))
+        self.save_settings(settings_after_load(self.settings, info, self._remote_key))
         if info.warnings:
             self.notice.emit("Loaded with a warning: " + "; ".join(info.warnings) + ".", "warning")
         else:

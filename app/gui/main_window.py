@@ -23,9 +23,12 @@ from app.gui.hardware_status import HardwareStatus
 from app.gui.live_stats import LiveStats
 from app.gui.message_view import ChatView
 from app.gui.model_bar import ModelBar
+from app.gui.remote_dialog import RemoteDialog
+from app.gui.server_control import ServerControl
+from app.gui.server_panel import ServerPanel
 from app.gui.settings_panel import SettingsPanel
 from app.gui.stats_panel import SpeculationPanel
-from app.gui.worker import LoadedInfo
+from app.gui.worker import LoadedInfo, RemoteRequest, ServerState
 from app.paths import AppPaths
 from app.storage.conversations import ConversationStore
 from app.storage.settings import SettingsStore
@@ -49,6 +52,7 @@ class MainWindow(QMainWindow):
         self.paths = paths
         self.model_manager = None
         self.controller = ChatController(paths, settings_store, conversations, parent=self)
+        self.server = ServerControl(self.controller, parent=self)
         self._build_ui()
         self._build_menu()
         self._restore()
@@ -73,6 +77,7 @@ class MainWindow(QMainWindow):
         self.speculation = SpeculationPanel()
         self.stats_panel, self.charts = self.speculation.stats, self.speculation.charts
         self.settings_panel = SettingsPanel(self.controller.settings)
+        self.server_panel = ServerPanel(self.controller.settings)
         self.hardware = HardwareStatus()
         self.statusBar().addPermanentWidget(self.hardware, 1)
 
@@ -111,6 +116,7 @@ class MainWindow(QMainWindow):
         tabs.setMinimumWidth(400)
         tabs.addTab(self.speculation, "Speculation")
         tabs.addTab(_scrollable(self.settings_panel), "Settings")
+        tabs.addTab(_scrollable(self.server_panel), "Server")
         self.side_tabs = tabs
         holder = QWidget()
         padding = QVBoxLayout(holder)
@@ -129,6 +135,8 @@ class MainWindow(QMainWindow):
         self._action(models, "Open main model…", lambda: self.model_bar.browse_main())
         self._action(models, "Open draft model…", lambda: self.model_bar.browse_draft())
         self._action(models, "Reload models", self.model_bar.request_load)
+        models.addSeparator()
+        self._action(models, "Connect to a server…", self.connect_to_server)
         view = self.menuBar().addMenu("&View")
         self.colour_action = self._action(view, "Colour tokens by origin", self.composer.toggle_colour_tokens)
 
@@ -144,6 +152,7 @@ class MainWindow(QMainWindow):
         settings = self.controller.settings
         self.model_bar.set_recent(list(settings.recent_main), list(settings.recent_drafts))
         self.model_bar.set_drafter(settings.drafter)
+        self.model_bar.set_remotes(list(settings.recent_remotes))
         self.hardware.show_system()
         self._show_first_run()
 
@@ -151,6 +160,8 @@ class MainWindow(QMainWindow):
         """Every connection between the widgets and the controller, in both directions."""
         c = self.controller
         self.model_bar.load_requested.connect(c.load_pair)
+        self.model_bar.remote_requested.connect(
+            lambda url: c.connect_remote(RemoteRequest(url, c.settings.remote_api_key or None)))
         self.model_bar.problem.connect(self.show_error)
         self.model_bar.drafter_changed.connect(c.set_drafter)
         self.conversation_list.selected.connect(c.select_conversation)
@@ -166,6 +177,14 @@ class MainWindow(QMainWindow):
         self.chat_view.compare_requested.connect(c.compare)
         self.settings_panel.changed.connect(c.save_settings)
         self.first_run.models_changed.connect(self._models_changed)
+        self.server_panel.start_requested.connect(self.server.start)
+        self.server_panel.stop_requested.connect(self.server.stop)
+        self.server_panel.settings_edited.connect(
+            lambda host, port, key: c.update_settings(server_host=host, server_port=port, server_api_key=key))
+        self.server.state_changed.connect(self._show_server_state)
+        self.server.request_started.connect(lambda: self._show_client_answer(None))
+        self.server.request_updated.connect(self._show_client_answer)
+        self.server.request_finished.connect(self.server_panel.count_request)
         self.first_run.pair_ready.connect(lambda main, draft: self.set_model_pair(main, draft))
         self.first_run.model_imported.connect(lambda path: self.set_model_pair(path, None))
         self.first_run.manage_requested.connect(self.open_model_manager)
@@ -209,6 +228,8 @@ class MainWindow(QMainWindow):
         self.conversation_list.set_busy(generating)
 
     def _show_loaded(self, info: LoadedInfo) -> None:
+        if info.remote_url:
+            self.model_bar.set_main(info.remote_url)
         self.model_bar.set_loaded(info.main_name, info.draft_name)
         self.hardware.show_placement(info.placement)
         self._show_first_run()
@@ -227,6 +248,21 @@ class MainWindow(QMainWindow):
     def _show_unloaded(self) -> None:
         self.model_bar.set_unloaded()
         self.hardware.show_placement(())
+
+    def _show_server_state(self, state: ServerState) -> None:
+        if state.url:
+            self.server_panel.show_serving(state.url)
+        else:
+            self.server_panel.show_stopped(state.message)
+
+    def _show_client_answer(self, live: LiveStats | None) -> None:
+        """A server client's answer in the speculation panel, unless the window is answering."""
+        if self.controller.is_generating:
+            return
+        if live is None:
+            self.speculation.clear()
+        else:
+            self.speculation.update_from(live)
 
     def _show_colour_tokens(self, on: bool) -> None:
         self.chat_view.set_colour_tokens(on)
@@ -249,6 +285,13 @@ class MainWindow(QMainWindow):
         if not self.model_bar.set_draft(draft_path or ""):
             return False
         return self.controller.load_pair(main_path, draft_path or "")
+
+    def connect_to_server(self) -> None:
+        """Ask for an OpenAI-compatible server and chat through it instead of local models."""
+        settings = self.controller.settings
+        dialog = RemoteDialog(tuple(settings.recent_remotes), settings.remote_api_key, self)
+        if dialog.exec():
+            self.controller.connect_remote(dialog.request())
 
     def open_model_manager(self) -> None:
         """Open the model manager if it is installed; its chosen pair is loaded here."""

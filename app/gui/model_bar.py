@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItem, QStandardItemModel
@@ -22,6 +23,7 @@ from app.gui.plain import ElidedLabel, plain_tooltip
 from app.models.registry import ModelRegistry
 
 MAX_SCANNED_FILES = 200
+REMOTE_SCHEMES = ("http://", "https://")
 UNREADABLE = (QuickdraftError, OSError)   # what reading a damaged or inaccessible GGUF can raise
 
 
@@ -59,6 +61,15 @@ def _option(main: GGUFInfo, path: str) -> DraftOption:
     return DraftOption(path, name, True, "; ".join(pair.warnings))
 
 
+def is_remote(choice: str) -> bool:
+    """Whether a main-model choice is a server's URL rather than a file."""
+    return choice.startswith(REMOTE_SCHEMES)
+
+
+def remote_label(url: str) -> str:
+    return f"{urlsplit(url).netloc or url} (server)"
+
+
 def unreadable_reason(path: str) -> str:
     """Why ``path`` cannot be read as a GGUF model; "" when it can."""
     try:
@@ -91,6 +102,7 @@ def gguf_files_beside(path: str) -> list[str]:
 
 class ModelBar(QFrame):
     load_requested = Signal(str, str)       # main path, draft path ("" = none)
+    remote_requested = Signal(str)          # a recent server's URL was chosen and Load pressed
     drafter_changed = Signal(str)
     problem = Signal(str)                   # something the user picked cannot be used
 
@@ -102,6 +114,7 @@ class ModelBar(QFrame):
         self.installed: list[str] = []      # the registry's models (paths), read again by refresh()
         self.recent_main: list[str] = []
         self.recent_drafts: list[str] = []
+        self.remotes: list[str] = []        # recent OpenAI-compatible servers, listed after the files
         self.options: list[DraftOption] = []
         self._build()
         self.installed = self._read_installed()
@@ -154,6 +167,11 @@ class ModelBar(QFrame):
         """The recently opened files, most recent first: listed before the other installed models."""
         self.recent_main = [p for p in mains if Path(p).is_file()]
         self.recent_drafts = [p for p in drafts if Path(p).is_file()]
+        self._fill_main(self.current_main() or self._first_main())
+
+    def set_remotes(self, urls: list[str]) -> None:
+        """Recent servers, listed in the main picker after the model files."""
+        self.remotes = list(urls)
         self._fill_main(self.current_main() or self._first_main())
 
     def refresh(self) -> None:
@@ -232,20 +250,30 @@ class ModelBar(QFrame):
         if not self.current_main():
             self.problem.emit("Choose a main model first (Open… next to Main).")
             return
+        if is_remote(self.current_main()):
+            self.remote_requested.emit(self.current_main())
+            return
         self.load_requested.emit(self.current_main(), self.current_draft())
 
     def _main_paths(self, selected: str) -> list[str]:
-        return _unique(([selected] if selected else []) + self.recent_main + self.installed)
+        chosen = [selected] if selected and not is_remote(selected) else []
+        return _unique(chosen + self.recent_main + self.installed)
 
     def _fill_main(self, selected: str) -> None:
         paths = self._main_paths(selected)
+        remotes = list(dict.fromkeys(([selected] if is_remote(selected) else []) + self.remotes))
         self.main_combo.blockSignals(True)
         self.main_combo.clear()
         for path in paths:
             self._add_main_item(path)
-        if not paths:
+        for url in remotes:
+            self.main_combo.addItem(remote_label(url), url)
+            self.main_combo.setItemData(self.main_combo.count() - 1, plain_tooltip(
+                f"{url}\nAn OpenAI-compatible server: it answers with its own model and drafting"),
+                Qt.ItemDataRole.ToolTipRole)
+        if not paths and not remotes:
             self.main_combo.setPlaceholderText("Open a GGUF model…")
-        self.main_combo.setCurrentIndex(0 if paths else -1)
+        self.main_combo.setCurrentIndex(max(self.main_combo.findData(selected), 0) if paths or remotes else -1)
         self.main_combo.blockSignals(False)
         self._fill_drafts()
 
@@ -271,7 +299,7 @@ class ModelBar(QFrame):
     def _fill_drafts(self) -> None:
         previous = self.current_draft()
         main = self.current_main()
-        self.options = draft_options(main, self._candidates()) if main else []
+        self.options = draft_options(main, self._candidates()) if main and not is_remote(main) else []
         model: QStandardItemModel = self.draft_combo.model()
         self.draft_combo.blockSignals(True)
         model.clear()

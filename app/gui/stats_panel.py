@@ -20,6 +20,7 @@ TILES = [
 ]
 DASH = "–"
 LEARNING = "learning this machine's speed…"
+NOT_REPORTED = "not reported"   # a remote server said nothing about drafting
 
 
 def format_duration(seconds: float | None) -> str:
@@ -84,19 +85,26 @@ class StatsPanel(QWidget):
         return {key: label.text() for key, label in self._values.items()}
 
     def update_from(self, stats: LiveStats) -> None:
-        shown = {
-            "tps_now": f"{stats.tps_now:.1f}" if stats.tps_points else DASH,
-            "tps_message": f"{stats.generation_tps:.1f}" if stats.generation_tps else DASH,
-            "ttft": format_duration(stats.ttft_s),
-            "prompt_tps": format_rate(stats.prompt_tps),
-            "drafted": str(stats.drafted),
-            "accepted": str(stats.accepted),
-            "acceptance": f"{100 * stats.acceptance_rate:.0f}%" if stats.drafted else DASH,
-            "mean_accepted": f"{stats.mean_accepted_length:.2f}" if stats.drafting_rounds else DASH,
-        }
-        for key, text in shown.items():
+        self._show_rates(stats)
+        if stats.summary is not None and not stats.summary.speculation_reported:
+            # a server that says nothing about drafting: say so, rather than show zeros
+            counts = dict.fromkeys(("drafted", "accepted", "acceptance", "mean_accepted"), NOT_REPORTED)
+        else:
+            counts = {
+                "drafted": str(stats.drafted),
+                "accepted": str(stats.accepted),
+                "acceptance": f"{100 * stats.acceptance_rate:.0f}%" if stats.drafted else DASH,
+                "mean_accepted": f"{stats.mean_accepted_length:.2f}" if stats.drafting_rounds else DASH,
+            }
+        for key, text in counts.items():
             self._values[key].setText(text)
         self.set_learning(stats.learning)
+
+    def _show_rates(self, stats: LiveStats) -> None:
+        self._values["tps_now"].setText(f"{stats.tps_now:.1f}" if stats.tps_points else DASH)
+        self._values["tps_message"].setText(f"{stats.generation_tps:.1f}" if stats.generation_tps else DASH)
+        self._values["ttft"].setText(format_duration(stats.ttft_s))
+        self._values["prompt_tps"].setText(format_rate(stats.prompt_tps))
 
 
 class SpeculationPanel(QWidget):

@@ -3,9 +3,11 @@ stats follow the rounds' ``learning`` flag and the summary's final word."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.core.events import Round, Summary
 from app.gui.live_stats import LiveStats
-from app.gui.stats_panel import LEARNING, StatsPanel
+from app.gui.stats_panel import LEARNING, NOT_REPORTED, StatsPanel
 
 
 def summary(learning: bool) -> Summary:
@@ -33,3 +35,14 @@ def test_the_panel_says_while_the_policy_is_learning(qtbot):
     assert panel.is_learning_shown()
     panel.clear()   # cleared for a new answer: its first round says again
     assert not panel.is_learning_shown()
+
+
+def test_a_server_that_reports_no_drafting_reads_not_reported_instead_of_zeros(qtbot):
+    panel = StatsPanel()
+    qtbot.addWidget(panel)
+    live = LiveStats()
+    live.add(replace(summary(learning=False), drafted=0, accepted=0, drafting_rounds=0, speculation_reported=False))
+    panel.update_from(live)
+    values = panel.values()
+    assert values["drafted"] == values["accepted"] == values["acceptance"] == NOT_REPORTED == "not reported"
+    assert values["ttft"] == "100 ms"
