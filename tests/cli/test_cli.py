@@ -50,10 +50,12 @@ def test_a_first_auto_answer_learns_the_machine_instead_of_calibrating(tiny_mode
 
 
 def test_generate_from_a_messages_file_with_sampling(tiny_models, tmp_path):
+    """A seed repeats a sampled answer when the draft lengths repeat (a fixed policy): the auto
+    policy's lengths follow the machine's measured speed, and they decide how the draws are used."""
     messages = tmp_path / "m.json"
     messages.write_text(json.dumps([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]))
     args = ["generate", "-m", str(tiny_models.main), "-md", str(tiny_models.other), "--messages", str(messages),
-            "-n", "16", "--temp", "0.8", "--seed", "3", "--json"]
+            "-n", "16", "--temp", "0.8", "--seed", "3", "--policy", "fixed", "--draft-max", "4", "--json"]
     a, b = quickdraft(*args, tmp_path=tmp_path), quickdraft(*args, tmp_path=tmp_path)
     assert a.returncode == 0, a.stderr
     assert json.loads(a.stdout)["text"] == json.loads(b.stdout)["text"]
