@@ -29,7 +29,6 @@ from .ram import total_memory_bytes
 from .speculative import SpeculativeGeneration
 
 
-
 @dataclass(frozen=True)
 class LogitMargin:
     """How sure the main model was at one position: its two best tokens and their logit gap."""
