@@ -41,8 +41,7 @@ class ServerControl(QObject):
 
     def start(self, host: str, port: int, api_key: str) -> None:
         """Serve the loaded pair with the window's drafting settings; the answer is ``state_changed``."""
-        c = self.controller
-        c.update_settings(server_host=host, server_port=port, server_api_key=api_key)
+        c = self.controller   # the settings keep what the Server tab shows (it reports each edit)
         self._start.emit(ServeRequest(host, port, api_key or None, c.settings.speculation(), c.drafter()))
 
     def stop(self) -> None:

@@ -126,7 +126,7 @@ class EngineWorker(QObject):
         self._profiles = ProfileStore(profiles_dir) if profiles_dir else None
         self._hosted: HostedJobs | None = None
         self._server = None                # app.server.run.LocalServer while serving
-        self._served: _ServedBatcher | None = None
+        self._served: _Batcher | None = None
         self._jobs_waiting.connect(self._serve_jobs, Qt.ConnectionType.QueuedConnection)
 
     @Slot(object)
@@ -244,12 +244,15 @@ class EngineWorker(QObject):
     def _observe_served(self, job: Job, item: object) -> None:
         """Every item the server's jobs are sent, on this thread: passed on to the window in batches."""
         if isinstance(item, Started):
-            self._served = _ServedBatcher(self.served.emit)
+            self._served = _Batcher(lambda batch: self.served.emit(ServedEvents(batch=batch)))
             self.served.emit(ServedEvents(started=item))
+        elif self._served is not None and isinstance(item, (Summary, Failed)):
+            self._served.flush()
+            self._served = None
+            self.served.emit(ServedEvents(summary=item) if isinstance(item, Summary)
+                             else ServedEvents(error=item.error.message))
         elif self._served is not None:
             self._served.add(item)
-            if isinstance(item, (Summary, Failed)):
-                self._served = None
 
     def _close_engine(self) -> None:
         if self._engine is not None:
@@ -258,22 +261,17 @@ class EngineWorker(QObject):
 
     def _stream(self, engine: Engine, request: GenerateRequest) -> Summary:
         """Run one generation, sending Started and then batches of events; returns its Summary."""
-        events: list[TokenPiece | Round] = []
-        sent_s = 0.0
+        batches = _Batcher(self.batch.emit)
         for event in engine.generate(list(request.messages), sampling=request.sampling,
                                      speculation=request.speculation, drafter=request.drafter,
                                      cancel=request.cancel):
             if isinstance(event, Started):
                 self.started.emit(event)
             elif isinstance(event, Summary):
-                if events:
-                    self.batch.emit(Batch(tuple(events)))
+                batches.flush()
                 return event
             else:
-                events.append(event)
-                if event.at_s - sent_s >= BATCH_S:
-                    self.batch.emit(Batch(tuple(events)))
-                    events, sent_s = [], event.at_s
+                batches.add(event)
         raise QuickdraftError("The generation ended without a summary.")
 
     def _compare(self, engine: Engine, request: GenerateRequest) -> None:
@@ -284,29 +282,22 @@ class EngineWorker(QObject):
             self.compared.emit(result)
 
 
-class _ServedBatcher:
-    """Sends a server job's events on in batches of BATCH_S of the engine's clock, as the window's
-    own are sent."""
+class _Batcher:
+    """Token pieces and rounds on their way to the GUI thread, in batches of BATCH_S of the engine's
+    clock (each event keeps its own stamp): the window's answers and the server's clients' alike."""
 
     def __init__(self, emit):
-        self._emit = emit
+        self._emit = emit            # called with a Batch
         self._events: list[TokenPiece | Round] = []
         self._sent_s = 0.0
 
-    def add(self, item: object) -> None:
-        if isinstance(item, Failed):
-            self._flush()
-            self._emit(ServedEvents(error=item.error.message))
-        elif isinstance(item, Summary):
-            self._flush()
-            self._emit(ServedEvents(summary=item))
-        else:
-            self._events.append(item)
-            if item.at_s - self._sent_s >= BATCH_S:
-                self._flush()
-                self._sent_s = item.at_s
+    def add(self, event: TokenPiece | Round) -> None:
+        self._events.append(event)
+        if event.at_s - self._sent_s >= BATCH_S:
+            self.flush()
+            self._sent_s = event.at_s
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         if self._events:
-            self._emit(ServedEvents(batch=Batch(tuple(self._events))))
+            self._emit(Batch(tuple(self._events)))
         self._events = []
