@@ -23,7 +23,8 @@ The machine can drift: `--drift 2x@50%` makes every cost twice the profile's fro
 replayed tokens on (another program taking a core). The policy then learns its costs from the rounds
 as the app does (`--learn`, implied by `--drift` and `--cold`), starting from the profile (a warm
 start from what is now a stale profile) or, with `--cold`, from the prior a fresh install starts from;
-the main model alone and the bound are charged the drifting costs too.
+the main model alone and the bound are charged the drifting costs too. `--start-from OTHER.json` starts
+the learning from another profile than the machine's (one stored while the machine was busier).
 
     .venv/bin/python scripts/policy_replay.py replay traces.json PROFILE.json --drafter lookup --drift 2x@50%
 
@@ -269,9 +270,10 @@ def replay(args: argparse.Namespace) -> int:
     total = sum(len(t["tokens"]) for t in traces)
     machine = Machine(profile, total, factor, at)
     costs = None  # fixed costs: the profile's
-    if args.learn or args.drift or args.cold:  # the policy learns the costs from the rounds, as the app does
+    if args.learn or args.drift or args.cold or args.start_from:  # the policy learns the costs, as the app does
         n_max = args.draft_max + 1
-        costs = CostModel({}, n_max) if args.cold else CostModel.from_profile(profile, n_max)
+        warm = CostProfile(**json.loads(Path(args.start_from).read_text())) if args.start_from else profile
+        costs = CostModel({}, n_max) if args.cold else CostModel.from_profile(warm, n_max)
         if args.cold and args.drafter != "lookup":
             costs.observe_draft(1, profile.draft_step_s)  # the engine times one draft step before the first answer
     speedups, fractions = {}, {}
@@ -361,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--learn", action="store_true", help="the policy learns the costs from the rounds (as the app)")
     rep.add_argument("--drift", help="the machine's costs change by a factor part-way: FACTORx@PERCENT%%, e.g. 2x@50%%")
     rep.add_argument("--cold", action="store_true", help="learn from the prior, not the profile (a fresh install)")
+    rep.add_argument("--start-from", help="learn from this stored profile instead (a stale warm start: e.g. one "
+                     "calibrated while another program kept a core busy)")
     top = sub.add_parser("bound", help="the best prompt lookup could do, knowing what will be accepted")
     top.add_argument("traces")
     top.add_argument("profile")

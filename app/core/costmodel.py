@@ -37,6 +37,7 @@ class CostProfile:
     notes: dict = field(default_factory=dict)
     context_log_slope: float | None = None  # d log(batch time) / d(context in 1,000s); None: not learned
     learned_rounds: int = 0            # rounds the times were learned from (0: measured by calibrate)
+    measured: list[int] | None = None  # the batch sizes measured; the others are estimates (None: all)
 
     @property
     def n_max(self) -> int:
@@ -125,8 +126,14 @@ class CostModel:
     The draft model's step is followed apart (``observe_draft``): unknown (None) until measured.
 
     Started from a stored profile (``from_profile``) the estimates are where that profile left them
-    but loosely held: a profile measured on a busier or quieter machine is corrected by the first
-    rounds. Without one the prior knows nothing about the machine's speed (the first round sets it)
+    but loosely held. A profile the first rounds contradict by more than STALE (a factor of 1.5 either
+    way) was measured while the machine was busier or quieter than now, and then its shape is wrong
+    too, not only its level: with one of two cores taken, a batch of 17 cost 5 single steps here
+    against 12 on the quiet machine, so the stale shape sends long drafts that lose. Such a profile is
+    dropped (``stale``) and learning starts over from the prior, with the rounds seen so far, as a
+    fresh install would; its draft step goes too unless measured since.
+
+    Without a profile the prior knows nothing about the machine's speed (the first round sets it)
     and guesses a CPU-like shape; the policy never risks much on that guess: it verifies a size never
     measured only as a bounded probe and asks the draft model only on ``profile(bounded=True)``.
     """
@@ -148,6 +155,8 @@ class CostModel:
     SURPRISE_RATE = 0.3   # how fast the recent surprise (log measured / expected) follows the rounds
     SURPRISE_LEARNING = math.log(1.1)  # learning while the recent rounds are off by more than 10%
     COLD_ROUNDS = 8       # without a stored profile: learning for at least this many rounds
+    STALE = math.log(1.5)  # a stored profile this far off its first rounds was measured under other load
+    STALE_ROUNDS = 3       # the rounds that may find a stored profile stale
     REFERENCE_CONTEXT = 256  # where a learned profile is stored (where calibrate measures)
 
     def __init__(self, key: dict, n_max: int, main_batch_s: Sequence[float] | None = None,
@@ -161,7 +170,9 @@ class CostModel:
         self.rounds = learned_rounds          # rounds learned from, over the profile's life
         self.rounds_now = 0                   # rounds learned from since this model was made
         self.surprise = 0.0
+        self.stale = False                    # a stored profile the first rounds contradicted was dropped
         self._draft_measured = 0
+        self._first_rounds: list[tuple[int, int, float]] = []  # (n, context, seconds) of the first rounds
         slope = self.PRIOR_CONTEXT_SLOPE if context_slope is None else context_slope
         level_sd, shape_sd = (self.WARM_LEVEL_SD, self.WARM_SHAPE_SD) if self.warm else \
             (self.PRIOR_LEVEL_SD, self.PRIOR_SHAPE_SD)
@@ -180,9 +191,13 @@ class CostModel:
 
     @classmethod
     def from_profile(cls, profile: CostProfile, n_max: int | None = None) -> "CostModel":
-        return cls(profile.key, n_max or profile.n_max, profile.main_batch_s, profile.context_position,
-                   profile.context_log_slope, profile.draft_step_s or None, profile.lookup_step_s,
-                   profile.learned_rounds)
+        model = cls(profile.key, n_max or profile.n_max, profile.main_batch_s, profile.context_position,
+                    profile.context_log_slope, profile.draft_step_s or None, profile.lookup_step_s,
+                    profile.learned_rounds)
+        if profile.measured is not None:  # a learned profile: the sizes never verified are still estimates
+            model._known[:] = False
+            model._known[[n for n in profile.measured if 1 <= n <= model.n_max]] = True
+        return model
 
     def _prior_log_times(self, sizes: np.ndarray, measured: Sequence[float] | None, position: int,
                          slope: float) -> np.ndarray:
@@ -233,7 +248,7 @@ class CostModel:
         return CostProfile(key=self.key, main_batch_s=self._bound(times) if bounded else times,
                            draft_step_s=self.draft_step_s or 0.0, lookup_step_s=self.lookup_step_s,
                            context_position=context, context_log_slope=self.context_slope,
-                           learned_rounds=self.rounds)
+                           learned_rounds=self.rounds, measured=[n for n in range(1, self.n_max + 1) if self._known[n]])
 
     def _bound(self, times: list[float]) -> list[float]:
         out, measured = list(times), 1
@@ -263,6 +278,20 @@ class CostModel:
         self.surprise += self.SURPRISE_RATE * (error - self.surprise) if self.rounds_now else error - self.surprise
         self.rounds += 1
         self.rounds_now += 1
+        if self.warm and self.rounds_now <= self.STALE_ROUNDS:
+            self._first_rounds.append((n, context, seconds))
+            if abs(self.surprise) > self.STALE:
+                self._start_over()
+
+    def _start_over(self) -> None:
+        """Drop the stored profile the first rounds contradicted: learn from the prior and those rounds."""
+        fresh = CostModel(self.key, self.n_max, draft_step_s=self.draft_step_s if self._draft_measured else None,
+                          lookup_step_s=self.lookup_step_s)
+        fresh._draft_measured = self._draft_measured
+        for n, context, seconds in self._first_rounds:
+            fresh.observe_main(n, context, seconds)
+        self.__dict__.update(fresh.__dict__)
+        self.stale = True
 
     def observe_draft(self, steps: float, seconds: float) -> None:
         """The draft model took ``seconds`` for work worth ``steps`` single-token steps."""

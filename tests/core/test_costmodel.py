@@ -131,6 +131,7 @@ def test_the_learned_profile_is_stored_and_starts_the_next_model_warm(tmp_path):
     store.save(costs.profile())
     warm = CostModel.from_profile(store.load({"pair": 1}))
     assert warm.warm and not warm.learning and warm.known(9) and warm.draft_step_s == pytest.approx(0.3 * STEP)
+    assert not warm.known(12)   # never verified: stored as an estimate, probed as one after the restart
     assert warm.rounds == 60 and warm.context_slope == pytest.approx(costs.context_slope)
     assert all(within(warm.main_batch(n, 1000), machine.main(n, 1000), 0.05) for n in (1, 5, 9, 16))
 
@@ -185,8 +186,8 @@ def test_the_policy_follows_a_machine_whose_speed_changes_mid_answer(clock):
 def test_a_warm_start_from_a_wrong_profile_is_corrected(clock):
     """Stored on a machine where batches were free (and everything half as fast), run where a batch
     costs a step per token and lookup's guesses are mostly wrong (sampled text): drafting does not
-    pay here. Learning, the policy is about as fast as the main model alone after 40 rounds; kept,
-    the stale profile makes it four times slower."""
+    pay here. The first round finds the profile stale and learning starts over; kept, the stale
+    profile makes the policy four times slower than the main model alone."""
     free = CostProfile(key={}, main_batch_s=[2 * STEP] * N_MAX)
     truth = SimulatedMachine(per_token=1.0)
     model = ReferenceModel(n_vocab=6, seed=4, sharpness=1.5)
@@ -197,14 +198,61 @@ def test_a_warm_start_from_a_wrong_profile_is_corrected(clock):
         gen = SpeculativeGeneration(main, model, PromptLookupDrafter(), policy,
                                     SamplingParams(temperature=1.0, seed=3, max_tokens=400))
         rounds = [e for e in gen.run([0, 1, 2, 3, 0, 1, 2, 3]) if isinstance(e, Round)]
-        assert sum(r.drafted for r in rounds[:10]) > 10                  # it believed the profile at first
+        assert name == "stale" or policy.costs.stale                       # twice as fast: not this machine
         late = rounds[-1].generated_total - rounds[39].generated_total
         speeds[name] = late / (rounds[-1].at_s - rounds[39].at_s) * STEP   # 1.0: the main model alone
     assert speeds["learning"] > 0.9 and speeds["stale"] < 0.5
     ctx = len(main.cached)
     learned = CostModel.from_profile(free)
     feed(learned, truth, [1, 1, 2, 4], ctx, 40)
-    assert all(within(learned.main_batch(n, ctx), truth.main(n, ctx)) for n in (1, 2, 4))
+    assert learned.stale and all(within(learned.main_batch(n, ctx), truth.main(n, ctx)) for n in (1, 2, 4))
+
+
+BUSY_PROFILE = CostProfile(  # stored while another program took one of two cores (as measured on one)
+    key={}, main_batch_s=[2.5 * STEP * (1 + 0.25 * (n - 1)) for n in range(1, N_MAX + 1)], draft_step_s=0.6 * STEP)
+
+
+def test_a_profile_stored_under_load_is_dropped_by_the_first_rounds_that_contradict_it():
+    """Under load every batch was 2.5 times slower and, the threads waiting on the busy core, a batch
+    of 17 cost 5 steps; quiet, a step is faster and a batch of 17 costs 9. The first round's batch
+    shows the profile is stale: the model starts over from the prior and that round, drops the stored
+    sizes and draft step, and says it is learning."""
+    quiet = SimulatedMachine(per_token=0.5)
+    costs = CostModel.from_profile(BUSY_PROFILE)
+    assert costs.warm and costs.known(17) and not costs.learning
+    costs.observe_main(1, 300, quiet.main(1, 300))
+    assert costs.stale and not costs.warm and costs.learning
+    assert not costs.known(17) and costs.known(1) and costs.draft_step_s is None
+    assert within(costs.main_batch(1, 300), quiet.main(1, 300))
+
+
+def test_a_profile_a_little_off_is_kept_and_corrected():
+    """A machine 20% slower than its profile (a laptop on battery) is the same machine: the profile stays."""
+    machine = SimulatedMachine(per_token=0.5)
+    machine.speed = 1.2
+    batches = [STEP * (1 + 0.5 * (n - 1)) for n in range(1, N_MAX + 1)]
+    costs = CostModel({}, N_MAX, batches, context_position=300, draft_step_s=0.3 * STEP)
+    feed(costs, machine, [1, 3, 1, 5], 300, 10)
+    assert not costs.stale and costs.warm and costs.known(17) and costs.draft_step_s == pytest.approx(0.3 * STEP)
+    assert all(within(costs.main_batch(n, 300), machine.main(n, 300)) for n in (1, 3, 5, 17))
+
+
+def test_a_stale_profile_loses_no_more_than_its_first_round_and_a_cold_starts_probes(clock):
+    """The busy machine's profile on the quiet one, where drafting does not pay (a batch costs a step
+    per token, sampled text): the whole answer takes at most the main model alone's time plus the
+    rounds before the profile was found stale and the cold start's probe bound."""
+    truth = SimulatedMachine(per_token=1.0)
+    model = ReferenceModel(n_vocab=6, seed=4, sharpness=1.5)
+    policy = AutoPolicy(AUTO, CostModel.from_profile(BUSY_PROFILE))
+    main = TimedSession(model, clock, truth.main)
+    gen = SpeculativeGeneration(main, model, PromptLookupDrafter(), policy,
+                                SamplingParams(temperature=1.0, seed=3, max_tokens=300))
+    events = list(gen.run([0, 1, 2, 3, 0, 1, 2, 3]))
+    rounds, summary = [e for e in events if isinstance(e, Round)], events[-1]
+    lost_before = sum(r.drafted - r.accepted for r in rounds[:CostModel.STALE_ROUNDS]) * STEP
+    alone = summary.generated_tokens * truth.main(1, 0)
+    assert summary.generation_s + summary.ttft_s <= alone + lost_before + (N_MAX - 1) * AutoPolicy.PROBE_LOSS * STEP + 1e-9
+    assert policy.costs.stale
 
 
 def test_a_cold_start_cannot_lose_more_than_its_probes(clock):
