@@ -128,10 +128,13 @@ class CostModel:
     Started from a stored profile (``from_profile``) the estimates are where that profile left them
     but loosely held. A profile the first rounds contradict by more than STALE (a factor of 1.5 either
     way) was measured while the machine was busier or quieter than now, and then its shape is wrong
-    too, not only its level: with one of two cores taken, a batch of 17 cost 5 single steps here
-    against 12 on the quiet machine, so the stale shape sends long drafts that lose. Such a profile is
+    too, not only its level: on a 2-core machine with one core taken, a batch of 17 cost 5 single
+    steps against 8.5 quiet (steps 2.6 times as long), so the stale shape sends long drafts that lose
+    (scripts/drift_bench.py's stale scenario: 0.82-0.86x on code prompts before). Such a profile is
     dropped (``stale``) and learning starts over from the prior, with the rounds seen so far, as a
-    fresh install would; its draft step goes too unless measured since.
+    fresh install would; its draft step goes too unless measured since. Until a round has been timed
+    the profile is ``unconfirmed``, and the policy's first round verifies no draft: a step of the main
+    model alone, which costs nothing against it and tells a stale profile before a long draft does.
 
     Without a profile the prior knows nothing about the machine's speed (the first round sets it)
     and guesses a CPU-like shape; the policy never risks much on that guess: it verifies a size never
@@ -234,6 +237,11 @@ class CostModel:
     def known(self, n: int) -> bool:
         """Whether a main-model batch of ``n`` was measured (here or in the stored profile)."""
         return n <= self.n_max and bool(self._known[n])
+
+    @property
+    def unconfirmed(self) -> bool:
+        """A stored profile no round has timed yet: it may be stale (see the class notes)."""
+        return self.warm and not self.rounds_now
 
     @property
     def learning(self) -> bool:

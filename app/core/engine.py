@@ -178,6 +178,11 @@ class Engine:
             self._costs = CostModel.from_profile(stored, n_max) if stored else CostModel(key, n_max)
         return self._costs
 
+    def use_cost_model(self, costs: CostModel) -> None:
+        """Answer with ``costs`` from now on (it goes on learning): a measurement can take turns between
+        two starting points on one engine (scripts/drift_bench.py's stale scenario)."""
+        self._costs = costs
+
     def forget_costs(self) -> None:
         """Drop what was learned; the next answer starts from the stored profile or the prior."""
         self._costs = None

@@ -325,6 +325,8 @@ class AutoPolicy:
             self._model_parked = True  # it only falls further behind from here
         if source == MODEL and (self._model_parked or not self._model_can_pay):
             return 0
+        if self.learns and self.costs.unconfirmed:
+            return 0  # the stored profile's first round: a step of the main model alone times it
         if self._wait[source] > 0:
             self._wait[source] -= 1
             return 0

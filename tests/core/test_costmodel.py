@@ -237,6 +237,19 @@ def test_a_profile_a_little_off_is_kept_and_corrected():
     assert all(within(costs.main_batch(n, 300), machine.main(n, 300)) for n in (1, 3, 5, 17))
 
 
+def test_the_first_round_from_a_stored_profile_verifies_no_draft():
+    """A stored profile is unconfirmed until a round has been timed: that round is a step of the main
+    model alone, so a stale profile is found before it sends a draft; then drafting goes on."""
+    machine = SimulatedMachine(per_token=0.1)
+    costs = CostModel({}, N_MAX, [machine.main(n, 0) for n in range(1, N_MAX + 1)], draft_step_s=0.2 * STEP)
+    policy = AutoPolicy(AUTO, costs)
+    assert costs.unconfirmed and policy.may_draft(MODEL)            # the draft model reads the prompt
+    assert policy.draft_length(LOOKUP) == 0 and policy.draft_length(MODEL) == 0
+    policy.observe(Draft(), 0, draft_s=0.0, verify_s=machine.main(1, 100), context=100)
+    assert not costs.unconfirmed and not costs.stale
+    assert policy.draft_length(LOOKUP) == N_MAX - 1 and policy.draft_length(MODEL) == N_MAX - 1
+
+
 def test_a_stale_profile_loses_no_more_than_its_first_round_and_a_cold_starts_probes(clock):
     """The busy machine's profile on the quiet one, where drafting does not pay (a batch costs a step
     per token, sampled text): the whole answer takes at most the main model alone's time plus the

@@ -76,4 +76,7 @@ def test_drift_bench_runs_its_three_scenarios(tiny_models, tmp_path):
     results = json.loads((tmp_path / "d.json").read_text())
     assert [r["prompt"] for r in results["fresh"]["rows"]] == ["edit-0", "edit-1"]
     assert all(r["cost_rounds"] > 0 for r in results["fresh"]["rows"])
-    assert results["stale"]["from_busy"] and results["load"]["after"]
+    stale = results["stale"]
+    assert [r["prompt"] for r in stale["rows"]] == ["edit-0", "edit-1"] and stale["ratio"] > 0
+    assert all(len(r["tps"]["busy"]) == len(r["tps"]["quiet"]) == len(r["tps"]["alone"]) == 2 for r in stale["rows"])
+    assert results["load"]["after"]
