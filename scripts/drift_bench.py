@@ -15,7 +15,9 @@ stale  A profile calibrated while another process keeps one core busy, then, on 
        to prompt as a bench started from it would: per prompt and repeat, the main model alone, then
        the two speculative runs back to back (their order alternating), so the ratio of the two is
        paired in time (on a shared machine the speed of separate benches minutes apart differs by more
-       than 3%). Target: the median ratio over prompts within 3% (>= 0.97).
+       than 3%). A third start from the correct profile is the A/A control: its ratio to the second
+       is what the machine's noise alone reads in the same run. Target: the median ratio over prompts
+       within 3% (>= 0.97).
 load   A bench during which a CPU-bound process starts half-way through the prompts: the median
        speedup before and after it starts. Target: no slower than the main model alone (>= 1.0x) in
        both halves.
@@ -119,33 +121,37 @@ def stale(engine: Engine, prompts, args, speculation, root: Path) -> dict:
     use_store(engine, root / "quiet")
     quiet_profile = engine.cost_profile(n_max, recalibrate=True)
     engine.profile_store = None  # the two starts learn in memory, neither overwrites the other
-    starts = {"busy": CostModel.from_profile(busy_profile, n_max), "quiet": CostModel.from_profile(quiet_profile, n_max)}
+    starts = {"busy": CostModel.from_profile(busy_profile, n_max), "quiet": CostModel.from_profile(quiet_profile, n_max),
+              "control": CostModel.from_profile(quiet_profile, n_max)}
+    orders = [("busy", "quiet", "control"), ("quiet", "control", "busy"), ("control", "busy", "quiet")]
     rows = []
     for prompt_id, messages in prompts:
         tokens = engine.tokenize_messages(messages)
-        tps: dict[str, list[float]] = {"alone": [], "busy": [], "quiet": []}
-        drafted = {"busy": 0, "quiet": 0}
+        tps: dict[str, list[float]] = {"alone": [], "busy": [], "quiet": [], "control": []}
+        drafted = {"busy": 0, "quiet": 0, "control": 0}
         for rep in range(args.repeat):
             tps["alone"].append(greedy_run(engine, tokens, "none", args.n_predict, speculation).generation_tps)
-            for name in ("busy", "quiet") if rep % 2 == 0 else ("quiet", "busy"):
+            for name in orders[(len(rows) + rep) % len(orders)]:
                 engine.use_cost_model(starts[name])
                 summary = greedy_run(engine, tokens, args.drafter, args.n_predict, speculation)
                 tps[name].append(summary.generation_tps)
                 drafted[name] += summary.drafted
         ratio = statistics.median(b / q for b, q in zip(tps["busy"], tps["quiet"]))
-        row = dict(prompt=prompt_id, tps=tps, drafted=drafted, ratio=ratio,
+        control = statistics.median(c / q for c, q in zip(tps["control"], tps["quiet"]))
+        row = dict(prompt=prompt_id, tps=tps, drafted=drafted, ratio=ratio, control_ratio=control,
                    from_busy=statistics.median(b / a for a, b in zip(tps["alone"], tps["busy"])),
                    from_quiet=statistics.median(q / a for a, q in zip(tps["alone"], tps["quiet"])))
         rows.append(row)
         print(f"  {prompt_id}: from busy {row['from_busy']:.2f}x, from quiet {row['from_quiet']:.2f}x, "
-              f"ratio {ratio:.3f}", file=sys.stderr, flush=True)
+              f"ratio {ratio:.3f} (control {control:.3f})", file=sys.stderr, flush=True)
     return dict(n_max=n_max, busy_step_s=busy_profile.main_batch_s[0], quiet_step_s=quiet_profile.main_batch_s[0],
                 busy_shape=busy_profile.main_batch_s[-1] / busy_profile.main_batch_s[0],
                 quiet_shape=quiet_profile.main_batch_s[-1] / quiet_profile.main_batch_s[0],
                 busy_found_stale=starts["busy"].stale, quiet_found_stale=starts["quiet"].stale, rows=rows,
                 median_from_busy=statistics.median(r["from_busy"] for r in rows),
                 median_from_quiet=statistics.median(r["from_quiet"] for r in rows),
-                ratio=statistics.median(r["ratio"] for r in rows))
+                ratio=statistics.median(r["ratio"] for r in rows),
+                control_ratio=statistics.median(r["control_ratio"] for r in rows))
 
 
 def load(engine: Engine, prompts, args, speculation, root: Path) -> dict:
@@ -174,12 +180,13 @@ def table(results: dict) -> str:
                   f"in the profiles: main step busy {1000 * s['busy_step_s']:.1f} ms, quiet {1000 * s['quiet_step_s']:.1f} ms; "
                   f"batch of {s['n_max']} busy {s['busy_shape']:.2f} steps, quiet {s['quiet_shape']:.2f}; "
                   f"found stale: busy {s['busy_found_stale']}, quiet {s['quiet_found_stale']}",
-                  f"{'prompt':10s} {'from busy':>9s} {'from quiet':>10s} {'busy/quiet':>10s} {'drafted':>9s}"]
+                  f"{'prompt':10s} {'from busy':>9s} {'from quiet':>10s} {'busy/quiet':>10s} {'A/A':>6s} {'drafted b/q/c':>14s}"]
         for r in s["rows"]:
+            d = r["drafted"]
             lines.append(f"{r['prompt']:10s} {r['from_busy']:8.2f}x {r['from_quiet']:9.2f}x {r['ratio']:10.3f} "
-                         f"{r['drafted']['busy']:4d}/{r['drafted']['quiet']:<4d}")
+                         f"{r['control_ratio']:6.3f} {d['busy']:>5d}/{d['quiet']}/{d['control']}")
         lines += [f"median {s['median_from_busy']:.2f}x vs {s['median_from_quiet']:.2f}x; median paired ratio "
-                  f"{s['ratio']:.3f} (target >= 0.97)", ""]
+                  f"{s['ratio']:.3f} (target >= 0.97); the A/A control reads {s['control_ratio']:.3f}", ""]
     if "load" in results:
         s = results["load"]
         lines += ["a CPU-bound process starts half-way", f"{'prompt':10s} {'speedup':>8s}"]
