@@ -126,15 +126,17 @@ class CostModel:
     The draft model's step is followed apart (``observe_draft``): unknown (None) until measured.
 
     Started from a stored profile (``from_profile``) the estimates are where that profile left them
-    but loosely held. A profile the first rounds contradict by more than STALE (a factor of 1.5 either
-    way) was measured while the machine was busier or quieter than now, and then its shape is wrong
+    but loosely held. A profile the first STALE_ROUNDS rounds contradict by more than STALE (a factor
+    of 1.5 either way, the median of their times against the stored ones, so that one slow first
+    decode does not count) was measured while the machine was busier or quieter than now, and then
+    its shape is wrong
     too, not only its level: on a 2-core machine with one core taken, a batch of 17 cost 5 single
     steps against 8.5 quiet (steps 2.6 times as long), so the stale shape sends long drafts that lose
     (scripts/drift_bench.py's stale scenario: 0.82-0.86x on code prompts before). Such a profile is
     dropped (``stale``) and learning starts over from the prior, with the rounds seen so far, as a
-    fresh install would; its draft step goes too unless measured since. Until a round has been timed
-    the profile is ``unconfirmed``, and the policy's first round verifies no draft: a step of the main
-    model alone, which costs nothing against it and tells a stale profile before a long draft does.
+    fresh install would; its draft step goes too unless measured since. Until those rounds have been
+    timed the profile is ``unconfirmed``, and the policy verifies no draft: steps of the main model
+    alone, which cost nothing against it and tell a stale profile before a long draft does.
 
     Without a profile the prior knows nothing about the machine's speed (the first round sets it)
     and guesses a CPU-like shape; the policy never risks much on that guess: it verifies a size never
@@ -181,6 +183,7 @@ class CostModel:
             (self.PRIOR_LEVEL_SD, self.PRIOR_SHAPE_SD)
         sizes = self._sizes = np.arange(1, n_max + 1)
         self._theta = np.append(self._prior_log_times(sizes, main_batch_s, context_position, slope), slope)
+        self._stored = self._theta.copy()   # what the stored profile says, to judge the first rounds by
         distance = np.abs(sizes[:, None] - sizes[None, :])
         cov = np.zeros((n_max + 1, n_max + 1))
         cov[:n_max, :n_max] = level_sd ** 2 + shape_sd ** 2 * np.exp(-distance / self.SHAPE_LENGTH)
@@ -241,7 +244,7 @@ class CostModel:
     @property
     def unconfirmed(self) -> bool:
         """A stored profile no round has timed yet: it may be stale (see the class notes)."""
-        return self.warm and not self.rounds_now
+        return self.warm and self.rounds_now < self.STALE_ROUNDS
 
     @property
     def learning(self) -> bool:
@@ -288,8 +291,13 @@ class CostModel:
         self.rounds_now += 1
         if self.warm and self.rounds_now <= self.STALE_ROUNDS:
             self._first_rounds.append((n, context, seconds))
-            if abs(self.surprise) > self.STALE:
+            if self.rounds_now == self.STALE_ROUNDS and abs(self._off_stored()) > self.STALE:
                 self._start_over()
+
+    def _off_stored(self) -> float:
+        """The median over the first rounds of log(measured / what the stored profile said)."""
+        return statistics.median(math.log(seconds) - float(self._stored[n - 1] + context / 1000 * self._stored[-1])
+                                 for n, context, seconds in self._first_rounds)
 
     def _start_over(self) -> None:
         """Drop the stored profile the first rounds contradicted: learn from the prior and those rounds."""

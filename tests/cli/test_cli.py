@@ -46,7 +46,9 @@ def test_a_first_auto_answer_learns_the_machine_instead_of_calibrating(tiny_mode
     stored = list((tmp_path / "data" / "cache" / "profiles").glob("*.json"))
     assert len(stored) == 1 and json.loads(stored[0].read_text())["learned_rounds"] == s["rounds"]
     second = json.loads(quickdraft(*args, tmp_path=tmp_path).stdout)   # starts warm from what the first learned
-    assert json.loads(stored[0].read_text())["learned_rounds"] == s["rounds"] + second["rounds"]
+    # ... and goes on from it; or, when its first rounds ran 1.5x off it (a tiny model's millisecond
+    # batches under a busy test run can), drops it as stale and learns again from those rounds
+    assert json.loads(stored[0].read_text())["learned_rounds"] in (s["rounds"] + second["rounds"], second["rounds"])
 
 
 def test_generate_from_a_messages_file_with_sampling(tiny_models, tmp_path):
