@@ -13,7 +13,7 @@ stale  A profile calibrated while another process keeps one core busy, then, on 
        bench started from it against a bench started from a profile calibrated quietly (a correct one).
        The two take turns on one engine, each with its own cost model that goes on learning from prompt
        to prompt as a bench started from it would: per prompt and repeat, the main model alone, then
-       the two speculative runs back to back (their order alternating), so the ratio of the two is
+       the speculative runs back to back (their order rotating), so the ratio of the two is
        paired in time (on a shared machine the speed of separate benches minutes apart differs by more
        than 3%). A third start from the correct profile is the A/A control: its ratio to the second
        is what the machine's noise alone reads in the same run. Target: the median ratio over prompts
@@ -123,27 +123,12 @@ def stale(engine: Engine, prompts, args, speculation, root: Path) -> dict:
     engine.profile_store = None  # the two starts learn in memory, neither overwrites the other
     starts = {"busy": CostModel.from_profile(busy_profile, n_max), "quiet": CostModel.from_profile(quiet_profile, n_max),
               "control": CostModel.from_profile(quiet_profile, n_max)}
-    orders = [("busy", "quiet", "control"), ("quiet", "control", "busy"), ("control", "busy", "quiet")]
     rows = []
     for prompt_id, messages in prompts:
-        tokens = engine.tokenize_messages(messages)
-        tps: dict[str, list[float]] = {"alone": [], "busy": [], "quiet": [], "control": []}
-        drafted = {"busy": 0, "quiet": 0, "control": 0}
-        for rep in range(args.repeat):
-            tps["alone"].append(greedy_run(engine, tokens, "none", args.n_predict, speculation).generation_tps)
-            for name in orders[(len(rows) + rep) % len(orders)]:
-                engine.use_cost_model(starts[name])
-                summary = greedy_run(engine, tokens, args.drafter, args.n_predict, speculation)
-                tps[name].append(summary.generation_tps)
-                drafted[name] += summary.drafted
-        ratio = statistics.median(b / q for b, q in zip(tps["busy"], tps["quiet"]))
-        control = statistics.median(c / q for c, q in zip(tps["control"], tps["quiet"]))
-        row = dict(prompt=prompt_id, tps=tps, drafted=drafted, ratio=ratio, control_ratio=control,
-                   from_busy=statistics.median(b / a for a, b in zip(tps["alone"], tps["busy"])),
-                   from_quiet=statistics.median(q / a for a, q in zip(tps["alone"], tps["quiet"])))
+        row = take_turns(engine, prompt_id, engine.tokenize_messages(messages), starts, len(rows), args, speculation)
         rows.append(row)
         print(f"  {prompt_id}: from busy {row['from_busy']:.2f}x, from quiet {row['from_quiet']:.2f}x, "
-              f"ratio {ratio:.3f} (control {control:.3f})", file=sys.stderr, flush=True)
+              f"ratio {row['ratio']:.3f} (control {row['control_ratio']:.3f})", file=sys.stderr, flush=True)
     return dict(n_max=n_max, busy_step_s=busy_profile.main_batch_s[0], quiet_step_s=quiet_profile.main_batch_s[0],
                 busy_shape=busy_profile.main_batch_s[-1] / busy_profile.main_batch_s[0],
                 quiet_shape=quiet_profile.main_batch_s[-1] / quiet_profile.main_batch_s[0],
@@ -152,6 +137,31 @@ def stale(engine: Engine, prompts, args, speculation, root: Path) -> dict:
                 median_from_quiet=statistics.median(r["from_quiet"] for r in rows),
                 ratio=statistics.median(r["ratio"] for r in rows),
                 control_ratio=statistics.median(r["control_ratio"] for r in rows))
+
+
+ORDERS = [("busy", "quiet", "control"), ("quiet", "control", "busy"), ("control", "busy", "quiet")]
+
+
+def take_turns(engine: Engine, prompt_id: str, tokens: list[int], starts: dict[str, CostModel], turn: int,
+               args, speculation) -> dict:
+    """One prompt of the stale scenario: per repeat the main model alone, then a run from each start
+    (each start's cost model going on learning), in an order that rotates from prompt to prompt."""
+    tps: dict[str, list[float]] = {"alone": [], **{name: [] for name in starts}}
+    drafted = {name: 0 for name in starts}
+    for rep in range(args.repeat):
+        tps["alone"].append(greedy_run(engine, tokens, "none", args.n_predict, speculation).generation_tps)
+        for name in ORDERS[(turn + rep) % len(ORDERS)]:
+            engine.use_cost_model(starts[name])
+            summary = greedy_run(engine, tokens, args.drafter, args.n_predict, speculation)
+            tps[name].append(summary.generation_tps)
+            drafted[name] += summary.drafted
+
+    def paired(a: str, b: str) -> float:
+        return statistics.median(y / x for x, y in zip(tps[a], tps[b]))
+
+    return dict(prompt=prompt_id, tps=tps, drafted=drafted, ratio=paired("quiet", "busy"),
+                control_ratio=paired("quiet", "control"), from_busy=paired("alone", "busy"),
+                from_quiet=paired("alone", "quiet"))
 
 
 def load(engine: Engine, prompts, args, speculation, root: Path) -> dict:
