@@ -186,7 +186,7 @@ def test_the_policy_follows_a_machine_whose_speed_changes_mid_answer(clock):
 def test_a_warm_start_from_a_wrong_profile_is_corrected(clock):
     """Stored on a machine where batches were free (and everything half as fast), run where a batch
     costs a step per token and lookup's guesses are mostly wrong (sampled text): drafting does not
-    pay here. The first round finds the profile stale and learning starts over; kept, the stale
+    pay here. The first rounds find the profile stale and learning starts over; kept, the stale
     profile makes the policy four times slower than the main model alone."""
     free = CostProfile(key={}, main_batch_s=[2 * STEP] * N_MAX)
     truth = SimulatedMachine(per_token=1.0)
