@@ -166,7 +166,8 @@ class CostModel:
 
     def __init__(self, key: dict, n_max: int, main_batch_s: Sequence[float] | None = None,
                  context_position: int = 0, context_slope: float | None = None,
-                 draft_step_s: float | None = None, lookup_step_s: float = LOOKUP_STEP_S, learned_rounds: int = 0):
+                 draft_step_s: float | None = None, lookup_step_s: float = LOOKUP_STEP_S, learned_rounds: int = 0,
+                 measured: Sequence[int] | None = None):
         self.key = key
         self.n_max = n_max
         self.lookup_step_s = lookup_step_s
@@ -190,20 +191,17 @@ class CostModel:
         cov[n_max, n_max] = self.CONTEXT_SD ** 2
         self._cov = cov
         self._known = np.zeros(n_max + 1, dtype=bool)   # [n]: a batch of n was measured (index 0 unused)
-        if self.warm:
-            self._known[1:min(n_max, len(main_batch_s)) + 1] = True
+        if self.warm:  # the sizes the stored profile measured (None: every size it has, as calibrate)
+            sizes_stored = range(1, min(n_max, len(main_batch_s)) + 1) if measured is None else measured
+            self._known[[n for n in sizes_stored if 1 <= n <= n_max]] = True
         self._noise = np.diag(np.append(np.full(n_max, self.Q_SHAPE), self.Q_CONTEXT))
         self._noise[:n_max, :n_max] += self.Q_SPEED
 
     @classmethod
     def from_profile(cls, profile: CostProfile, n_max: int | None = None) -> "CostModel":
-        model = cls(profile.key, n_max or profile.n_max, profile.main_batch_s, profile.context_position,
-                    profile.context_log_slope, profile.draft_step_s or None, profile.lookup_step_s,
-                    profile.learned_rounds)
-        if profile.measured is not None:  # a learned profile: the sizes never verified are still estimates
-            model._known[:] = False
-            model._known[[n for n in profile.measured if 1 <= n <= model.n_max]] = True
-        return model
+        return cls(profile.key, n_max or profile.n_max, profile.main_batch_s, profile.context_position,
+                   profile.context_log_slope, profile.draft_step_s or None, profile.lookup_step_s,
+                   profile.learned_rounds, profile.measured)
 
     def _prior_log_times(self, sizes: np.ndarray, measured: Sequence[float] | None, position: int,
                          slope: float) -> np.ndarray:
