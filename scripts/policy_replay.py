@@ -18,6 +18,10 @@ another machine replays what the policy would do there.
 how many of lookup's proposed tokens will be accepted and drafts exactly the length that finishes the
 answer soonest (dynamic programming over the answer). No policy can beat it with this drafter. `replay`
 prints each prompt's fraction of that bound too ("of bound"), and its median per category.
+`replay --rates traces` gives the policy the traces' own acceptance rates per bucket from the start
+instead of learning them: it knows how often a kind of drafted token is right, not which ones will be,
+so what separates it from the bound is foresight, and what separates the learned policy from it is
+learning.
 
 The machine can drift: `--drift 2x@50%` makes every cost twice the profile's from half-way through the
 replayed tokens on (another program taking a core). The policy then learns its costs from the rounds
@@ -51,7 +55,7 @@ from app.core.costmodel import CostModel, CostProfile, round_robin_medians  # no
 from app.core.drafters import (Draft, DraftModelDrafter, Drafter, LookupThenModelDrafter,  # noqa: E402
                                PromptLookupDrafter)
 from app.core.params import DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams  # noqa: E402
-from app.core.policy import AcceptanceModel, make_policy  # noqa: E402
+from app.core.policy import LOOKUP, MODEL, AcceptanceModel, LookupMatch, make_policy  # noqa: E402
 from app.core.sampling import Sampler, top_probability  # noqa: E402
 
 
@@ -265,7 +269,8 @@ def load(args: argparse.Namespace) -> tuple[list[dict], dict[int, float], CostPr
 def replay(args: argparse.Namespace) -> int:
     traces, catch_up, profile = load(args)
     params = SpeculationParams(draft_max=args.draft_max, policy=args.policy)
-    acceptance = AcceptanceModel()  # one per replay, as the engine keeps one while it is loaded
+    # one per replay, as the engine keeps one while it is loaded
+    acceptance = TraceRates(traces) if args.rates == "traces" else AcceptanceModel()
     factor, at = parse_drift(args.drift)
     total = sum(len(t["tokens"]) for t in traces)
     machine = Machine(profile, total, factor, at)
@@ -304,6 +309,49 @@ def bound(args: argparse.Namespace) -> int:
         print(f"{trace['id']:10s} {speedups[trace['id']]:7.2f}x")
     _print_summary(speedups)
     return 0
+
+
+class TraceRates(AcceptanceModel):
+    """The traces' own acceptance rates, bucket by bucket, known from the first round and never
+    updated: what the policy does when it knows how often each kind of drafted token is right (in
+    sample), though not which ones will be. The lookup bound knows which; the gap between the two is
+    information no causal policy has. A policy's fraction of this one's speedup is how close its
+    learned acceptance comes to rates it could at best learn."""
+
+    def __init__(self, traces: list[dict]):
+        super().__init__()
+        counts: dict[tuple, list[int]] = {}
+        for trace in traces:
+            for key, right in _drafted_outcomes(trace):
+                tally = counts.setdefault(key, [0, 0])
+                tally[0] += right
+                tally[1] += 1
+        self.rates = {key: accepted / tried for key, (accepted, tried) in counts.items()}
+
+    def chance(self, source: str, n: int, score) -> float:
+        key = self.bucket(source, n, score)
+        return self.rates.get(key, self.prior(key))
+
+    def update(self, source: str, n: int, score, accepted: bool) -> None:
+        pass
+
+
+def _drafted_outcomes(trace: dict):
+    """(bucket, right) of every token a drafter could draft along the answer: each position's lookup
+    proposal up to its first wrong token, and the draft model's guess at each position."""
+    prompt, answer = trace["prompt"], trace["tokens"]
+    lookup = PromptLookupDrafter()
+    lookup.prepare(prompt, None)
+    for done in range(1, len(answer)):
+        n, end = lookup._longest_match(prompt + answer[:done])
+        if n:
+            proposal = (prompt + answer[:done])[end:end + lookup.ngram_max]
+            right = right_prefix(proposal, answer, done)
+            match = LookupMatch(n, in_prompt=end < len(prompt))
+            for i in range(min(right + 1, len(proposal))):
+                yield AcceptanceModel.bucket(LOOKUP, i, match), i < right
+    for guess, p, token in zip(trace["draft_tokens"], trace["draft_p"], answer):
+        yield AcceptanceModel.bucket(MODEL, 0, p), guess == token
 
 
 def lookup_bound(trace: dict, machine: Machine, draft_max: int, start: int = 0) -> float:
@@ -363,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--learn", action="store_true", help="the policy learns the costs from the rounds (as the app)")
     rep.add_argument("--drift", help="the machine's costs change by a factor part-way: FACTORx@PERCENT%%, e.g. 2x@50%%")
     rep.add_argument("--cold", action="store_true", help="learn from the prior, not the profile (a fresh install)")
+    rep.add_argument("--rates", choices=["learned", "traces"], default="learned",
+                     help="the acceptance the policy drafts by: learned as the app does, or the traces' own "
+                          "rates per bucket, known from the start (an upper reference for the learned ones)")
     rep.add_argument("--start-from", help="learn from this stored profile instead (a stale warm start: e.g. one "
                      "calibrated while another program kept a core busy)")
     top = sub.add_parser("bound", help="the best prompt lookup could do, knowing what will be accepted")

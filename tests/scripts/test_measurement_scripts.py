@@ -101,3 +101,38 @@ def test_drift_bench_runs_its_three_scenarios(tiny_models, tmp_path):
     assert [r["prompt"] for r in stale["rows"]] == ["edit-0", "edit-1"] and stale["ratio"] > 0
     assert all(len(r["tps"]["busy"]) == len(r["tps"]["quiet"]) == len(r["tps"]["alone"]) == 2 for r in stale["rows"])
     assert results["load"]["after"]
+
+
+def test_trace_rates_count_each_drafted_token_up_to_the_first_wrong_one():
+    """The in-sample rates the `--rates traces` reference drafts by: every position's lookup proposal
+    counted up to its first wrong token (the ones after it are never verified), and every guess of
+    the draft model, bucketed as the policy buckets them."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from policy_replay import TraceRates
+
+    from app.core.policy import LOOKUP, MODEL, LookupMatch
+
+    # answer 5 6 7 1: at 1 token the prompt's "5" proposes 6 7 8 9 (two right), at 2 tokens "5 6"
+    # proposes 7 8 9 (one right), at 3 tokens "5 6 7" proposes 8 9 (none right)
+    trace = dict(prompt=[5, 6, 7, 8, 9], tokens=[5, 6, 7, 1], draft_tokens=[5, 6, 2, 1], draft_p=[0.95, 0.93, 0.42, 0.47])
+    rates = TraceRates([trace])
+    assert rates.chance(LOOKUP, 0, LookupMatch(1, in_prompt=True)) == 1.0
+    assert rates.chance(LOOKUP, 1, LookupMatch(1, in_prompt=True)) == 0.5   # 7 right, then 8 wrong
+    assert rates.chance(LOOKUP, 0, LookupMatch(2, in_prompt=True)) == 1.0
+    assert rates.chance(LOOKUP, 1, LookupMatch(2, in_prompt=True)) == 0.0
+    assert rates.chance(LOOKUP, 0, LookupMatch(3, in_prompt=True)) == 0.0
+    assert rates.chance(MODEL, 0, 0.94) == 1.0 and rates.chance(MODEL, 3, 0.45) == 0.5
+    rates.update(LOOKUP, 0, LookupMatch(3, in_prompt=True), True)   # known from the start, never learned
+    assert rates.chance(LOOKUP, 0, LookupMatch(3, in_prompt=True)) == 0.0
+
+
+def test_replay_with_the_traces_own_rates_prints_its_fractions_of_the_bound():
+    traces = ROOT / "scripts/gpu/data/qwen2.5-coder-1.5b+0.5b-traces.json"
+    profile = ROOT / "tests/scripts/cpu-2core-epyc-quiet-profile.json"
+    only = ("--only", "edit-1", "edit-3", "code-1")
+    known = script("scripts/policy_replay.py", "replay", str(traces), str(profile), "--drafter", "lookup",
+                   "--rates", "traces", *only)
+    learned = script("scripts/policy_replay.py", "replay", str(traces), str(profile), "--drafter", "lookup", *only)
+    fractions = [line for line in (known, learned) for line in line.splitlines() if "of the lookup bound" in line]
+    assert len(fractions) == 2 and all("edit" in line and "code" in line for line in fractions)
+    assert known != learned  # the rates change what is drafted
