@@ -21,8 +21,26 @@ def assistant_messages(window):
     return [m for m in window.controller.store.messages(window.controller.conversation_id) if m.role == "assistant"]
 
 
-def test_send_streams_the_answer_and_feeds_stats_and_charts(loaded_window, qtbot):
+def paced(monkeypatch, seconds_per_token: float) -> None:
+    """The engine yields its tokens no faster than a real model would: the tiny one makes 600 in
+    50 ms on a fast machine, less than one repaint of the window."""
+    from app.core.engine import Engine
+    from app.core.events import TokenPiece
+
+    generate = Engine.generate
+
+    def paced_generate(self, *args, **kwargs):
+        for event in generate(self, *args, **kwargs):
+            if isinstance(event, TokenPiece):
+                time.sleep(seconds_per_token * len(event.token_ids))
+            yield event
+
+    monkeypatch.setattr(Engine, "generate", paced_generate)
+
+
+def test_send_streams_the_answer_and_feeds_stats_and_charts(loaded_window, qtbot, monkeypatch):
     window = loaded_window
+    paced(monkeypatch, 0.002)
     window.settings_panel.set_value("max_tokens", 600)
     batches = []
     window.controller.worker.batch.connect(lambda batch: batches.append(len(batch.events)))

@@ -15,7 +15,8 @@ import pytest
 from .conftest import greedy_text, serving
 
 MESSAGES = [{"role": "user", "content": "the cat is on the mat and the dog is in the house"}]
-# the tiny main model answers this greedily with about 1,900 tokens (seconds) before its end token
+# the tiny main model answers this greedily with 460 to 1,900 tokens before its end token (which
+# depends on the CPU's arithmetic), in 50 ms on a fast machine: ``held`` keeps it running
 LONG = {"messages": [{"role": "user", "content": "the house is in the"}], "temperature": 0, "max_tokens": 1800,
         "stream": True}
 SHORT = {"messages": MESSAGES, "temperature": 0, "max_tokens": 8}
@@ -36,7 +37,27 @@ def wait_until(condition, timeout=10.0) -> float:
     return time.perf_counter() - start
 
 
-def test_a_client_that_disconnects_cancels_its_generation_at_once(served):
+@pytest.fixture
+def held(monkeypatch):
+    """LONG's generation, once it has sent its first pieces, waits until the test ends or its client
+    leaves, as a long answer would still be running: the test decides how long it runs, not the CPU."""
+    from app.core.engine import Engine
+
+    release, generate = threading.Event(), Engine.generate
+
+    def held_generate(self, *args, sampling, cancel=None, **kwargs):
+        for i, event in enumerate(generate(self, *args, sampling=sampling, cancel=cancel, **kwargs)):
+            yield event
+            if i == 2 and sampling.max_tokens == LONG["max_tokens"]:
+                while not release.wait(0.005) and not (cancel and cancel.is_set()):
+                    pass
+
+    monkeypatch.setattr(Engine, "generate", held_generate)
+    yield
+    release.set()
+
+
+def test_a_client_that_disconnects_cancels_its_generation_at_once(served, held):
     before = cancelled(served.url)
     with httpx.stream("POST", served.url + "/v1/chat/completions", json=LONG) as response:
         lines = response.iter_lines()
@@ -67,7 +88,7 @@ def post_quietly(url: str, timeout: float) -> None:
         pass
 
 
-def test_a_waiting_client_that_leaves_frees_its_place(tiny_models):
+def test_a_waiting_client_that_leaves_frees_its_place(tiny_models, held):
     with serving(tiny_models.main, max_waiting=1) as s:
         with one_running_one_waiting(s, waiter_timeout=0.5) as waiter:
             waiter.join()  # its client gave up while it waited
@@ -75,7 +96,7 @@ def test_a_waiting_client_that_leaves_frees_its_place(tiny_models):
             assert s.worker.processing == 1
 
 
-def test_a_full_queue_answers_429_with_retry_after(tiny_models):
+def test_a_full_queue_answers_429_with_retry_after(tiny_models, held):
     with serving(tiny_models.main, max_waiting=1) as s:
         with one_running_one_waiting(s, waiter_timeout=5):
             refused = httpx.post(s.url + "/v1/chat/completions", json=LONG)
