@@ -140,7 +140,7 @@ class CostModel:
 
     Without a profile the prior knows nothing about the machine's speed (the first round sets it)
     and guesses a CPU-like shape; the policy never risks much on that guess: it verifies a size never
-    measured only as a bounded probe and asks the draft model only on ``profile(bounded=True)``.
+    measured only as a bounded probe and asks the draft model only on ``profile(unmeasured="most")``.
     """
 
     R = 0.02              # variance of one round's log time around the model (about 14% noise)
@@ -249,23 +249,27 @@ class CostModel:
         """Still learning: a cold start's first rounds, or recent rounds off what was expected."""
         return (not self.warm and self.rounds < self.COLD_ROUNDS) or abs(self.surprise) > self.SURPRISE_LEARNING
 
-    def profile(self, context: int = REFERENCE_CONTEXT, bounded: bool = False) -> CostProfile:
+    def profile(self, context: int = REFERENCE_CONTEXT, unmeasured: str = "estimate") -> CostProfile:
         """The estimates as a profile at ``context``: what the policy decides with, and what is stored.
-        ``bounded``: a size never measured at the most it can cost instead: the largest smaller size
-        measured plus one step per extra token (llama.cpp could decode the batch in those pieces)."""
+        ``unmeasured``: what a size never measured costs in it: "estimate", read off the measured sizes
+        around it; "most", the largest smaller size measured plus one step per extra token (llama.cpp
+        could decode the batch in those pieces); "least", what the largest smaller size measured costs
+        (a bigger batch never costs less)."""
         times = self._times(context)
-        return CostProfile(key=self.key, main_batch_s=self._bound(times) if bounded else times,
+        if unmeasured != "estimate":
+            times = self._fill_unmeasured(times, per_extra_token=times[0] if unmeasured == "most" else 0.0)
+        return CostProfile(key=self.key, main_batch_s=times,
                            draft_step_s=self.draft_step_s or 0.0, lookup_step_s=self.lookup_step_s,
                            context_position=context, context_log_slope=self.context_slope,
                            learned_rounds=self.rounds, measured=[n for n in range(1, self.n_max + 1) if self._known[n]])
 
-    def _bound(self, times: list[float]) -> list[float]:
+    def _fill_unmeasured(self, times: list[float], per_extra_token: float) -> list[float]:
         out, measured = list(times), 1
         for n in range(2, self.n_max + 1):
             if self._known[n]:
                 measured = n
             else:
-                out[n - 1] = times[measured - 1] + (n - measured) * times[0]
+                out[n - 1] = times[measured - 1] + (n - measured) * per_extra_token
         return out
 
     # -- learning -----------------------------------------------------------------------------------

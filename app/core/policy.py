@@ -242,7 +242,8 @@ class AutoPolicy:
         the draft model can pay at all, its break-even acceptance) takes a bisection, so it is worked
         out again only when an estimate has moved."""
         self.profile = self.costs.profile(self._context)
-        self.bounded = self.costs.profile(self._context, bounded=True)
+        self.bounded = self.costs.profile(self._context, unmeasured="most")
+        self.hopeful = self.costs.profile(self._context, unmeasured="least")
         if self._derived_from is not None and _within(self._derived_from, self.bounded, self.REDERIVE):
             return
         # Whether the draft model may be asked is decided on the most the batches can cost: a cold
@@ -266,8 +267,9 @@ class AutoPolicy:
         main model alone even at the most the batch can cost: what the largest smaller size measured
         costs plus one step per extra token (llama.cpp could decode the batch in those pieces). Each
         size is probed until it is measured once, so probing costs at most (n_max - 1) * PROBE_LOSS
-        main steps in expectation over a profile's life (none after a warm start: a stored profile
-        has every size)."""
+        main steps in expectation over a profile's life (a stored profile keeps the sizes it
+        measured). Which allowed size a lookup draft is cut to weighs the unmeasured ones at the
+        least they can cost (``_batch_costs``), so each is tried where it could pay."""
         n = length + 1
         if n == 1 or self.costs.known(n):
             return True
@@ -279,6 +281,17 @@ class AutoPolicy:
         return worst - expected * step <= self.PROBE_LOSS * step
 
     # -- the speed of a draft ---------------------------------------------------------------------
+
+    def _batch_costs(self, source: str) -> CostProfile:
+        """The batch costs a draft from ``source`` is weighed with. A lookup draft costs nothing to
+        make, so only its verification is at stake, and ``_may_verify`` bounds what verifying a size
+        never measured can lose: such a size is weighed at the least it can cost, so that it is tried
+        once where it could pay. Read off its neighbours instead, the jumps of a real machine's
+        batches trap the policy in short drafts: measured at 1-5 tokens where 4 -> 5 cost 0.8 of a
+        step, a batch of 17 was put at 16 steps where it cost 7, and an edit answer copying the
+        prompt ran at 0.68x of the same policy told the right costs. A draft model's tokens cost
+        steps whether verified or not: it drafts on the estimates."""
+        return self.hopeful if source == LOOKUP else self.profile
 
     def token_cost(self, source: str) -> float:
         return self.profile.draft_step_s if source == MODEL else self.profile.lookup_step_s
@@ -346,8 +359,9 @@ class AutoPolicy:
         self._chain.append(a)
         self._chain_cost.append(self.token_cost(source))
         sunk = sum(self._chain_cost)  # this token's logits are paid for
-        best_now = max(self.expected_speed(self._chain, self._chain_cost, k, sunk) for k in range(n + 1))
-        with_token = self.expected_speed(self._chain, self._chain_cost, n + 1, sunk)
+        batches = self._batch_costs(source)
+        best_now = max(self.expected_speed(self._chain, self._chain_cost, k, sunk, batches) for k in range(n + 1))
+        with_token = self.expected_speed(self._chain, self._chain_cost, n + 1, sunk, batches)
         future = self._optimistic_future(n, score, source)
         if with_token <= best_now and future <= best_now:
             return Decision.STOP
@@ -361,10 +375,11 @@ class AutoPolicy:
         (for lookup: a copy that goes on)."""
         best = 0.0
         chances, costs = list(self._chain), list(self._chain_cost)
+        batches = self._batch_costs(source)
         for m in range(n + 1, self.max_len):
             chances.append(self.acceptance.chance(source, m, score))
             costs.append(self.token_cost(source))
-            best = max(best, self.expected_speed(chances, costs, len(chances)))
+            best = max(best, self.expected_speed(chances, costs, len(chances), profile=batches))
         return best
 
     def cut(self, draft: "Draft") -> int:
@@ -373,8 +388,9 @@ class AutoPolicy:
         chances = [self.acceptance.chance(s, i, x) for i, (s, x) in enumerate(zip(draft.sources, draft.scores))]
         costs = [self.token_cost(s) for s in draft.sources]
         sunk = sum(costs)
+        batches = self._batch_costs(draft.sources[0])
         allowed = [k for k in range(len(chances) + 1) if self._may_verify(k, chances)]
-        return max(allowed, key=lambda k: self.expected_speed(chances, costs, k, sunk))
+        return max(allowed, key=lambda k: self.expected_speed(chances, costs, k, sunk, batches))
 
     def observe(self, draft: "Draft", accepted: int, draft_s: float | None = None,
                 main_confidence: Sequence[float] = (), verify_s: float | None = None,
