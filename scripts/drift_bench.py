@@ -6,9 +6,9 @@ each, and one JSON file.
         --drafter lookup+model --repeat 2 --json drift.json
 
 fresh  A fresh data dir (no stored profile), per prompt: the wall-clock time to the first token of the
-       first speculative answer (from the call to generate: the engine's timing of one draft step is in
-       it) over the main model alone's. Each prompt starts from an empty profile store and a new cost
-       model. Target: at most 1.1x (before: the calibration's 25 s on top).
+       first speculative answer (from the call to generate) over the main model alone's. Each prompt
+       starts from an empty profile store and a new cost model. Target: at most 1.1x (before: the
+       calibration's 25 s on top).
 stale  A profile calibrated while another process keeps one core busy, then, on the quiet machine, a
        bench started from it against a bench started from a profile calibrated quietly (a correct one).
        The two take turns on one engine, each with its own cost model that goes on learning from prompt

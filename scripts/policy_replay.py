@@ -280,7 +280,7 @@ def replay(args: argparse.Namespace) -> int:
         warm = CostProfile(**json.loads(Path(args.start_from).read_text())) if args.start_from else profile
         costs = CostModel({}, n_max) if args.cold else CostModel.from_profile(warm, n_max)
         if args.cold and args.drafter != "lookup":
-            costs.observe_draft(1, profile.draft_step_s)  # the engine times one draft step before the first answer
+            costs.observe_draft(1, profile.draft_step_s)  # as if timed after an answer before these (the engine's way)
     speedups, fractions = {}, {}
     print(f"{'prompt':10s} {'speedup':>8s} {'of bound':>8s} {'drafted':>8s} {'accepted':>9s} {'rounds':>7s} "
           f"{'0-draft':>8s}")

@@ -19,7 +19,7 @@ from .chat import Message, Prompt, check_messages, prompt_tokens
 from .costmodel import CALIBRATION_TEXT, CostModel, CostProfile, ProfileStore, calibrate, profile_key
 from .drafters import DraftModelDrafter, Drafter, LookupThenModelDrafter, PromptLookupDrafter
 from .errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
-from .events import Event, Round, Summary
+from .events import Event, Round, StopReason, Summary
 from .lm import prefill
 from .gguf_info import GGUFInfo, check_pair, read_gguf_info
 from .params import DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams
@@ -128,7 +128,7 @@ class Engine:
         chat = self.prompt(messages or []) if prompt is None else None
         tokens = list(prompt) if chat is None else list(chat.tokens)
         chosen = self._drafter(kind)
-        policy = self._policy(speculation, chosen, tokens[-1:])
+        policy = self._policy(speculation, chosen)
         generation = SpeculativeGeneration(
             main=self.main,
             vocab=self.main.model,
@@ -140,20 +140,18 @@ class Engine:
         )
         events = generation.run(tokens)
         if isinstance(policy, AutoPolicy):
-            events = self._learning(events, policy)
+            uses_model = isinstance(chosen, (DraftModelDrafter, LookupThenModelDrafter))
+            untimed = uses_model and policy.costs.draft_step_s is None
+            events = self._learning(events, policy, tokens[-1:] if untimed else None)
         return _with_warning(events, chat.warning) if chat is not None and chat.warning else events
 
-    def _policy(self, speculation: SpeculationParams, chosen: Drafter | None, probe: list[int]) -> DraftPolicy:
-        """The auto policy learns on the engine's cost model as it answers, never calibrating first;
-        a draft model's step is timed once (two steps) before the first answer that may use it."""
+    def _policy(self, speculation: SpeculationParams, chosen: Drafter | None) -> DraftPolicy:
+        """The auto policy learns on the engine's cost model as it answers, never calibrating first."""
         if chosen is None:
             return FixedPolicy(speculation)
         if speculation.policy is not PolicyName.AUTO:
             return make_policy(speculation, None, self.acceptance)
-        costs = self.cost_model(speculation.draft_max + 1)
-        if costs.draft_step_s is None and isinstance(chosen, (DraftModelDrafter, LookupThenModelDrafter)):
-            self._time_draft_step(costs, probe)
-        return make_policy(speculation, costs, self.acceptance)
+        return make_policy(speculation, self.cost_model(speculation.draft_max + 1), self.acceptance)
 
     def _drafter(self, kind: DrafterKind) -> Drafter | None:
         """A fresh drafter for one generation; choices with the model fall back to what is loaded."""
@@ -201,15 +199,20 @@ class Engine:
             self.draft.truncate(keep)
         costs.observe_draft(1, min(times))
 
-    def _learning(self, events: Iterator[Event], policy: AutoPolicy) -> Iterator[Event]:
+    def _learning(self, events: Iterator[Event], policy: AutoPolicy, draft_probe: list[int] | None) -> Iterator[Event]:
         """Mark each round with whether the policy is still learning, put that in the summary, and
-        store what was learned so that the next start is warm."""
+        store what was learned so that the next start is warm. ``draft_probe``: the draft model's
+        step is not known yet; it is timed once the answer is out (a cold start could not have used
+        the draft model in this answer: the draft waits until batches are measured; timed before,
+        its first decode added a tenth to the first token's time on a fast machine)."""
         for event in events:
             if isinstance(event, Round):
                 event = dataclasses.replace(event, learning=policy.learning)
             elif isinstance(event, Summary):
                 event = dataclasses.replace(event, policy_learning=policy.learning,
                                             cost_rounds_observed=policy.rounds_learned)
+                if draft_probe and event.stop_reason is not StopReason.ERROR:
+                    self._time_draft_step(policy.costs, draft_probe)
                 self._store(policy.costs)
             yield event
 

@@ -198,7 +198,7 @@ class AutoPolicy:
     The costs are a CostModel's estimates at the current context, which every round's measured times
     correct (``observe`` with ``verify_s``): the policy starts from a stored profile, or from a prior
     that cannot lose. Given a CostProfile instead, the costs are fixed (a replay, a test). Without a measured draft step the draft model is never asked (the engine
-    measures one step before the first answer that may use it). A batch size never measured is
+    times one step after the first answer that could have used it). A batch size never measured is
     verified only as a bounded probe: see ``_may_verify``.
     """
 

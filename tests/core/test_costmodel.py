@@ -419,3 +419,30 @@ def test_the_engine_answers_without_calibrating_and_stores_what_it_learned(tmp_p
         assert again.cost_model(5).warm and again.cost_model(5).draft_step_s > 0
     finally:
         again.close()
+
+
+def test_nothing_runs_on_the_draft_model_before_a_cold_starts_first_token(tmp_path, tiny_models, monkeypatch):
+    """The draft model's step is timed once the first answer that could use it is out (before, its
+    first decode after loading added a tenth to the first token's time on a fast machine), and is
+    stored with what was learned."""
+    from app.core.engine import Engine
+    from app.core.events import TokenPiece
+    from app.core.params import ModelParams
+
+    store = ProfileStore(tmp_path)
+    engine = Engine.load(ModelParams(str(tiny_models.main), n_ctx=256, n_threads=1),
+                         ModelParams(str(tiny_models.same), n_ctx=256, n_threads=1), profile_store=store)
+    try:
+        decoded, answered = [], []
+        eval_draft = engine.draft.eval
+        monkeypatch.setattr(engine.draft, "eval", lambda *a, **k: decoded.append(bool(answered)) or eval_draft(*a, **k))
+        messages = [{"role": "user", "content": "the cat is on the mat and the dog is in the house"}]
+        for event in engine.generate(messages, sampling=SamplingParams(max_tokens=24),
+                                     speculation=SpeculationParams(draft_max=4), drafter="lookup+model"):
+            if isinstance(event, TokenPiece):
+                answered.append(event)
+        assert decoded and all(after_first_token for after_first_token in decoded)
+        assert engine.cost_model(5).draft_step_s > 0
+        assert store.load(engine.profile_key(5)).draft_step_s > 0
+    finally:
+        engine.close()
