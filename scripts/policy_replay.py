@@ -314,9 +314,9 @@ def bound(args: argparse.Namespace) -> int:
 class TraceRates(AcceptanceModel):
     """The traces' own acceptance rates, bucket by bucket, known from the first round and never
     updated: what the policy does when it knows how often each kind of drafted token is right (in
-    sample), though not which ones will be. The lookup bound knows which; the gap between the two is
-    information no causal policy has. A policy's fraction of this one's speedup is how close its
-    learned acceptance comes to rates it could at best learn."""
+    sample), though not which ones will be. The lookup bound knows which: the gap between the two is
+    what that foresight is worth. A policy's fraction of this one's speedup is how close its learned
+    acceptance comes to the rates it could at best learn on these buckets."""
 
     def __init__(self, traces: list[dict]):
         super().__init__()
