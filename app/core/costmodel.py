@@ -179,6 +179,7 @@ class CostModel:
         self.stale = False                    # a stored profile the first rounds contradicted was dropped
         self._draft_measured = 0
         self._first_rounds: list[tuple[int, int, float]] = []  # (n, context, seconds) of the first rounds
+        self._times_at: tuple[tuple[int, int], list[float]] | None = None  # the last _times: ((context, rounds), times)
         slope = self.PRIOR_CONTEXT_SLOPE if context_slope is None else context_slope
         level_sd, shape_sd = (self.WARM_LEVEL_SD, self.WARM_SHAPE_SD) if self.warm else \
             (self.PRIOR_LEVEL_SD, self.PRIOR_SHAPE_SD)
@@ -223,7 +224,15 @@ class CostModel:
     def _times(self, context: int) -> list[float]:
         """Every size's estimate at ``context``. A size never measured is read off the measured ones
         around it: interpolated between two, or beyond the largest continued at the slope of the
-        last two (never cheaper). Before two sizes are measured, the prior's shape stands."""
+        last two (never cheaper). Before two sizes are measured, the prior's shape stands. Kept until
+        the next round is learned: the policy reads the estimates three ways after every round."""
+        if self._times_at is not None and self._times_at[0] == (context, self.rounds):
+            return list(self._times_at[1])
+        times = self._estimated_times(context)
+        self._times_at = ((context, self.rounds), times)
+        return list(times)
+
+    def _estimated_times(self, context: int) -> list[float]:
         times = np.exp(self._theta[:self.n_max] + self.context_slope * context / 1000)
         at = np.flatnonzero(self._known[1:]) + 1   # the measured sizes
         if len(at) < 2 or len(at) == self.n_max:

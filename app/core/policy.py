@@ -6,6 +6,7 @@ cut the draft (``cut``); after verification it learns what was accepted (``obser
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol, Sequence
@@ -143,8 +144,8 @@ class AcceptanceModel:
     @staticmethod
     def bucket(source: str, n: int, score: Score) -> tuple:
         if source == LOOKUP:
-            length = max(b for b in AcceptanceModel.LOOKUP_BUCKETS if b <= max(1, score.length))
-            return (LOOKUP, "prompt" if score.in_prompt else "answer", "next" if n > 0 else "first", length)
+            where = "prompt" if score.in_prompt else "answer"
+            return (LOOKUP, where, "next" if n > 0 else "first", _length_bucket(score.length))
         return (MODEL, min(9, int(score * 10)))
 
     def prior(self, key: tuple) -> float:
@@ -296,17 +297,21 @@ class AutoPolicy:
     def token_cost(self, source: str) -> float:
         return self.profile.draft_step_s if source == MODEL else self.profile.lookup_step_s
 
-    def expected_speed(self, chances: list[float], costs: list[float], length: int,
-                       sunk: float | None = None, profile: CostProfile | None = None) -> float:
-        """Expected tokens per second of a round that verifies the first ``length`` tokens.
-        ``sunk``: drafting time already spent whatever the length (defaults to the length's own);
-        ``profile``: the batch costs (default: the estimates)."""
-        expected, run = 1.0, 1.0
-        for a in chances[:length]:
-            run *= a
-            expected += run
-        draft_time = sum(costs[:length]) if sunk is None else sunk
-        return expected / (draft_time + (profile or self.profile).main_batch(length + 1))
+    @staticmethod
+    def expected_speeds(chances: Sequence[float], costs: Sequence[float], sunk: float | None,
+                        batches: CostProfile) -> list[float]:
+        """[k]: the expected tokens per second of a round that verifies the first k of these drafted
+        tokens (k = 0 .. all of them), each with its acceptance chance (given the ones before it were
+        accepted) and drafting cost. ``sunk``: drafting time already spent whatever k (None: each
+        k's own); ``batches``: what the main model's batches cost."""
+        speeds, expected, run, spent = [], 1.0, 1.0, 0.0
+        for k in range(len(chances) + 1):
+            if k:
+                run *= chances[k - 1]
+                expected += run
+                spent += costs[k - 1]
+            speeds.append(expected / ((spent if sunk is None else sunk) + batches.main_batch(k + 1)))
+        return speeds
 
     def _break_even_acceptance(self, cost: float, profile: CostProfile) -> float:
         """The lowest acceptance chance at which drafting tokens of this cost pays (they pay at 1)."""
@@ -322,8 +327,7 @@ class AutoPolicy:
         return (length + 1) * profile.main_batch(1) - length * cost - profile.main_batch(length + 1)
 
     def _best_length(self, chances: list[float], cost: float, profile: CostProfile) -> int:
-        costs = [cost] * len(chances)
-        speeds = [self.expected_speed(chances, costs, n, profile=profile) for n in range(len(chances) + 1)]
+        speeds = self.expected_speeds(chances, [cost] * len(chances), None, profile)
         return max(range(len(speeds)), key=speeds.__getitem__)
 
     # -- the policy protocol ----------------------------------------------------------------------
@@ -359,9 +363,8 @@ class AutoPolicy:
         self._chain.append(a)
         self._chain_cost.append(self.token_cost(source))
         sunk = sum(self._chain_cost)  # this token's logits are paid for
-        batches = self._batch_costs(source)
-        best_now = max(self.expected_speed(self._chain, self._chain_cost, k, sunk, batches) for k in range(n + 1))
-        with_token = self.expected_speed(self._chain, self._chain_cost, n + 1, sunk, batches)
+        speeds = self.expected_speeds(self._chain, self._chain_cost, sunk, self._batch_costs(source))
+        best_now, with_token = max(speeds[:n + 1]), speeds[n + 1]
         future = self._optimistic_future(n, score, source)
         if with_token <= best_now and future <= best_now:
             return Decision.STOP
@@ -373,13 +376,18 @@ class AutoPolicy:
     def _optimistic_future(self, n: int, score: Score, source: str) -> float:
         """The best speed reachable by drafting more tokens, assuming they come with the same score
         (for lookup: a copy that goes on)."""
-        best = 0.0
-        chances, costs = list(self._chain), list(self._chain_cost)
-        batches = self._batch_costs(source)
-        for m in range(n + 1, self.max_len):
-            chances.append(self.acceptance.chance(source, m, score))
-            costs.append(self.token_cost(source))
-            best = max(best, self.expected_speed(chances, costs, len(chances), profile=batches))
+        expected, run, spent = 1.0, 1.0, 0.0
+        for a, cost in zip(self._chain, self._chain_cost):
+            run *= a
+            expected += run
+            spent += cost
+        later = self.acceptance.chance(source, n + 1, score)  # every later token falls in one bucket
+        cost, batches, best = self.token_cost(source), self._batch_costs(source), 0.0
+        for m in range(n + 1, self.max_len):   # a draft of m + 1 tokens: a batch of m + 2
+            run *= later
+            expected += run
+            spent += cost
+            best = max(best, expected / (spent + batches.main_batch(m + 2)))
         return best
 
     def cut(self, draft: "Draft") -> int:
@@ -387,10 +395,9 @@ class AutoPolicy:
             return 0
         chances = [self.acceptance.chance(s, i, x) for i, (s, x) in enumerate(zip(draft.sources, draft.scores))]
         costs = [self.token_cost(s) for s in draft.sources]
-        sunk = sum(costs)
-        batches = self._batch_costs(draft.sources[0])
+        speeds = self.expected_speeds(chances, costs, sum(costs), self._batch_costs(draft.sources[0]))
         allowed = [k for k in range(len(chances) + 1) if self._may_verify(k, chances)]
-        return max(allowed, key=lambda k: self.expected_speed(chances, costs, k, sunk, batches))
+        return max(allowed, key=speeds.__getitem__)
 
     def observe(self, draft: "Draft", accepted: int, draft_s: float | None = None,
                 main_confidence: Sequence[float] = (), verify_s: float | None = None,
@@ -441,6 +448,12 @@ class AutoPolicy:
         if saved < 0:
             self._backoff[source] = min(self.MAX_BACKOFF, max(1, self._backoff[source] * 2))
         self._wait[source] = max(1, self._backoff[source])
+
+
+@functools.lru_cache(maxsize=None)
+def _length_bucket(length: int) -> int:
+    """The lookup match length a match of ``length`` tokens is counted with."""
+    return max(b for b in AcceptanceModel.LOOKUP_BUCKETS if b <= max(1, length))
 
 
 def _within(a: CostProfile, b: CostProfile, tolerance: float) -> bool:
