@@ -261,24 +261,34 @@ class CostModel:
     def profile(self, context: int = REFERENCE_CONTEXT, unmeasured: str = "estimate") -> CostProfile:
         """The estimates as a profile at ``context``: what the policy decides with, and what is stored.
         ``unmeasured``: what a size never measured costs in it: "estimate", read off the measured sizes
-        around it; "most", the largest smaller size measured plus one step per extra token (llama.cpp
-        could decode the batch in those pieces); "least", what the largest smaller size measured costs
+        around it; "most", a smaller size measured plus one step per extra token, the least of those
+        (llama.cpp could decode the batch in those pieces: a size timed slow by a burst of load does
+        not make every bigger one look dear); "least", what the largest smaller size measured costs
         (a bigger batch never costs less)."""
         times = self._times(context)
-        if unmeasured != "estimate":
-            times = self._fill_unmeasured(times, per_extra_token=times[0] if unmeasured == "most" else 0.0)
+        if unmeasured == "most":
+            times = self._most(times)
+        elif unmeasured == "least":
+            times = self._least(times)
         return CostProfile(key=self.key, main_batch_s=times,
                            draft_step_s=self.draft_step_s or 0.0, lookup_step_s=self.lookup_step_s,
                            context_position=context, context_log_slope=self.context_slope,
                            learned_rounds=self.rounds, measured=[n for n in range(1, self.n_max + 1) if self._known[n]])
 
-    def _fill_unmeasured(self, times: list[float], per_extra_token: float) -> list[float]:
+    def _most(self, times: list[float]) -> list[float]:
+        out, step = list(times), times[0]
+        for n in range(2, self.n_max + 1):
+            if not self._known[n]:
+                out[n - 1] = min(times[m - 1] + (n - m) * step for m in range(1, n) if m == 1 or self._known[m])
+        return out
+
+    def _least(self, times: list[float]) -> list[float]:
         out, measured = list(times), 1
         for n in range(2, self.n_max + 1):
             if self._known[n]:
                 measured = n
             else:
-                out[n - 1] = times[measured - 1] + (n - measured) * per_extra_token
+                out[n - 1] = times[measured - 1]
         return out
 
     # -- learning -----------------------------------------------------------------------------------

@@ -265,8 +265,9 @@ class AutoPolicy:
     def _may_verify(self, length: int, chances: Sequence[float]) -> bool:
         """Whether a draft of ``length`` tokens may be verified. A batch size never measured is a
         probe, allowed when the round is expected to lose at most PROBE_LOSS main steps against the
-        main model alone even at the most the batch can cost: what the largest smaller size measured
-        costs plus one step per extra token (llama.cpp could decode the batch in those pieces). Each
+        main model alone even at the most the batch can cost: what a smaller size measured costs
+        plus one step per extra token, the least of those (llama.cpp could decode the batch in
+        those pieces; see ``CostModel.profile``). Each
         size is probed until it is measured once, so probing costs at most (n_max - 1) * PROBE_LOSS
         main steps in expectation over a profile's life (a stored profile keeps the sizes it
         measured). Which allowed size a lookup draft is cut to weighs the unmeasured ones at the

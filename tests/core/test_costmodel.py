@@ -339,6 +339,22 @@ def test_a_jump_between_small_batches_does_not_trap_lookup_in_short_drafts():
     assert speeds["known"] > 2.5 and speeds["cold"] > 0.97 * speeds["known"], speeds
 
 
+def test_a_size_timed_slow_by_a_burst_of_load_does_not_stop_the_probes_above_it():
+    """Under a busy core single steps took 40 or 180 ms by turns; a batch of 4 timed in a slow spell
+    read 5.3 steps. Bounded by that size plus a step per token, no bigger batch could ever be tried
+    and an edit answer under load drafted nothing (it drafts 85 tokens quietly); bounded by the
+    cheapest way to decode it in pieces (here: single steps), a copy is probed above it again."""
+    costs = CostModel({}, N_MAX)
+    for n, steps in ((1, 1.0), (2, 1.8), (3, 2.5), (4, 5.3)):
+        for _ in range(3):
+            costs.observe_main(n, 100, steps * STEP)
+    policy = AutoPolicy(AUTO, costs)
+    copying = LookupMatch(16, in_prompt=True)
+    chances = [policy.acceptance.chance(LOOKUP, i, copying) for i in range(16)]
+    assert policy.bounded.main_batch(5) < policy.bounded.main_batch(4)   # a batch of 3, then two steps
+    assert policy._may_verify(4, chances)
+
+
 def copy_round(policy: AutoPolicy, machine: SimulatedMachine, context: int = 100) -> tuple[int, float]:
     """A round of prompt lookup copying the user's text, every drafted token right: (tokens, seconds)."""
     copying, draft = LookupMatch(16, in_prompt=True), Draft()
