@@ -277,9 +277,12 @@ class CostModel:
 
     def _most(self, times: list[float]) -> list[float]:
         out, step = list(times), times[0]
+        cheapest = 0.0   # the least of T(m) - m steps over the sizes m measured so far (m = 1: 0)
         for n in range(2, self.n_max + 1):
-            if not self._known[n]:
-                out[n - 1] = min(times[m - 1] + (n - m) * step for m in range(1, n) if m == 1 or self._known[m])
+            if self._known[n]:
+                cheapest = min(cheapest, times[n - 1] - n * step)
+            else:
+                out[n - 1] = cheapest + n * step
         return out
 
     def _least(self, times: list[float]) -> list[float]:
