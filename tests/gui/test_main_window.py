@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 import types
@@ -198,6 +199,10 @@ def test_sending_without_a_model_keeps_the_text(make_window, qtbot):
 def test_gui_thread_never_stalls_during_generation(loaded_window, qtbot):
     window = loaded_window
     window.settings_panel.set_value("max_tokens", 1000)
+    # the objects the suite's earlier tests left behind are not the window's: a full garbage
+    # collection over them once stalled this thread for 148 ms in a whole-suite run (never alone)
+    gc.collect()
+    gc.freeze()
     gaps: list[float] = []
     last = [time.perf_counter()]
 
@@ -210,11 +215,15 @@ def test_gui_thread_never_stalls_during_generation(loaded_window, qtbot):
     timer.timeout.connect(tick)
     timer.start(10)
     last[0] = time.perf_counter()
-    send(window, LONG_PROMPT)
-    wait_idle(qtbot, window)
-    timer.stop()
+    try:
+        send(window, LONG_PROMPT)
+        wait_idle(qtbot, window)
+    finally:
+        timer.stop()
+        gc.unfreeze()
     assert len(gaps) > 20
-    assert max(gaps) < 0.100, f"the GUI thread stalled for {max(gaps) * 1000:.0f} ms"
+    worst = max(range(len(gaps)), key=gaps.__getitem__)
+    assert gaps[worst] < 0.100, f"the GUI thread stalled for {gaps[worst] * 1000:.0f} ms at tick {worst} of {len(gaps)}"
 
 
 def test_compare_measures_speedup_and_identity(loaded_window, qtbot):
