@@ -9,7 +9,8 @@ import numpy as np
 
 from .lm import Session, common_prefix_length, prefill
 from .params import DrafterKind
-from .policy import LOOKUP, MODEL, Decision, DraftPolicy, LookupMatch, Score
+from .acceptance import LOOKUP, MODEL, LookupMatch, Score
+from .policy import Decision, DraftPolicy
 from .sampling import Sampler
 
 
