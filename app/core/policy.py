@@ -6,6 +6,7 @@ cut the draft (``cut``); after verification it learns what was accepted (``obser
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol, Sequence
 
@@ -202,11 +203,7 @@ class AutoPolicy:
         if n == 1 or self.costs.known(n):
             return True
         step, worst = self.bounded.main_batch(1), self.bounded.main_batch(n)
-        expected, run = 1.0, 1.0
-        for a in chances[:length]:
-            run *= a
-            expected += run
-        return worst - expected * step <= self.PROBE_LOSS * step
+        return worst - expected_tokens(chances[:length])[-1] * step <= self.PROBE_LOSS * step
 
     # -- the speed of a draft ---------------------------------------------------------------------
 
@@ -231,11 +228,9 @@ class AutoPolicy:
         tokens (k = 0 .. all of them), each with its acceptance chance (given the ones before it were
         accepted) and drafting cost. ``sunk``: drafting time already spent whatever k (None: each
         k's own); ``batches``: what the main model's batches cost."""
-        speeds, expected, run, spent = [], 1.0, 1.0, 0.0
-        for k in range(len(chances) + 1):
+        speeds, spent = [], 0.0
+        for k, expected in enumerate(expected_tokens(chances)):
             if k:
-                run *= chances[k - 1]
-                expected += run
                 spent += costs[k - 1]
             speeds.append(expected / ((spent if sunk is None else sunk) + batches.main_batch(k + 1)))
         return speeds
@@ -303,11 +298,7 @@ class AutoPolicy:
     def _optimistic_future(self, n: int, score: Score, source: str) -> float:
         """The best speed reachable by drafting more tokens, assuming they come with the same score
         (for lookup: a copy that goes on)."""
-        expected, run, spent = 1.0, 1.0, 0.0
-        for a, cost in zip(self._chain, self._chain_cost):
-            run *= a
-            expected += run
-            spent += cost
+        expected, run, spent = expected_tokens(self._chain)[-1], math.prod(self._chain), sum(self._chain_cost)
         later = self.acceptance.chance(source, n + 1, score)  # every later token falls in one bucket
         cost, batches, best = self.token_cost(source), self._batch_costs(source), 0.0
         for m in range(n + 1, self.max_len):   # a draft of m + 1 tokens: a batch of m + 2
@@ -375,6 +366,17 @@ class AutoPolicy:
         if saved < 0:
             self._backoff[source] = min(self.MAX_BACKOFF, max(1, self._backoff[source] * 2))
         self._wait[source] = max(1, self._backoff[source])
+
+
+def expected_tokens(chances: Sequence[float]) -> list[float]:
+    """[k]: the tokens a round that verifies the first k drafted tokens is expected to yield (the
+    accepted ones and the main model's own), each drafted token accepted with its chance given the
+    ones before it were."""
+    expected, run = [1.0], 1.0
+    for a in chances:
+        run *= a
+        expected.append(expected[-1] + run)
+    return expected
 
 
 def _within(a: CostProfile, b: CostProfile, tolerance: float) -> bool:
