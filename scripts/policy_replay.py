@@ -359,6 +359,7 @@ def lookup_bound(trace: dict, machine: Machine, draft_max: int, start: int = 0) 
     ``machine`` with this answer starting at token ``start`` of the replay."""
     prompt, answer = trace["prompt"], trace["tokens"]
     lookup = PromptLookupDrafter()
+    lookup.prepare(prompt, None)
     proposals = {}  # position -> (tokens proposed, how many of them are right)
     for done in range(1, len(answer)):
         _, proposal = lookup.find(prompt + answer[:done], draft_max)

