@@ -19,8 +19,11 @@ stale  A profile calibrated while another process keeps one core busy, then, on 
        is what the machine's noise alone reads in the same run. Target: the median ratio over prompts
        within 3% (>= 0.97).
 load   A bench during which a CPU-bound process starts half-way through the prompts: the median
-       speedup before and after it starts. Target: no slower than the main model alone (>= 1.0x) in
-       both halves.
+       speedup before and after it starts. Per prompt and repeat the main model alone, the speculative
+       run and the main model alone again take turns (the order rotating); the last is the A/A control,
+       whose paired ratio to the first is what the machine's noise alone reads (under the busy process
+       a run of the main model alone differs from the next by 10-15%). Target: no slower than the main
+       model alone (>= 1.0x) in both halves.
 
 Every scenario keeps its stores under a temporary directory; nothing touches the real data dir. The
 busy process is a Python loop this script starts and stops (by its process id).
@@ -40,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.bench import bench_prompt, load_prompts  # noqa: E402
+from app.bench import load_prompts  # noqa: E402
 from app.core.compare import greedy_run  # noqa: E402
 from app.core.costmodel import CostModel, ProfileStore  # noqa: E402
 from app.core.engine import Engine  # noqa: E402
@@ -94,17 +97,6 @@ def fresh(engine: Engine, prompts, args, speculation, root: Path) -> dict:
         print(f"fresh {prompt_id}: first token {1000 * alone:.0f} -> {1000 * spec:.0f} ms ({spec / alone:.2f}x)",
               file=sys.stderr, flush=True)
     return dict(rows=rows, median_ratio=statistics.median(r["ratio"] for r in rows))
-
-
-def bench(engine: Engine, prompts, args, speculation) -> list[dict]:
-    rows = []
-    for prompt_id, messages in prompts:
-        r = bench_prompt(engine, prompt_id, messages, args.n_predict, speculation, args.drafter, repeat=args.repeat)
-        speedup = r.paired_speedup if r.paired_speedup is not None else r.speedup
-        rows.append(dict(prompt=prompt_id, base_tps=r.base_tps, spec_tps=r.spec_tps, speedup=speedup,
-                         acceptance=r.acceptance, drafted=r.drafted))
-        print(f"  {prompt_id}: {speedup:.2f}x", file=sys.stderr, flush=True)
-    return rows
 
 
 def median_speedup(rows: list[dict]) -> float | None:
@@ -168,11 +160,38 @@ def load(engine: Engine, prompts, args, speculation, root: Path) -> dict:
     use_store(engine, root / "load")
     half = max(1, len(prompts) // 2)
     print("load: quiet half", file=sys.stderr, flush=True)
-    before = bench(engine, prompts[:half], args, speculation)
+    before = [with_control(engine, prompt_id, messages, i, args, speculation)
+              for i, (prompt_id, messages) in enumerate(prompts[:half])]
     with busy_core():
         print("load: a CPU-bound process runs", file=sys.stderr, flush=True)
-        after = bench(engine, prompts[half:] or prompts[:half], args, speculation)
-    return dict(before=before, after=after, median_before=median_speedup(before), median_after=median_speedup(after))
+        after = [with_control(engine, prompt_id, messages, i, args, speculation)
+                 for i, (prompt_id, messages) in enumerate(prompts[half:] or prompts[:half])]
+    return dict(before=before, after=after, median_before=median_speedup(before), median_after=median_speedup(after),
+                control_before=statistics.median(r["control"] for r in before),
+                control_after=statistics.median(r["control"] for r in after))
+
+
+LOAD_ORDERS = [("alone", "spec", "control"), ("spec", "control", "alone"), ("control", "alone", "spec")]
+
+
+def with_control(engine: Engine, prompt_id: str, messages, turn: int, args, speculation) -> dict:
+    """One prompt of the load scenario: per repeat the main model alone, the speculative run and the
+    main model alone again (the A/A control), in an order that rotates; the speedup and the
+    control's ratio are medians of ratios paired in time, so the control reads what the machine's
+    noise alone does to a speedup measured this way."""
+    tokens = engine.tokenize_messages(messages)
+    tps: dict[str, list[float]] = {"alone": [], "spec": [], "control": []}
+    drafted = 0
+    for rep in range(args.repeat):
+        for name in LOAD_ORDERS[(turn + rep) % len(LOAD_ORDERS)]:
+            summary = greedy_run(engine, tokens, args.drafter if name == "spec" else "none", args.n_predict,
+                                 speculation)
+            tps[name].append(summary.generation_tps)
+            drafted += summary.drafted if name == "spec" else 0
+    speedup = statistics.median(s / a for a, s in zip(tps["alone"], tps["spec"]))
+    control = statistics.median(c / a for a, c in zip(tps["alone"], tps["control"]))
+    print(f"  {prompt_id}: {speedup:.2f}x (A/A {control:.2f}x), {drafted} drafted", file=sys.stderr, flush=True)
+    return dict(prompt=prompt_id, tps=tps, speedup=speedup, control=control, drafted=drafted)
 
 
 def table(results: dict) -> str:
@@ -199,10 +218,13 @@ def table(results: dict) -> str:
                   f"{s['ratio']:.3f} (target >= 0.97); the A/A control reads {s['control_ratio']:.3f}", ""]
     if "load" in results:
         s = results["load"]
-        lines += ["a CPU-bound process starts half-way", f"{'prompt':10s} {'speedup':>8s}"]
-        lines += [f"{r['prompt']:10s} {r['speedup']:7.2f}x   before" for r in s["before"]]
-        lines += [f"{r['prompt']:10s} {r['speedup']:7.2f}x   after" for r in s["after"]]
-        lines += [f"median before {s['median_before']:.2f}x, after {s['median_after']:.2f}x (target >= 1.00x both)"]
+        lines += ["a CPU-bound process starts half-way (A/A: the main model alone against itself, paired alike)",
+                  f"{'prompt':10s} {'speedup':>8s} {'A/A':>6s} {'drafted':>8s}"]
+        for half in ("before", "after"):
+            lines += [f"{r['prompt']:10s} {r['speedup']:7.2f}x {r['control']:5.2f}x {r['drafted']:8d}   {half}"
+                      for r in s[half]]
+        lines += [f"median before {s['median_before']:.2f}x (A/A {s['control_before']:.2f}x), after "
+                  f"{s['median_after']:.2f}x (A/A {s['control_after']:.2f}x) (target >= 1.00x both)"]
     return "\n".join(lines)
 
 

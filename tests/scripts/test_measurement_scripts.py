@@ -101,7 +101,11 @@ def test_drift_bench_runs_its_three_scenarios(tiny_models, tmp_path):
     stale = results["stale"]
     assert [r["prompt"] for r in stale["rows"]] == ["edit-0", "edit-1"] and stale["ratio"] > 0
     assert all(len(r["tps"]["busy"]) == len(r["tps"]["quiet"]) == len(r["tps"]["alone"]) == 2 for r in stale["rows"])
-    assert results["load"]["after"]
+    load = results["load"]
+    assert [r["prompt"] for r in load["before"] + load["after"]] == ["edit-0", "edit-1"]
+    assert all(len(r["tps"]["alone"]) == len(r["tps"]["spec"]) == len(r["tps"]["control"]) == 2
+               for r in load["before"] + load["after"])
+    assert load["control_before"] > 0 and load["control_after"] > 0 and "A/A" in out
 
 
 def test_trace_rates_count_each_drafted_token_up_to_the_first_wrong_one():
