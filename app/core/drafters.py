@@ -149,9 +149,15 @@ class PromptLookupDrafter:
         pass  # the index follows the context it is given
 
     def _update_index(self, context: Sequence[int]) -> None:
-        """Index every n-gram that ends before the last token (the last n-gram is the query)."""
+        """Index every n-gram that ends before the last token (the last n-gram is the query). A
+        context that extends the one indexed adds its new tokens; any other starts the index over.
+        A generation's context only grows, so that is told by its first token and the last ones
+        indexed, not by comparing all of it: every round, at 4,000 tokens of context, that comparison
+        cost as much as the rest of a round's drafting."""
         done = len(self._indexed)
-        if done > len(context) or self._indexed != list(context[:done]):
+        tail = max(0, done - self.ngram_max)
+        if done > len(context) or self._indexed[tail:] != list(context[tail:done]) or \
+                (done and context[0] != self._indexed[0]):
             self._indexed, done = [], 0
             self._index = [{} for _ in range(self.ngram_max + 1)]
             self._prompt_index = [{} for _ in range(self.ngram_max + 1)]
@@ -162,7 +168,7 @@ class PromptLookupDrafter:
                 self._index[n][gram] = end
                 if end < self._prompt_length:
                     self._prompt_index[n][gram] = end
-        self._indexed = list(context[:stop + 1]) if stop >= 0 else []
+        self._indexed.extend(context[done:])
 
 
 class LookupThenModelDrafter:

@@ -44,6 +44,14 @@ def test_lookup_reads_each_prompt_afresh():
     assert draft.tokens == [9] and draft.scores[0] == LookupMatch(2, in_prompt=True)
 
 
+def test_lookup_starts_its_index_over_for_a_context_that_does_not_extend_the_last():
+    lookup = PromptLookupDrafter(ngram_max=2)
+    assert lookup.find([1, 2, 3, 4, 1, 2], 2) == (2, [3, 4])
+    assert lookup.find([1, 2, 5, 6, 7, 4, 1, 2], 2) == (2, [5, 6])   # changed inside, as long or longer
+    assert lookup.find([9, 2, 5, 6, 7, 4, 1, 2, 9, 2], 1) == (2, [5])  # changed at the start
+    assert lookup.find([9, 2, 5, 6, 7, 4, 1, 2, 9, 2, 5, 8, 1, 2], 2) == (2, [9, 2])  # extended: the latest
+
+
 def test_lookup_finds_the_continuation_of_a_repeated_text():
     text = [5, 6, 7, 8, 9, 10, 11, 3, 4, 5, 6, 7]
     lookup = PromptLookupDrafter(ngram_max=3)
