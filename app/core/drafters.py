@@ -103,8 +103,10 @@ class PromptLookupDrafter:
         self.ngram_min = ngram_min
         self._indexed: list[int] = []
         self._prompt_length = 0
-        self._index: list[dict[tuple[int, ...], int]] = [{} for _ in range(ngram_max + 1)]
+        # [n]: n-gram -> where its latest occurrence ends, for the occurrences whose continuation
+        # starts in the prompt, and for those in the answer
         self._prompt_index: list[dict[tuple[int, ...], int]] = [{} for _ in range(ngram_max + 1)]
+        self._answer_index: list[dict[tuple[int, ...], int]] = [{} for _ in range(ngram_max + 1)]
 
     def find(self, context: Sequence[int], max_len: int) -> tuple[int, list[int]]:
         """(match length, continuation) of the longest match; (0, []) when there is none."""
@@ -117,9 +119,11 @@ class PromptLookupDrafter:
         self._update_index(context)
         for n in range(min(self.ngram_max, len(context) - 1), self.ngram_min - 1, -1):
             gram = tuple(context[-n:])
-            end = self._index[n].get(gram)
+            end = self._prompt_index[n].get(gram)
+            if end is None:
+                end = self._answer_index[n].get(gram)
             if end is not None:
-                return n, self._prompt_index[n].get(gram, end)
+                return n, end
         return 0, 0
 
     def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
@@ -159,15 +163,13 @@ class PromptLookupDrafter:
         if done > len(context) or self._indexed[tail:] != list(context[tail:done]) or \
                 (done and context[0] != self._indexed[0]):
             self._indexed, done = [], 0
-            self._index = [{} for _ in range(self.ngram_max + 1)]
             self._prompt_index = [{} for _ in range(self.ngram_max + 1)]
+            self._answer_index = [{} for _ in range(self.ngram_max + 1)]
         stop = len(context) - 1
         for end in range(max(done, 1), stop + 1):
+            index = self._prompt_index if end < self._prompt_length else self._answer_index
             for n in range(1, min(self.ngram_max, end) + 1):
-                gram = tuple(context[end - n:end])
-                self._index[n][gram] = end
-                if end < self._prompt_length:
-                    self._prompt_index[n][gram] = end
+                index[n][tuple(context[end - n:end])] = end
         self._indexed.extend(context[done:])
 
 
