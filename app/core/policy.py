@@ -27,7 +27,8 @@ class Decision(Enum):
 
 class DraftPolicy(Protocol):
     def may_draft(self, source: str) -> bool:
-        """Whether a drafter of kind ``source`` may ever be asked (so it should read the prompt)."""
+        """Whether a drafter of kind ``source`` may ever be asked (so it should read the prompt); the
+        drafters in play ask it while the prompt is read."""
     def draft_length(self, source: str, behind: int = 0) -> int:
         """The most tokens a drafter of kind ``source`` may draft this round (0: do not draft);
         ``behind``: how many tokens it must read first (a draft model that sat out rounds)."""
@@ -151,6 +152,7 @@ class AutoPolicy:
         self._wait = {MODEL: 0, LOOKUP: 0}
         self._balance = {MODEL: 0.0, LOOKUP: 0.0}  # seconds saved by a drafter's recent rounds
         self._model_parked = False
+        self._model_in_play = False            # a draft model drafter asked may_draft
         self._round_source: str | None = None
         self._behind = 0                       # tokens the draft model read before this round's draft
         self._more = 0                         # draft-model steps after the first, this round
@@ -295,6 +297,8 @@ class AutoPolicy:
     # -- the policy protocol ----------------------------------------------------------------------
 
     def may_draft(self, source: str) -> bool:
+        if source == MODEL:
+            self._model_in_play = True
         return self.max_len > 0 and (source != MODEL or self._model.can_pay)
 
     def draft_length(self, source: str, behind: int = 0) -> int:
@@ -318,7 +322,9 @@ class AutoPolicy:
         return self._main_confidence is not None and self._main_confidence < self._model.break_even
 
     def wants_main_confidence(self) -> bool:
-        return not self._model_parked and self._model.can_pay
+        # the main model's confidence only decides whether to ask a draft model: with lookup alone,
+        # reading it (a softmax over the vocabulary per verified token) would buy nothing
+        return self._model_in_play and not self._model_parked and self._model.can_pay
 
     def step(self, n: int, score: Score, source: str) -> Decision:
         a = self.acceptance.chance(source, n, score)

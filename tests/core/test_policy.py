@@ -111,7 +111,7 @@ def test_a_draft_model_whose_probes_lose_is_parked_for_the_rest_of_the_answer():
 def test_a_draft_model_sits_out_while_the_main_model_is_unsure():
     pays_if_right = profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)], draft_step=0.3 * STEP)
     policy = AutoPolicy(AUTO, pays_if_right)
-    assert policy.wants_main_confidence()
+    assert policy.may_draft(MODEL) and policy.wants_main_confidence()  # as a draft model drafter asks
     assert policy.draft_length(MODEL) > 0                    # nothing known yet: it may try
     policy.observe(Draft(), 0, main_confidence=[0.4, 0.5, 0.3])
     assert [policy.draft_length(MODEL) for _ in range(5)] == [0] * 5
@@ -184,6 +184,25 @@ def test_the_loop_tells_the_policy_how_sure_the_main_model_was():
     assert seen and all(len(confidence) == accepted + 1 for accepted, confidence in seen)
     assert all(0.0 < p <= 1.0 for _, confidence in seen for p in confidence)
     assert sum(accepted for accepted, _ in seen) > 10
+
+
+def test_the_main_models_confidence_is_read_only_for_a_draft_model():
+    """It only decides whether to ask a draft model: with lookup alone, where the draft model would
+    pay, the loop reads none (a softmax over a 152k vocabulary per verified token for nothing)."""
+    main = ReferenceModel(n_vocab=12, seed=0)
+    pays_if_right = profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)], draft_step=0.3 * STEP)
+    confidences = []
+
+    class Recording(AutoPolicy):
+        def observe(self, draft, accepted, draft_s=None, main_confidence=(), **measured):
+            confidences.extend(main_confidence)
+            super().observe(draft, accepted, draft_s, main_confidence, **measured)
+
+    policy = Recording(AUTO, pays_if_right)
+    list(SpeculativeGeneration(ReferenceSession(main), main, PromptLookupDrafter(), policy,
+                               SamplingParams(max_tokens=40)).run([1, 2, 3, 1, 2]))
+    assert confidences == []
+    assert policy.may_draft(MODEL) and policy.wants_main_confidence()  # a draft model drafter in play
 
 
 def test_profile_is_saved_reused_and_invalidated(tmp_path, tiny_models):
