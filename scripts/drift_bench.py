@@ -191,7 +191,17 @@ def with_control(engine: Engine, prompt_id: str, messages, turn: int, args, spec
     speedup = statistics.median(s / a for a, s in zip(tps["alone"], tps["spec"]))
     control = statistics.median(c / a for a, c in zip(tps["alone"], tps["control"]))
     print(f"  {prompt_id}: {speedup:.2f}x (A/A {control:.2f}x), {drafted} drafted", file=sys.stderr, flush=True)
-    return dict(prompt=prompt_id, tps=tps, speedup=speedup, control=control, drafted=drafted)
+    return dict(prompt=prompt_id, tps=tps, speedup=speedup, control=control, drafted=drafted,
+                costs_after=learned_costs(engine.cost_model(speculation.draft_max + 1)))
+
+
+def learned_costs(costs: CostModel) -> dict:
+    """What the cost model believes after a prompt, for reading a run where the policy drafted less
+    than expected: the main step, each batch size in steps, and the sizes timed so far."""
+    profile = costs.profile()
+    step = profile.main_batch_s[0]
+    return dict(step_s=step, batch_steps=[round(t / step, 2) for t in profile.main_batch_s],
+                measured=profile.measured, draft_step_s=profile.draft_step_s or None, stale=costs.stale)
 
 
 def table(results: dict) -> str:

@@ -106,6 +106,9 @@ def test_drift_bench_runs_its_three_scenarios(tiny_models, tmp_path):
     assert all(len(r["tps"]["alone"]) == len(r["tps"]["spec"]) == len(r["tps"]["control"]) == 2
                for r in load["before"] + load["after"])
     assert load["control_before"] > 0 and load["control_after"] > 0 and "A/A" in out
+    costs = load["after"][-1]["costs_after"]
+    assert costs["step_s"] > 0 and costs["batch_steps"][0] == 1.0 and len(costs["batch_steps"]) == 4
+    assert 1 in costs["measured"]
 
 
 def test_trace_rates_count_each_drafted_token_up_to_the_first_wrong_one():
