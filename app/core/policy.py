@@ -261,7 +261,8 @@ class AutoPolicy:
         return self.hopeful if source == LOOKUP else self.profile
 
     def token_cost(self, source: str) -> float:
-        return self.profile.draft_step_s if source == MODEL else self.profile.lookup_step_s
+        """Seconds to draft one token (the steps do not depend on the context: no profile is read)."""
+        return (self.costs.draft_step_s or 0.0) if source == MODEL else self.costs.lookup_step_s
 
     @staticmethod
     def expected_speeds(chances: Sequence[float], costs: Sequence[float], sunk: float | None,
