@@ -21,7 +21,11 @@ prints each prompt's fraction of that bound too ("of bound"), and its median per
 `replay --rates traces` gives the policy the traces' own acceptance rates per bucket from the start
 instead of learning them: it knows how often a kind of drafted token is right, not which ones will be,
 so what separates it from the bound is foresight, and what separates the learned policy from it is
-learning.
+learning. `replay --rates answer` replays each answer with that answer's own rates (in sample, so
+they carry some foresight: an answer that will repeat a block of itself has a high rate for the
+matches that repeat it). It is a reference, not a bound: a bucket's rate says how often its drafts
+are right, not which, and where even an answer's own rates stay under a fraction of the bound, the
+buckets cannot tell the drafts that will be accepted from the others.
 
 The machine can drift: `--drift 2x@50%` makes every cost twice the profile's from half-way through the
 replayed tokens on (another program taking a core). The policy then learns its costs from the rounds
@@ -286,7 +290,8 @@ def replay(args: argparse.Namespace) -> int:
           f"{'0-draft':>8s}")
     for trace in traces:
         start = machine.done
-        r = Replay(trace, machine, args.drafter, acceptance, catch_up, params, costs)
+        rates = TraceRates([trace]) if args.rates == "answer" else acceptance
+        r = Replay(trace, machine, args.drafter, rates, catch_up, params, costs)
         speedups[trace["id"]] = r.run()
         fractions[trace["id"]] = speedups[trace["id"]] / lookup_bound(trace, machine, args.draft_max, start)
         print(f"{trace['id']:10s} {speedups[trace['id']]:7.2f}x {fractions[trace['id']]:8.2f} {r.drafted:8d} "
@@ -412,9 +417,10 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--learn", action="store_true", help="the policy learns the costs from the rounds (as the app)")
     rep.add_argument("--drift", help="the machine's costs change by a factor part-way: FACTORx@PERCENT%%, e.g. 2x@50%%")
     rep.add_argument("--cold", action="store_true", help="learn from the prior, not the profile (a fresh install)")
-    rep.add_argument("--rates", choices=["learned", "traces"], default="learned",
-                     help="the acceptance the policy drafts by: learned as the app does, or the traces' own "
-                          "rates per bucket, known from the start (an upper reference for the learned ones)")
+    rep.add_argument("--rates", choices=["learned", "traces", "answer"], default="learned",
+                     help="the acceptance the policy drafts by: learned as the app does, the traces' own "
+                          "rates per bucket, known from the start (an upper reference for the learned ones), "
+                          "or each answer's own rates (in sample: a reference that knows more)")
     rep.add_argument("--start-from", help="learn from this stored profile instead (a stale warm start: e.g. one "
                      "calibrated while another program kept a core busy)")
     top = sub.add_parser("bound", help="the best prompt lookup could do, knowing what will be accepted")

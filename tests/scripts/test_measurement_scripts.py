@@ -144,3 +144,20 @@ def test_replay_with_the_traces_own_rates_prints_its_fractions_of_the_bound():
     fractions = [line for line in (known, learned) for line in line.splitlines() if "of the lookup bound" in line]
     assert len(fractions) == 2 and all("edit" in line and "code" in line for line in fractions)
     assert known != learned  # the rates change what is drafted
+
+
+def test_replay_with_each_answers_own_rates_differs_from_the_pooled_rates_only_over_several_answers():
+    """`--rates answer` gives each answer its own in-sample rates: over one answer they are the pooled
+    rates of `--rates traces`, over several they are not (edit-3's copies are not diluted by code-1's)."""
+    traces = ROOT / "scripts/gpu/data/qwen2.5-coder-1.5b+0.5b-traces.json"
+    profile = ROOT / "tests/scripts/cpu-2core-epyc-jumpy-profile.json"
+
+    def rows(rates: str, *only: str) -> dict[str, str]:
+        out = script("scripts/policy_replay.py", "replay", str(traces), str(profile), "--drafter", "lookup",
+                     "--rates", rates, "--only", *only)
+        return {line.split()[0]: line for line in out.splitlines() if line.startswith(only)}
+
+    assert rows("answer", "edit-3") == rows("traces", "edit-3")
+    own, pooled = rows("answer", "edit-3", "code-1"), rows("traces", "edit-3", "code-1")
+    assert own["edit-3"] == rows("answer", "edit-3")["edit-3"]  # each answer on its own
+    assert own != pooled
