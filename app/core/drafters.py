@@ -117,14 +117,26 @@ class PromptLookupDrafter:
         """(length, end) of the occurrence of the longest n-gram ending the context that a draft
         copies: the latest in the prompt, else the latest in the answer."""
         self._update_index(context)
-        for n in range(min(self.ngram_max, len(context) - 1), self.ngram_min - 1, -1):
-            gram = tuple(context[-n:])
-            end = self._prompt_index[n].get(gram)
+        # An n-gram that occurs has every shorter ending of it occur where it ends (all are indexed),
+        # so whether the last n tokens occur falls from yes to no as n grows: bisect for the longest
+        # (4-5 lookups a round, not one per length down from ngram_max: most rounds match 0-2 tokens)
+        low, high = self.ngram_min - 1, min(self.ngram_max, len(context) - 1)
+        found = 0  # where the longest occurring length found so far (low) ends; none yet: low < ngram_min
+        while low < high:
+            n = (low + high + 1) // 2
+            end = self._occurrence(context, n)
             if end is None:
-                end = self._answer_index[n].get(gram)
-            if end is not None:
-                return n, end
-        return 0, 0
+                high = n - 1
+            else:
+                low, found = n, end
+        return (low, found) if low >= max(1, self.ngram_min) else (0, 0)
+
+    def _occurrence(self, context: Sequence[int], n: int) -> int | None:
+        """Where the occurrence of the last ``n`` tokens that a draft copies ends: the latest in the
+        prompt, else the latest in the answer; None if they occur nowhere before."""
+        gram = tuple(context[-n:])
+        end = self._prompt_index[n].get(gram)
+        return self._answer_index[n].get(gram) if end is None else end
 
     def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
         self._prompt_length = len(prompt)

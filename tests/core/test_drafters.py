@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from app.core.drafters import DraftModelDrafter, LookupThenModelDrafter, PromptLookupDrafter
@@ -63,6 +65,36 @@ def test_lookup_finds_the_continuation_of_a_repeated_text():
     assert lookup.find([9, 9, 1, 2], 3)[0] == 0
     n, continuation = lookup.find([1, 2, 1, 9, 1], 3)  # the latest match wins
     assert (n, continuation) == (1, [9, 1])
+
+
+def _longest_match_by_scanning(context: list[int], prompt_length: int, ngram_max: int, ngram_min: int):
+    """What the lookup drafter is specified to copy, found the slow way: the longest n-gram ending
+    the context that occurs earlier, and of its occurrences the latest whose continuation starts in
+    the prompt, else the latest in the answer."""
+    for n in range(min(ngram_max, len(context) - 1), ngram_min - 1, -1):
+        ends = [end for end in range(n, len(context)) if context[end - n:end] == context[-n:]]
+        if ends:
+            in_prompt = [end for end in ends if end < prompt_length]
+            return n, max(in_prompt) if in_prompt else max(ends)
+    return 0, 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lookup_finds_the_longest_match_it_is_specified_to_find(seed):
+    """The drafter bisects for the longest match over an index that grows with the answer; on random
+    texts over small vocabularies (many repeats, of every length) it agrees with a scan of the text."""
+    rng = random.Random(seed)
+    for _ in range(20):
+        ngram_max, ngram_min = rng.choice([2, 4, 16]), rng.choice([1, 1, 2])
+        vocabulary = rng.choice([2, 3, 6])
+        prompt = [rng.randrange(vocabulary) for _ in range(rng.randrange(0, 30))]
+        lookup = PromptLookupDrafter(ngram_max, ngram_min)
+        lookup.prepare(prompt, FIXED)
+        context = list(prompt)
+        for _ in range(30):
+            context.append(rng.randrange(vocabulary))
+            n, end = _longest_match_by_scanning(context, len(prompt), ngram_max, ngram_min)
+            assert lookup.find(context, 3) == (n, context[end:end + 3] if n else [])
 
 
 @pytest.fixture(scope="module")
