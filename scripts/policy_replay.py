@@ -33,6 +33,9 @@ as the app does (`--learn`, implied by `--drift` and `--cold`), starting from th
 start from what is now a stale profile) or, with `--cold`, from the prior a fresh install starts from;
 the main model alone and the bound are charged the drifting costs too. `--start-from OTHER.json` starts
 the learning from another profile than the machine's (one stored while the machine was busier).
+`--noise 0.1 --seed N` makes every batch the replay decodes vary in time as on a shared machine (the
+policy learns from those times; the references keep the profile's): how much of its fraction of the
+bound a policy keeps when what it measures is noisy.
 
     .venv/bin/python scripts/policy_replay.py replay traces.json PROFILE.json --drafter lookup --drift 2x@50%
 
@@ -46,6 +49,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -157,17 +162,27 @@ class RecordedDraftModel:
 
 class Machine:
     """The replayed machine: the profile's costs, times ``factor`` once ``at`` (a fraction) of the
-    replayed tokens are done (--drift FACTORx@AT%)."""
+    replayed tokens are done (--drift FACTORx@AT%). With ``noise``, each batch the replay decodes
+    takes its cost times a random factor of mean 1 (log-normal, that standard deviation of the log):
+    the policy learns from noisy times, as on a real machine, and is charged them (--noise 0.1
+    --seed N); what the main model alone and the bound are charged stays the profile's."""
 
-    def __init__(self, profile: CostProfile, total_tokens: int, factor: float = 1.0, at: float = 1.0):
+    def __init__(self, profile: CostProfile, total_tokens: int, factor: float = 1.0, at: float = 1.0,
+                 noise: float = 0.0, seed: int = 0):
         self.profile, self.factor, self.change_at = profile, factor, at * total_tokens
         self.done = 0  # tokens replayed so far, over all answers
+        self.noise, self._random = noise, random.Random(seed)
 
     def speed(self, position: int | None = None) -> float:
         return self.factor if (self.done if position is None else position) >= self.change_at else 1.0
 
     def main_batch(self, n: int, position: int | None = None) -> float:
-        return self.speed(position) * self.profile.main_batch(n)
+        """A batch of ``n`` at token ``position`` of the replay (a reference's cost, noiseless), or the
+        replay's own next batch (None: where it is now, with noise)."""
+        cost = self.speed(position) * self.profile.main_batch(n)
+        if position is None and self.noise:
+            cost *= math.exp(self._random.gauss(0.0, self.noise) - self.noise ** 2 / 2)
+        return cost
 
 
 def parse_drift(text: str | None) -> tuple[float, float]:
@@ -277,9 +292,9 @@ def replay(args: argparse.Namespace) -> int:
     acceptance = TraceRates(traces) if args.rates == "traces" else AcceptanceModel()
     factor, at = parse_drift(args.drift)
     total = sum(len(t["tokens"]) for t in traces)
-    machine = Machine(profile, total, factor, at)
+    machine = Machine(profile, total, factor, at, args.noise, args.seed)
     costs = None  # fixed costs: the profile's
-    if args.learn or args.drift or args.cold or args.start_from:  # the policy learns the costs, as the app does
+    if args.learn or args.drift or args.cold or args.start_from or args.noise:  # the policy learns the costs, as the app does
         n_max = args.draft_max + 1
         warm = CostProfile(**json.loads(Path(args.start_from).read_text())) if args.start_from else profile
         costs = CostModel({}, n_max) if args.cold else CostModel.from_profile(warm, n_max)
@@ -421,6 +436,10 @@ def main(argv: list[str] | None = None) -> int:
                      help="the acceptance the policy drafts by: learned as the app does, the traces' own "
                           "rates per bucket, known from the start (an upper reference for the learned ones), "
                           "or each answer's own rates (in sample: a reference that knows more)")
+    rep.add_argument("--noise", type=float, default=0.0,
+                     help="each replayed batch's time varies by this much (standard deviation of its log, "
+                          "e.g. 0.1; a shared 2-core machine reads 0.05-0.15): learning from noisy times")
+    rep.add_argument("--seed", type=int, default=0, help="the noise's seed")
     rep.add_argument("--start-from", help="learn from this stored profile instead (a stale warm start: e.g. one "
                      "calibrated while another program kept a core busy)")
     top = sub.add_parser("bound", help="the best prompt lookup could do, knowing what will be accepted")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +162,34 @@ def test_replay_with_each_answers_own_rates_differs_from_the_pooled_rates_only_o
     own, pooled = rows("answer", "edit-3", "code-1"), rows("traces", "edit-3", "code-1")
     assert own["edit-3"] == rows("answer", "edit-3")["edit-3"]  # each answer on its own
     assert own != pooled
+
+
+def test_replay_with_noisy_times_learns_from_them_and_repeats_with_its_seed():
+    """`--noise` varies each replayed batch's time (seeded): the policy learns from those times, so
+    the rounds differ from a noiseless replay's, and the same seed replays the same."""
+    traces = ROOT / "scripts/gpu/data/qwen2.5-coder-1.5b+0.5b-traces.json"
+    profile = ROOT / "tests/scripts/cpu-2core-epyc-jumpy-profile.json"
+
+    def replay(*extra: str) -> str:
+        return script("scripts/policy_replay.py", "replay", str(traces), str(profile), "--drafter", "lookup",
+                      "--only", "edit-3", "edit-4", *extra)
+
+    noisy = replay("--noise", "0.15", "--seed", "3")
+    assert noisy == replay("--noise", "0.15", "--seed", "3")
+    assert noisy != replay("--noise", "0.15", "--seed", "4")
+    assert noisy != replay("--learn")
+    assert replay("--noise", "0") == replay()
+
+
+def test_the_replayed_machines_noise_keeps_its_mean_and_spares_the_references():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from policy_replay import Machine
+
+    from app.core.costmodel import CostProfile
+
+    profile = CostProfile(key={}, main_batch_s=[0.02, 0.03])
+    machine = Machine(profile, 1000, noise=0.15, seed=1)
+    times = [machine.main_batch(2) for _ in range(20000)]
+    assert abs(statistics.mean(times) / 0.03 - 1) < 0.01 and statistics.pstdev(times) / 0.03 > 0.1
+    assert {machine.main_batch(2, position=5) for _ in range(10)} == {0.03}   # the main model alone's
+
