@@ -316,7 +316,7 @@ def replay(args: argparse.Namespace) -> int:
     if costs is not None:
         learned = costs.profile(0).main_batch_s
         print("learned main batch times / the machine's at the end: "
-              + " ".join(f"{learned[n - 1] / machine.main_batch(n):.2f}" for n in (1, 2, 4, 8, 16) if n <= len(learned)))
+              + " ".join(f"{learned[n - 1] / machine.main_batch(n, machine.done):.2f}" for n in (1, 2, 4, 8, 16) if n <= len(learned)))
     return 0
 
 
