@@ -79,6 +79,7 @@ class MessageWidget(QFrame):
         layout.addWidget(self.body)
         self.footer = QLabel()
         self.footer.setObjectName("footer")
+        self.footer.setWordWrap(True)  # unwrapped, its one line set the message's least width past a narrow chat column
         layout.addWidget(self.footer)
 
     @staticmethod

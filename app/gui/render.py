@@ -159,7 +159,7 @@ def _code_html(block: Block, index: int) -> str:
         f'<tr><td style="color:{theme.MUTED};font-size:small;">{label}</td>'
         f'<td align="right" style="font-size:small;"><a href="{COPY_CODE}{index}" '
         f'style="color:{theme.ACCENT};text-decoration:none;">Copy code</a></td></tr>'
-        f'<tr><td colspan="2"><pre style="font-family:{theme.MONO};margin:0;">{highlighted}</pre></td></tr></table>'
+        f'<tr><td colspan="2"><pre style="font-family:{theme.MONO};margin:0;white-space:pre-wrap;">{highlighted}</pre></td></tr></table>'
     )
 
 

@@ -23,6 +23,25 @@ def test_copy_buttons_copy_the_message_and_each_code_block(qtbot):
     assert widget.footer.text() == "10.0 tok/s · 5 tokens"
 
 
+def test_a_long_code_line_and_footer_stay_inside_a_narrow_chat_column(qtbot):
+    """Seen in the app at 1000 px wide with the speculation panel open: the footer's one line made
+    the message wider than the chat column (its Copy button off screen, the footer cut) and a long
+    code line was cut at the column's edge. Both wrap now."""
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.resize(300, 600)
+    view.show()
+    code = "```python\nitems[name] = items[name] + quantity  # a line far longer than the column is wide\n```"
+    widget = view.add_message(1, "assistant", code, {"generated_tokens": 137, "generation_tps": 52.9,
+                                                     "drafted": 126, "accepted": 111})
+    qtbot.waitUntil(lambda: widget.body.document().size().height() > 0)
+    column = view.viewport().width()
+    assert widget.width() <= column
+    assert widget.copy_button.mapTo(view.viewport(), widget.copy_button.rect().topRight()).x() <= column
+    assert widget.body.document().idealWidth() <= widget.body.viewport().width()
+    assert "accepted 111 (88%)" in widget.footer.text()
+
+
 def test_colouring_needs_stored_pieces_and_can_be_turned_off(qtbot):
     view = ChatView()
     qtbot.addWidget(view)
