@@ -131,7 +131,16 @@ def stale(engine: Engine, prompts, args, speculation, root: Path) -> dict:
                 control_ratio=statistics.median(r["control_ratio"] for r in rows))
 
 
-ORDERS = [("busy", "quiet", "control"), ("quiet", "control", "busy"), ("control", "busy", "quiet")]
+def rotated(names: tuple[str, ...], turn: int) -> tuple[str, ...]:
+    """The order of the runs taking turns at ``turn``: each name runs first, second and third in
+    turn, so none is always measured right after the main model alone or last."""
+    k = turn % len(names)
+    return names[k:] + names[:k]
+
+
+def paired(tps: dict[str, list[float]], a: str, b: str) -> float:
+    """The median over repeats of b's speed over a's, each pair measured back to back."""
+    return statistics.median(y / x for x, y in zip(tps[a], tps[b]))
 
 
 def take_turns(engine: Engine, prompt_id: str, tokens: list[int], starts: dict[str, CostModel], turn: int,
@@ -142,18 +151,14 @@ def take_turns(engine: Engine, prompt_id: str, tokens: list[int], starts: dict[s
     drafted = {name: 0 for name in starts}
     for rep in range(args.repeat):
         tps["alone"].append(greedy_run(engine, tokens, "none", args.n_predict, speculation).generation_tps)
-        for name in ORDERS[(turn + rep) % len(ORDERS)]:
+        for name in rotated(("busy", "quiet", "control"), turn + rep):
             engine.use_cost_model(starts[name])
             summary = greedy_run(engine, tokens, args.drafter, args.n_predict, speculation)
             tps[name].append(summary.generation_tps)
             drafted[name] += summary.drafted
-
-    def paired(a: str, b: str) -> float:
-        return statistics.median(y / x for x, y in zip(tps[a], tps[b]))
-
-    return dict(prompt=prompt_id, tps=tps, drafted=drafted, ratio=paired("quiet", "busy"),
-                control_ratio=paired("quiet", "control"), from_busy=paired("alone", "busy"),
-                from_quiet=paired("alone", "quiet"))
+    return dict(prompt=prompt_id, tps=tps, drafted=drafted, ratio=paired(tps, "quiet", "busy"),
+                control_ratio=paired(tps, "quiet", "control"), from_busy=paired(tps, "alone", "busy"),
+                from_quiet=paired(tps, "alone", "quiet"))
 
 
 def load(engine: Engine, prompts, args, speculation, root: Path) -> dict:
@@ -171,9 +176,6 @@ def load(engine: Engine, prompts, args, speculation, root: Path) -> dict:
                 control_after=statistics.median(r["control"] for r in after))
 
 
-LOAD_ORDERS = [("alone", "spec", "control"), ("spec", "control", "alone"), ("control", "alone", "spec")]
-
-
 def with_control(engine: Engine, prompt_id: str, messages, turn: int, args, speculation) -> dict:
     """One prompt of the load scenario: per repeat the main model alone, the speculative run and the
     main model alone again (the A/A control), in an order that rotates; the speedup and the
@@ -183,13 +185,12 @@ def with_control(engine: Engine, prompt_id: str, messages, turn: int, args, spec
     tps: dict[str, list[float]] = {"alone": [], "spec": [], "control": []}
     drafted = 0
     for rep in range(args.repeat):
-        for name in LOAD_ORDERS[(turn + rep) % len(LOAD_ORDERS)]:
+        for name in rotated(("alone", "spec", "control"), turn + rep):
             summary = greedy_run(engine, tokens, args.drafter if name == "spec" else "none", args.n_predict,
                                  speculation)
             tps[name].append(summary.generation_tps)
             drafted += summary.drafted if name == "spec" else 0
-    speedup = statistics.median(s / a for a, s in zip(tps["alone"], tps["spec"]))
-    control = statistics.median(c / a for a, c in zip(tps["alone"], tps["control"]))
+    speedup, control = paired(tps, "alone", "spec"), paired(tps, "alone", "control")
     print(f"  {prompt_id}: {speedup:.2f}x (A/A {control:.2f}x), {drafted} drafted", file=sys.stderr, flush=True)
     return dict(prompt=prompt_id, tps=tps, speedup=speedup, control=control, drafted=drafted,
                 costs_after=learned_costs(engine.cost_model(speculation.draft_max + 1)))

@@ -84,7 +84,7 @@ class DraftModelDrafter:
 
 class PromptLookupDrafter:
     """Drafts by copying: finds an earlier occurrence of the last n tokens, the longest n that has
-    one (from ``ngram_max`` down to ``ngram_min``), in the prompt and the answer so far, and proposes
+    one (``ngram_min`` <= n <= ``ngram_max``), in the prompt and the answer so far, and proposes
     what followed it. No second model, so its drafts cost next to nothing. The match length is the
     drafts' score, with where it was found: a long match in the prompt means the answer copies the
     user's text verbatim (an edit), one in the answer so far is more often a phrase said twice.
