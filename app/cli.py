@@ -153,6 +153,9 @@ def _gpu_layer_args(p: argparse.ArgumentParser) -> None:
                    help="main model layers on the GPU: auto (what fits after the draft; default), -1 = all, or N")
     p.add_argument("-ngld", "--gpu-layers-draft", type=_gpu_layers, default="auto",
                    help="draft model layers on the GPU: auto (all if they fit; default), -1 = all, or N")
+    p.add_argument("--device", default=None,
+                   help="the GPU both models run on: auto (a discrete GPU first, then the most free memory; "
+                        "default), cpu (none), or a name from `quickdraft info` (CUDA0, Vulkan1)")
 
 
 def _gpu_layers(text: str):
@@ -231,28 +234,22 @@ def _load_engine(args):
 
     main, draft = _model_params(args)
     engine = Engine.load(main, draft, profile_store=ProfileStore(app_paths().profiles_dir))
-    if _asks_for_gpu(args) and not engine.gpu_offload_supported:
-        print("warning: this build of llama-cpp-python cannot offload to a GPU; every layer runs on the CPU "
-              "(README: GPU support)", file=sys.stderr)
     for warning in engine.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return engine
-
-
-def _asks_for_gpu(args) -> bool:
-    return any(layers not in (0, "auto") for layers in (args.gpu_layers, args.gpu_layers_draft))
 
 
 def _model_params(args):
     from .core.errors import InvalidParameterError
     from .core.params import ModelParams
 
-    main = ModelParams(args.main, n_gpu_layers=args.gpu_layers, n_ctx=args.ctx, n_threads=args.threads)
+    device = args.device or "auto"
+    main = ModelParams(args.main, n_gpu_layers=args.gpu_layers, n_ctx=args.ctx, n_threads=args.threads, device=device)
     if not args.draft:
         return main, None
     try:
         return main, ModelParams(args.draft, n_gpu_layers=args.gpu_layers_draft, n_ctx=args.ctx_draft or args.ctx,
-                                 n_threads=args.threads_draft or args.threads)
+                                 n_threads=args.threads_draft or args.threads, device=device)
     except InvalidParameterError as exc:
         raise InvalidParameterError(f"draft {exc.name}", exc.problem) from None
 

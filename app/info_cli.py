@@ -20,13 +20,14 @@ def add_info_parser(sub, gpu_layer_args) -> None:
 
 
 def cmd_info(args) -> int:
-    from .core.devices import system_info
+    from .core.devices import choose_device, system_info
 
     system = system_info()
     if args.brief:
         print(f"llama.cpp backends: {', '.join(system.backends)}; {system.summary()}")
         return 0
-    data: dict = {"system": _system_json(system)}
+    chosen = choose_device(args.device or "auto", system)
+    data: dict = {"system": _system_json(system, chosen)}
     if args.file:
         data["file"] = _file_info(args.file)
     if args.main:
@@ -34,7 +35,7 @@ def cmd_info(args) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
-    _print_system(system)
+    _print_system(system, chosen, args.device or "auto")
     if args.file:
         print()
         _print_rows(_file_rows(data["file"]))
@@ -44,10 +45,14 @@ def cmd_info(args) -> int:
     return 0
 
 
-def _system_json(system) -> dict:
+def _system_json(system, chosen) -> dict:
     return {"backends": list(system.backends), "gpu_offload_supported": bool(system.gpus),
-            "devices": [vars(d) for d in system.devices], "problem": system.problem(),
-            "cpu_features": system.cpu_features}
+            "dynamic_backends": system.load.dynamic, "cpu_variant": system.load.cpu_variant,
+            "cpu_variants": list(system.load.cpu_variants),
+            "modules_loaded": [{"name": m.name, "path": m.path} for m in system.load.loaded],
+            "modules_failed": [{"name": m.name, "path": m.path, "reason": m.reason} for m in system.load.failed],
+            "devices": [vars(d) for d in system.devices], "device": chosen.name if chosen else "cpu",
+            "problem": system.problem(), "cpu_features": system.cpu_features}
 
 
 def system_summary() -> str:
@@ -56,8 +61,21 @@ def system_summary() -> str:
     return system_info().summary()
 
 
-def _print_system(system) -> None:
-    rows = {"backends": ", ".join(system.backends), "runs on": system.summary()}
+def _print_system(system, chosen, wanted: str) -> None:
+    load = system.load
+    rows = {"backends": ", ".join(system.backends) or "none"}
+    if load.dynamic:
+        rows["modules loaded"] = ", ".join(m.name for m in load.loaded) or "none"
+        for m in load.failed:
+            rows[f"not loaded: {m.name}"] = m.reason
+        rows["CPU variant"] = (f"{load.cpu_variant or 'none loaded'}"
+                               + (f" (of {len(load.cpu_variants)}: {', '.join(load.cpu_variants)})"
+                                  if load.cpu_variants else ""))
+    else:
+        rows["modules loaded"] = "none: the backends are built into this llama.cpp"
+    rows["runs on"] = system.summary()
+    how = "auto: --device cpu or a device's name to change" if wanted == "auto" else f"--device {wanted}"
+    rows["models go on"] = f"{chosen.name}: {chosen.description} ({how})" if chosen else f"the CPU ({how})"
     for i, device in enumerate(system.devices):
         rows[f"device {i}"] = device.describe()
     if system.problem():

@@ -46,6 +46,8 @@ UNUSED_QT_PLUGIN = re.compile(
     r"|/plugins/platforms/(lib)?q(eglfs|minimalegl|linuxfb|vnc|vkkhrdisplay|minimal)\.")
 SONAME = re.compile(r"lib[\w-]+\.so\.\d+")   # libggml.so.0: what the dynamic linker opens
 UNUSED_QT_LIBRARY = re.compile(r"Qt6?(Qml|Quick|VirtualKeyboard|EglFS|EglFs)")
+# the GPU driver's side of each backend: the Vulkan loader, the CUDA driver API, NVIDIA's driver libraries
+DRIVER_LIBRARY = re.compile(r"(^|/)(libvulkan\.so|libcuda\.so|libnvidia-|vulkan-1\.dll$|nvcuda\.dll$)", re.I)
 
 
 def version(init_file: Path = ROOT / "app" / "__init__.py") -> str:
@@ -71,19 +73,28 @@ def llama_lib_dir() -> Path:
 
 
 def llama_binaries(lib_dir: Path | None = None, platform: str = sys.platform) -> list[tuple[str, str]]:
-    """(source, destination folder) pairs for llama.cpp's shared library and its ggml backends.
+    """(source, destination folder) pairs for llama.cpp's shared library, ggml and its backend modules.
 
     Leaves out libmtmd (multimodal, which Quickdraft never loads). On Linux a wheel holds three
-    copies of each library (libx.so, libx.so.0, libx.so.0.1.2); only the SONAME copy, the name the
-    dynamic linker resolves, is bundled, and llama_links() adds the name the ctypes loader opens."""
+    copies of each linked library (libx.so, libx.so.0, libx.so.0.1.2); only the SONAME copy, the name
+    the dynamic linker resolves, is bundled, and llama_links() adds the name the ctypes loader opens.
+    Backend modules (libggml-cpu-haswell.so, libggml-vulkan.so: loaded at run time by their path,
+    never linked) have no versioned copy and are bundled as they are."""
     lib_dir = lib_dir or llama_lib_dir()
     files = sorted(p for p in lib_dir.iterdir() if p.is_file() and _is_library(p.name, platform)
                    and not _is_unused(p.name))
     if platform.startswith("linux"):
-        files = [p for p in files if SONAME.fullmatch(p.name)]
+        names = {p.name for p in files}
+        files = [p for p in files if SONAME.fullmatch(p.name) or _is_module(p.name, names)]
     if not any("llama" in p.name for p in files):
         raise FileNotFoundError(f"no llama.cpp library in {lib_dir}")
     return [(str(p), LLAMA_LIB_DEST) for p in files]
+
+
+def _is_module(name: str, names: set[str]) -> bool:
+    """A backend module: libggml-<backend>[-<variant>].so with no SONAME copy beside it."""
+    return (name.startswith("libggml-") and name.endswith(".so")
+            and not any(SONAME.fullmatch(n) and n.startswith(name + ".") for n in names))
 
 
 def llama_links(lib_dir: Path | None = None, platform: str = sys.platform) -> list[tuple[str, str, str]]:
@@ -137,9 +148,11 @@ def keep_data(dest: str) -> bool:
 
 def keep_binary(dest: str) -> bool:
     """False for Qt plugins for other kinds of devices (embedded EGL, framebuffers, VNC, evdev
-    input, the QML virtual keyboard) and the QML/Quick libraries only those plugins load."""
+    input, the QML virtual keyboard) and the QML/Quick libraries only those plugins load; and for the
+    GPU drivers' own libraries, which the backend modules link but must come from the user's system
+    (a bundled Vulkan loader or libcuda would not match the installed driver)."""
     path = dest.replace("\\", "/")
-    return not (UNUSED_QT_PLUGIN.search(path) or UNUSED_QT_LIBRARY.search(path))
+    return not (UNUSED_QT_PLUGIN.search(path) or UNUSED_QT_LIBRARY.search(path) or DRIVER_LIBRARY.search(path))
 
 
 def mac_info_plist(app_version: str) -> dict:

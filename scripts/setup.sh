@@ -1,13 +1,17 @@
-#!/usr/bin/env bash
 # Create a virtual environment, install Quickdraft with its test tools, and with --run start the app.
 #
-#   scripts/setup.sh [--backend auto|cpu|cuda|vulkan|metal] [--venv DIR] [--run] [--print-backend]
+#   scripts/setup.sh [--backend auto|cpu|cuda|vulkan|metal|cuda,vulkan] [--venv DIR] [--run] [--print-backend]
 #
-# llama-cpp-python is built for the best llama.cpp backend this machine has: CUDA when nvcc is found,
-# Metal on Apple Silicon, Vulkan when the Vulkan and SPIR-V headers and glslc are there, else the CPU. The
-# script says which it chose and why. --backend (or QUICKDRAFT_BACKEND) picks one; CMAKE_ARGS, when
-# set, is passed to llama.cpp's CMake as it is and wins over both. CUDA_ARCHITECTURES (e.g. "86;89")
-# limits a CUDA build to those GPUs; without it the build targets the GPU it finds, or common ones.
+# llama.cpp is built with dynamic backends (Linux, Windows): a CPU module for every instruction-set level,
+# the best one chosen when the app starts, plus a module for each GPU backend this machine can build and
+# run: Vulkan when the Vulkan and SPIR-V headers and glslc are there, CUDA when nvcc is there and an
+# NVIDIA driver is present (nvidia-smi lists a GPU, or libcuda.so.1 is installed). A module whose driver
+# is missing on a later machine is reported by the app and skipped. On Apple Silicon, Metal is built in.
+# --print-backend says what would be built and why each GPU backend was taken or skipped. --backend
+# (or QUICKDRAFT_BACKEND) asks for GPU backends by name (cuda builds even without a driver); cpu builds
+# none. CMAKE_ARGS, when set, is passed to llama.cpp's CMake as it is and wins over all of it.
+# CUDA_ARCHITECTURES (e.g. "86;89") limits a CUDA build to those GPUs. Built wheels are kept in
+# ~/.cache/quickdraft/llama-wheels (QUICKDRAFT_WHEEL_CACHE), one per set of CMake flags.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,14 +22,14 @@ RUN=0
 PRINT_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --backend) BACKEND=${2:?--backend needs cpu, cuda, vulkan, metal or auto}; shift 2 ;;
+    --backend) BACKEND=${2:?--backend needs auto, cpu, cuda, vulkan or metal}; shift 2 ;;
     --backend=*) BACKEND=${1#*=}; shift ;;
     --venv) VENV=${2:?--venv needs a directory}; shift 2 ;;
     --venv=*) VENV=${1#*=}; shift ;;
     --run) RUN=1; shift ;;
     --print-backend) PRINT_ONLY=1; shift ;;  # say what would be built, build nothing
     --check-qt) check_qt_only=1; shift ;;    # only say which libraries Qt's window lacks
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -37,6 +41,12 @@ find_nvcc() {
   for dir in ${CUDA_SEARCH_DIRS-"${CUDA_HOME:-} ${CUDA_PATH:-} /usr/local/cuda /opt/cuda"}; do
     if [ -n "$dir" ] && [ -x "$dir/bin/nvcc" ]; then echo "$dir/bin/nvcc"; return; fi
   done
+  return 1
+}
+
+nvidia_driver() {  # prints how the NVIDIA driver was found; fails without one
+  if have nvidia-smi && nvidia-smi -L >/dev/null 2>&1; then echo "nvidia-smi lists a GPU"; return 0; fi
+  if have ldconfig && ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then echo "libcuda.so.1 is installed"; return 0; fi
   return 1
 }
 
@@ -58,18 +68,34 @@ header_path() {  # the first of the include folders that has $1 (VULKAN_SDK's fi
   return 1
 }
 
-detect_backend() {  # prints "backend<TAB>why"
-  if nvcc_path=$(find_nvcc); then
-    printf 'cuda\tthe CUDA compiler was found (%s)\n' "$nvcc_path"
-  elif [ "$(uname -s)" = Darwin ] && [ "$(uname -m)" = arm64 ]; then
-    printf 'metal\tthis is a Mac with Apple Silicon\n'
-  elif vulkan_headers && have glslc && vulkan_headers_new_enough; then
-    printf 'vulkan\tthe Vulkan and SPIR-V headers and glslc were found\n'
-  elif vulkan_headers && have glslc; then
-    printf 'cpu\tthe Vulkan headers found are too old for this llama.cpp (no VK_EXT_layer_settings); point VULKAN_SDK at newer ones (README: GPU support)\n'
+apple_silicon() { [ "$(uname -s)" = Darwin ] && [ "$(uname -m)" = arm64 ]; }
+
+# Each check prints "yes<TAB>why" or "no<TAB>why"; asked=1 when the backend was named with --backend.
+check_cuda() {
+  local asked=$1 nvcc_path driver
+  if ! nvcc_path=$(find_nvcc); then
+    printf 'no\tno CUDA compiler (nvcc) was found\n'
+  elif [ "$asked" = 1 ]; then
+    printf 'yes\tasked for with --backend (nvcc: %s)\n' "$nvcc_path"
+  elif driver=$(nvidia_driver); then
+    printf 'yes\tnvcc was found (%s) and %s\n' "$nvcc_path" "$driver"
   else
-    printf 'cpu\tno GPU toolchain was found (nvcc for CUDA; Vulkan and SPIR-V headers and glslc for Vulkan)\n'
+    printf 'no\tnvcc was found (%s) but no NVIDIA driver (nvidia-smi -L fails, libcuda.so.1 is not installed), so a CUDA build could not run here; --backend cuda builds it anyway\n' "$nvcc_path"
   fi
+}
+
+check_vulkan() {
+  if ! vulkan_headers || ! have glslc; then
+    printf 'no\tthe Vulkan and SPIR-V headers and glslc were not all found (README: GPU support)\n'
+  elif ! vulkan_headers_new_enough; then
+    printf 'no\tthe Vulkan headers found are too old for this llama.cpp (no VK_EXT_layer_settings); point VULKAN_SDK at newer ones (README: GPU support)\n'
+  else
+    printf 'yes\tthe Vulkan and SPIR-V headers and glslc were found\n'
+  fi
+}
+
+check_metal() {
+  if apple_silicon; then printf 'yes\tthis is a Mac with Apple Silicon\n'; else printf 'no\tMetal needs a Mac with Apple Silicon\n'; fi
 }
 
 cuda_architectures() {
@@ -79,15 +105,58 @@ cuda_architectures() {
   fi
 }
 
-cmake_args_for() {
-  case "$1" in
-    cpu) echo "" ;;
-    cuda) nvcc_path=$(find_nvcc) || { echo "setup.sh: --backend cuda needs nvcc (the CUDA toolkit)" >&2; exit 1; }
-          echo "-DGGML_CUDA=on -DCMAKE_CUDA_COMPILER=$nvcc_path -DCMAKE_CUDA_ARCHITECTURES=$(cuda_architectures)" ;;
-    metal) echo "-DGGML_METAL=on" ;;
-    vulkan) echo "-DGGML_VULKAN=on" ;;
-    *) echo "setup.sh: unknown backend '$1': choose cpu, cuda, vulkan, metal or auto" >&2; exit 2 ;;
-  esac
+# The plan: GPU backends to build (PLAN_GPUS), a line of why for each (PLAN_NOTES), the CMake flags (CMAKE).
+make_plan() {
+  local wanted=$1 name asked verdict why
+  PLAN_GPUS=() PLAN_NOTES=()
+  for name in ${wanted//,/ }; do
+    case "$name" in auto|cpu|cuda|vulkan|metal) ;;
+      *) echo "setup.sh: unknown backend '$name': choose auto, cpu, cuda, vulkan or metal" >&2; exit 2 ;;
+    esac
+  done
+  local candidates="cuda vulkan"
+  [ "$(uname -s)" = Darwin ] && candidates=metal
+  case ",$wanted," in *,metal,*) candidates="$candidates metal" ;; esac
+  for name in $candidates; do
+    if [ "$wanted" = cpu ]; then
+      PLAN_NOTES+=("$name: not built (--backend cpu)"); continue
+    fi
+    asked=0
+    case ",$wanted," in *,"$name",*) asked=1 ;; esac
+    if [ "$wanted" != auto ] && [ "$asked" = 0 ]; then
+      PLAN_NOTES+=("$name: not asked for"); continue
+    fi
+    IFS=$'\t' read -r verdict why < <("check_$name" "$asked")
+    if [ "$verdict" = yes ]; then
+      PLAN_GPUS+=("$name"); PLAN_NOTES+=("$name: built: $why")
+    elif [ "$asked" = 1 ]; then
+      echo "setup.sh: --backend $name cannot be built here: $why" >&2; exit 1
+    else
+      PLAN_NOTES+=("$name: skipped: $why")
+    fi
+  done
+  if apple_silicon; then  # one CPU family: Metal and the CPU built into libggml
+    CMAKE="-DGGML_NATIVE=OFF -DGGML_METAL=$([ ${#PLAN_GPUS[@]} -gt 0 ] && echo ON || echo OFF)"
+    PLAN_NOTES+=("CPU: one build for Apple Silicon, Metal built in")
+  else
+    CMAKE="-DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_NATIVE=OFF -DCMAKE_INSTALL_BINDIR=llama_cpp/lib"
+    for name in "${PLAN_GPUS[@]}"; do
+      case "$name" in
+        cuda) CMAKE+=" -DGGML_CUDA=ON -DCMAKE_CUDA_COMPILER=$(find_nvcc) -DCMAKE_CUDA_ARCHITECTURES=$(cuda_architectures)" ;;
+        vulkan) CMAKE+=" -DGGML_VULKAN=ON" ;;
+      esac
+    done
+  fi
+}
+
+plan_summary() {  # "CPU (every instruction-set level, chosen at start) + CUDA + Vulkan"
+  local cpu="CPU (every instruction-set level, chosen at start)" name
+  apple_silicon && cpu="CPU"
+  local text=$cpu
+  for name in "${PLAN_GPUS[@]}"; do
+    case "$name" in cuda) text+=" + CUDA" ;; vulkan) text+=" + Vulkan" ;; metal) text+=" + Metal" ;; esac
+  done
+  echo "$text"
 }
 
 # Qt's xcb platform plugin (the window on X11) needs these libraries, which a fresh Debian or Ubuntu
@@ -110,17 +179,15 @@ check_qt_libraries() {  # prints the one apt command that installs what is missi
   fi
 }
 
-if [ "$BACKEND" = auto ]; then
-  IFS=$'\t' read -r BACKEND WHY < <(detect_backend)
-else
-  WHY="asked for with --backend"
-fi
-CMAKE=$(cmake_args_for "$BACKEND")
+make_plan "$BACKEND"
+SUMMARY=$(plan_summary)
 if [ -n "${CMAKE_ARGS:-}" ]; then
-  CMAKE=$CMAKE_ARGS BACKEND=custom WHY="CMAKE_ARGS is set: $CMAKE_ARGS"
+  CMAKE=$CMAKE_ARGS SUMMARY="custom (CMAKE_ARGS is set: $CMAKE_ARGS)" PLAN_NOTES=()
 fi
 if [ "${check_qt_only:-0}" = 1 ]; then check_qt_libraries; exit 0; fi
-echo "setup.sh: llama.cpp backend: $BACKEND ($WHY)"
+echo "setup.sh: llama.cpp backends: $SUMMARY"
+for note in "${PLAN_NOTES[@]}"; do echo "setup.sh:   $note"; done
+echo "setup.sh:   CMake flags: $CMAKE"
 [ "$PRINT_ONLY" = 1 ] && exit 0
 
 if [ ! -x "$VENV/bin/python" ]; then
@@ -128,25 +195,25 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install --upgrade pip
 
-# llama-cpp-python first, built for the backend; then Quickdraft, which finds it installed. pip caches
-# the wheel it builds by the sdist alone, whatever CMAKE_ARGS said, so only the CPU build goes
-# through the cache: a GPU build is always compiled afresh and never cached.
+# llama-cpp-python first, built with the plan's flags; then Quickdraft, which finds it installed. pip's
+# own cache keys a built wheel by the sdist alone, whatever CMAKE_ARGS said, so the wheel is built here
+# without it and kept under a name made from the flags: setting up again with the same flags reuses it.
 LLAMA=$(grep -o '"llama-cpp-python==[^"]*"' pyproject.toml | tr -d '"')
 STAMP="$VENV/.quickdraft-backend"
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$BACKEND $CMAKE" ] || ! "$VENV/bin/python" -c 'import llama_cpp' 2>/dev/null; then
-  if [ "$BACKEND" = cpu ]; then
-    if [ -f "$STAMP" ]; then  # leaving a GPU build: put the CPU one back
-      "$VENV/bin/python" -m pip install --force-reinstall --no-deps "$LLAMA"
-    else
-      "$VENV/bin/python" -m pip install "$LLAMA"
-    fi
-  else
-    echo "setup.sh: compiling llama.cpp with $CMAKE (this takes a while)"
-    CMAKE_ARGS="$CMAKE" "$VENV/bin/python" -m pip install --force-reinstall --no-deps --no-cache-dir \
-      --no-binary llama-cpp-python "$LLAMA"
-    "$VENV/bin/python" -m pip install "$LLAMA"  # its own dependencies, if this venv lacked them
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$LLAMA $CMAKE" ] || ! "$VENV/bin/python" -c 'import llama_cpp' 2>/dev/null; then
+  KEY=$("$VENV/bin/python" -c 'import hashlib, platform, sys; print(hashlib.sha256(" ".join(sys.argv[1:] + [platform.system(), platform.machine()]).encode()).hexdigest()[:16])' "$LLAMA" "$CMAKE")
+  WHEELS="${QUICKDRAFT_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/quickdraft/llama-wheels}/$KEY"
+  if ! ls "$WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    echo "setup.sh: compiling llama.cpp with $CMAKE (15 minutes or more on 2 cores; once per set of flags)"
+    rm -rf "$WHEELS.partial"
+    CMAKE_ARGS="$CMAKE" "$VENV/bin/python" -m pip wheel --no-deps --no-cache-dir --no-binary llama-cpp-python \
+      "$LLAMA" -w "$WHEELS.partial"
+    rm -rf "$WHEELS" && mv "$WHEELS.partial" "$WHEELS"
   fi
-  echo "$BACKEND $CMAKE" > "$STAMP"
+  WHEEL=$(ls "$WHEELS"/llama_cpp_python-*.whl | head -n 1)
+  "$VENV/bin/python" -m pip install --force-reinstall --no-deps "$WHEEL"
+  "$VENV/bin/python" -m pip install "$WHEEL"  # its own dependencies, if this venv lacked them
+  echo "$LLAMA $CMAKE" > "$STAMP"
 fi
 "$VENV/bin/python" -m pip install -e ".[dev]"
 "$VENV/bin/python" -m app.cli info --brief || true

@@ -61,12 +61,16 @@ def model_identity(path: str) -> dict:
 
 
 def profile_key(main_path: str, main_gpu_layers: int, main_threads: int,
-                draft_path: str | None, draft_gpu_layers: int, draft_threads: int, n_max: int) -> dict:
-    """What a profile depends on: change any of it and the profile is measured again."""
+                draft_path: str | None, draft_gpu_layers: int, draft_threads: int, n_max: int,
+                device: str = "cpu") -> dict:
+    """What a profile depends on: change any of it and the profile is measured again. The device
+    counts where a GPU is used (a profile made on the CPU keeps the key it always had)."""
     import llama_cpp
 
     key = {"main": model_identity(main_path), "main_gpu_layers": main_gpu_layers, "main_threads": main_threads,
            "n_max": n_max, "llama_cpp": llama_cpp.__version__}
+    if device != "cpu":
+        key["device"] = device
     if draft_path:
         key.update(draft=model_identity(draft_path), draft_gpu_layers=draft_gpu_layers, draft_threads=draft_threads)
     return key

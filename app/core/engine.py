@@ -22,7 +22,7 @@ from .errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
 from .events import Event, Round, StopReason, Summary
 from .lm import prefill
 from .gguf_info import GGUFInfo, check_pair, read_gguf_info
-from .params import DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams
+from .params import AUTO, DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams
 from .placement import footprint, plan_gpu_layers, resolved
 from .policy import AcceptanceModel, AutoPolicy, DraftPolicy, FixedPolicy, make_policy
 from .ram import total_memory_bytes
@@ -64,10 +64,12 @@ class Engine:
         subclasses with a message for the user; nothing stays loaded after a failure.
         ``profile_store`` keeps cost profiles between runs (else they live as long as the engine)."""
         main_info, draft_info, warnings = read_pair(main.path, draft.path if draft else None)
-        placement = plan_gpu_layers(main, main_info, draft, draft_info, devices.free_gpu_bytes())
+        device = devices.choose_device(main.device)
+        main, draft = on_device(main, device), on_device(draft, device)
+        placement = plan_gpu_layers(main, main_info, draft, draft_info, devices.free_bytes(device))
         main = resolved(main, placement.main_layers)
         draft = resolved(draft, placement.draft_layers) if draft is not None else None
-        warnings += placement.notes
+        warnings += placement.notes + _device_notes(main, draft, device)
         _check_fits_in_memory(main_info, main, draft_info, draft)
         loaded: list = []
         try:
@@ -82,10 +84,6 @@ class Engine:
     @property
     def has_draft(self) -> bool:
         return self.draft is not None
-
-    @property
-    def gpu_offload_supported(self) -> bool:
-        return llama.gpu_offload_supported()
 
     def placement(self) -> dict[str, "llama.LayerPlacement"]:
         """Where each loaded model's layers went, as llama.cpp reported it."""
@@ -229,7 +227,7 @@ class Engine:
         return profile_key(
             self.main_params.path, self.main_params.n_gpu_layers, self.main_params.n_threads or llama.default_threads(),
             draft.path if draft else None, draft.n_gpu_layers if draft else 0,
-            (draft.n_threads or llama.default_threads()) if draft else 0, n_max)
+            (draft.n_threads or llama.default_threads()) if draft else 0, n_max, device=self.main_params.device)
 
     def cost_profile(self, n_max: int, recalibrate: bool = False, progress=None) -> CostProfile:
         """The machine's cost profile for this pair: what has been learned (or stored) so far; with
@@ -270,6 +268,21 @@ def _with_warning(events: Iterator[Event], warning: str) -> Iterator[Event]:
         yield dataclasses.replace(event, warnings=(*event.warnings, warning)) if isinstance(event, Summary) else event
 
 
+def on_device(params: ModelParams | None, device: "devices.Device | None") -> ModelParams | None:
+    """``params`` bound to the one device the pair runs on (the CPU when ``device`` is None)."""
+    if params is None:
+        return None
+    return dataclasses.replace(params, device=device.name if device else devices.CPU_ONLY)
+
+
+def _device_notes(main: ModelParams, draft: ModelParams | None, device: "devices.Device | None") -> tuple[str, ...]:
+    """GPU layers asked for by number where no GPU is used: they stay in RAM, say so."""
+    asked = [p for p in (main, draft) if p is not None and p.n_gpu_layers not in (0, AUTO)]
+    if device is not None or not asked:
+        return ()
+    return ("GPU layers were asked for, but the models run on the CPU (no usable GPU, or device 'cpu' chosen)",)
+
+
 def _open(params: ModelParams, loaded: list) -> "llama.LlamaSession":
     model = llama.LlamaModel(params)
     loaded.append(model)
@@ -308,5 +321,5 @@ def _check_fits_in_memory(main_info: GGUFInfo, main: ModelParams,
 
 def _cpu_bytes(info: GGUFInfo, params: ModelParams) -> int:
     """What stays in RAM: everything without a GPU, else what its GPU layers do not take."""
-    on_gpu = int(params.n_gpu_layers) if llama.gpu_offload_supported() else 0
+    on_gpu = int(params.n_gpu_layers) if params.device != devices.CPU_ONLY else 0
     return footprint(info, params.n_ctx, params.n_batch).cpu_bytes(on_gpu)

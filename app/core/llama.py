@@ -8,6 +8,7 @@ trims the KV cache, tokenizes and turns tokens back into bytes.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import re
 import threading
@@ -19,11 +20,12 @@ from typing import Sequence
 
 import numpy as np
 
+from . import backends
 from .errors import DecodeError, InvalidMessagesError, ModelLoadError
 from .params import AUTO, ModelParams
 
 _init_lock = threading.Lock()
-_initialized = False
+_backend_load = None  # backends.BackendLoad once llama.cpp is initialised
 _recent_errors: deque[str] = deque(maxlen=20)
 
 
@@ -61,22 +63,21 @@ def _log(level: int, text: bytes | None, _user_data) -> None:
 _log_callback = None  # kept alive: llama.cpp holds a raw pointer to it
 
 
-def ensure_backend() -> None:
-    """Initialise llama.cpp once per process and quiet its logging."""
-    global _initialized, _log_callback
+def ensure_backend() -> "backends.BackendLoad":
+    """Initialise llama.cpp once per process: quiet its logging, load this install's backend modules
+    (before llama.cpp would look for them itself, only beside the executable and in the working
+    folder) and say what loaded."""
+    global _backend_load, _log_callback
     with _init_lock:
-        if _initialized:
-            return
+        if _backend_load is not None:
+            return _backend_load
         llama_cpp = _llama()
         _log_callback = llama_cpp.llama_log_callback(_log)
         llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        load = backends.load_backends()
         llama_cpp.llama_backend_init()
-        _initialized = True
-
-
-def gpu_offload_supported() -> bool:
-    ensure_backend()
-    return bool(_llama().llama_supports_gpu_offload())
+        _backend_load = load
+        return load
 
 
 def default_threads() -> int:
@@ -99,10 +100,12 @@ class LayerPlacement:
     offloaded: int
     total: int
     buffers_mib: tuple[tuple[str, float], ...] = ()
+    device: str = ""       # the GPU it was given (CUDA0, Vulkan0); "" for the CPU alone
 
     def describe(self) -> str:
         where = ", ".join(f"{name} {_mib_text(mib)}" for name, mib in self.buffers_mib)
-        layers = f"{self.offloaded}/{self.total} layers on the GPU" if self.total else "all layers on the CPU"
+        gpu = f"the GPU {self.device}" if self.device else "the GPU"
+        layers = f"{self.offloaded}/{self.total} layers on {gpu}" if self.total else "all layers on the CPU"
         return f"{layers} ({where})" if where else layers
 
 
@@ -138,13 +141,17 @@ class LlamaModel:
         self.params = params
         self.path = str(params.path)
         mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = _layers_to_offload(params)
+        device = _device(params)
+        mparams.n_gpu_layers = _layers_to_offload(params, device)
         mparams.use_mmap = params.use_mmap
+        device_list = _device_list(device)
+        mparams.devices = device_list.pointer
+        self.device = device
         _recent_errors.clear()
         _load_log = []
         try:
             model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
-            self.placement = parse_placement(_load_log)
+            self.placement = dataclasses.replace(parse_placement(_load_log), device=device.name if device else "")
         finally:
             _load_log = None
         if not model:
@@ -243,14 +250,30 @@ class LlamaModel:
             pass
 
 
-def _layers_to_offload(params: ModelParams) -> int:
+def _device(params: ModelParams):
+    from .devices import choose_device
+
+    return choose_device(params.device)
+
+
+def _device_list(device):
+    """Only the chosen device (or none): left to itself llama.cpp spreads a model over every GPU it
+    sees, and one card seen by two backends is not always told apart."""
+    from .devices import DeviceList
+
+    return DeviceList(device)
+
+
+def _layers_to_offload(params: ModelParams, device) -> int:
     layers = params.n_gpu_layers
+    if device is None:
+        return 0
     if layers == AUTO:  # one model on its own (the engine resolves a pair's layers together)
-        from .devices import free_gpu_bytes
+        from .devices import free_bytes
         from .gguf_info import read_gguf_info
         from .placement import plan_gpu_layers
 
-        layers = plan_gpu_layers(params, read_gguf_info(params.path), None, None, free_gpu_bytes()).main_layers
+        layers = plan_gpu_layers(params, read_gguf_info(params.path), None, None, free_bytes(device)).main_layers
     return int(layers) if int(layers) >= 0 else 0x7FFFFFFF
 
 

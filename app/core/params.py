@@ -144,6 +144,7 @@ class ModelParams:
     n_threads: int | None = None  # None = a sensible default for this machine
     n_batch: int = 512
     use_mmap: bool = True
+    device: str = AUTO        # AUTO (the GPU a user would pick), "cpu" (none), or a device name: CUDA0, Vulkan1
 
     def __post_init__(self) -> None:
         _require("n_gpu_layers", self.n_gpu_layers, _gpu_layers_ok(self.n_gpu_layers),
@@ -155,6 +156,8 @@ class ModelParams:
                  self.n_threads is None or (_integer(self.n_threads) and 1 <= self.n_threads <= 4096),
                  "must be at least 1 (or left out for the default)")
         _require("n_batch", self.n_batch, _integer(self.n_batch) and 1 <= self.n_batch < 2**31, "must be at least 1")
+        _require("device", self.device, isinstance(self.device, str) and bool(self.device.strip()),
+                 "must be 'auto', 'cpu' or a device name such as CUDA0 or Vulkan0")
 
 
 def _gpu_layers_ok(value) -> bool:

@@ -34,8 +34,5 @@ class HardwareStatus(ElidedLabel):
         self.set_full_text("  ·  ".join(parts + list(self._placement)))
         details = []
         if self._system is not None:
-            details.append(f"llama.cpp backends: {', '.join(self._system.backends)}")
-            details += [d.describe() for d in self._system.devices]
-            if self._system.problem():
-                details.append(self._system.problem())
+            details += self._system.details()
         self.setToolTip(plain_tooltip("\n".join(details + list(self._placement))))

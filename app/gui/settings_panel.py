@@ -7,6 +7,7 @@ from dataclasses import replace
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QWidget
 
+from app.core.devices import CPU_ONLY, preferred_gpu
 from app.core.params import AUTO, PolicyName
 from app.storage.settings import GPU_LAYER_FIELDS, LIMITS, Settings
 
@@ -38,9 +39,10 @@ SPECIAL = {"top_k": "off", "seed": "random", "n_ctx": "model's own", "main_gpu_l
 class SettingsPanel(QWidget):
     changed = Signal(object)   # Settings
 
-    def __init__(self, settings: Settings, parent=None):
+    def __init__(self, settings: Settings, parent=None, gpus: tuple | None = None):
         super().__init__(parent)
         self._settings = settings
+        self._gpus = gpus
         self.editors: dict[str, QSpinBox | QDoubleSpinBox] = {}
         form = QFormLayout(self)
         form.setContentsMargins(12, 12, 12, 12)
@@ -59,7 +61,9 @@ class SettingsPanel(QWidget):
             form.addRow(label, editor)
             if name == "draft_min":
                 form.addRow("Draft length", self._policy_editor(settings.draft_policy))
-        note = QLabel("Context, GPU layers and threads apply when models are (re)loaded.")
+            if name == "draft_gpu_layers":
+                form.addRow("Device", self._device_editor(settings.device))
+        note = QLabel("Context, GPU layers, device and threads apply when models are (re)loaded.")
         note.setObjectName("statName")
         note.setWordWrap(True)
         form.addRow(note)
@@ -91,6 +95,33 @@ class SettingsPanel(QWidget):
         self.policy.setToolTip("How many tokens to draft each round")
         self.policy.currentIndexChanged.connect(lambda _i: self._edited("draft_policy", self.policy.currentData()))
         return self.policy
+
+    def _device_editor(self, current: str) -> QComboBox:
+        """auto, the CPU alone, or one of the GPUs llama.cpp found (a saved one that is gone is kept,
+        marked, so loading says what is wrong instead of the setting changing silently)."""
+        self.device = QComboBox()
+        gpus = self._found_gpus()
+        best = preferred_gpu(gpus)
+        self.device.addItem(f"auto ({best.name}: {best.description})" if best else "auto (no GPU found: CPU)", AUTO)
+        self.device.addItem("CPU only", CPU_ONLY)
+        for gpu in gpus:
+            self.device.addItem(f"{gpu.name}: {gpu.description}", gpu.name)
+        if self.device.findData(current) < 0:
+            self.device.addItem(f"{current} (not found)", current)
+        self.device.setCurrentIndex(self.device.findData(current))
+        self.device.setToolTip("The GPU both models run on; auto picks a discrete GPU first, then the most free memory")
+        self.device.currentIndexChanged.connect(lambda _i: self._edited("device", self.device.currentData()))
+        return self.device
+
+    def _found_gpus(self) -> tuple:
+        if self._gpus is None:
+            try:
+                from app.core.devices import system_info
+
+                self._gpus = system_info().gpus
+            except Exception:  # llama.cpp's library did not load: the status bar says why
+                self._gpus = ()
+        return self._gpus
 
     def settings(self) -> Settings:
         return self._settings

@@ -57,6 +57,7 @@ class Settings:
     n_ctx: int = 4096
     main_gpu_layers: int | str = AUTO   # "auto": the draft wholly on the GPU first, then what fits; -1 = all
     draft_gpu_layers: int | str = AUTO
+    device: str = AUTO                  # the GPU both models run on: auto, cpu, or a name (CUDA0, Vulkan1)
     threads: int = 0                    # 0 = the engine's default for this machine
     colour_tokens: bool = False
     default_system_prompt: str = "You are a helpful assistant."
@@ -77,11 +78,11 @@ class Settings:
 
     def main_params(self, path: str) -> ModelParams:
         return ModelParams(path=path, n_gpu_layers=self.main_gpu_layers, n_ctx=self.n_ctx,
-                           n_threads=self.threads or None)
+                           n_threads=self.threads or None, device=self.device or AUTO)
 
     def draft_params(self, path: str) -> ModelParams:
         return ModelParams(path=path, n_gpu_layers=self.draft_gpu_layers, n_ctx=self.n_ctx,
-                           n_threads=self.threads or None)
+                           n_threads=self.threads or None, device=self.device or AUTO)
 
     def generation_problem(self) -> str:
         """Why no generation can start with these settings; "" when one can."""

@@ -45,3 +45,33 @@ def test_gpu_layers_accept_auto_all_and_numbers_only(tiny_models, tmp_path):
         assert r.returncode == 0, (value, r.stderr)
     bad = quickdraft("generate", "-m", str(tiny_models.main), "-ngl", "most", "-p", "a", tmp_path=tmp_path)
     assert bad.returncode == 1 and bad.stderr.startswith("error:") and "GPU layers must be 'auto'" in bad.stderr
+
+
+def test_info_lists_the_modules_loaded_and_the_cpu_variant_chosen(tmp_path):
+    system = json.loads(quickdraft("info", "--json", tmp_path=tmp_path).stdout)["system"]
+    text = quickdraft("info", tmp_path=tmp_path).stdout
+    assert system["device"] == "cpu" and "models go on: the CPU" in text  # no GPU on this machine
+    if not system["dynamic_backends"]:
+        assert "none: the backends are built into this llama.cpp" in text
+        return
+    variant = system["cpu_variant"]
+    assert variant in system["cpu_variants"] and f"cpu-{variant}" in [m["name"] for m in system["modules_loaded"]]
+    assert f"CPU variant: {variant} (of {len(system['cpu_variants'])}:" in text
+    assert all(m["reason"] for m in system["modules_failed"])
+
+
+def test_a_device_is_chosen_by_name_and_an_unknown_one_is_refused(tiny_models, tmp_path):
+    r = quickdraft("generate", "-m", str(tiny_models.main), "--device", "cpu", "-p", "a", "-n", "2", "--json",
+                   tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["placement"]["main"].startswith("all layers on the CPU")
+    bad = quickdraft("generate", "-m", str(tiny_models.main), "--device", "CUDA7", "-p", "a", tmp_path=tmp_path)
+    assert bad.returncode == 1 and bad.stderr.startswith("error: There is no GPU named 'CUDA7'")
+    info = quickdraft("info", "--device", "Vulkan3", tmp_path=tmp_path)
+    assert info.returncode == 1 and "choose one of: auto, cpu" in info.stderr
+
+
+def test_gpu_layers_asked_for_on_the_cpu_are_said_to_stay_there(tiny_models, tmp_path):
+    r = quickdraft("generate", "-m", str(tiny_models.main), "--device", "cpu", "-ngl", "-1", "-p", "a", "-n", "2",
+                   tmp_path=tmp_path)
+    assert r.returncode == 0 and "warning: GPU layers were asked for, but the models run on the CPU" in r.stderr

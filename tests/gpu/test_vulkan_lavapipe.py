@@ -64,7 +64,7 @@ def test_all_layers_offloaded_to_lavapipe_give_the_cpu_builds_greedy_answer(tiny
     on_cpu = run(sys.executable, *args, "-ngl", "0", "-ngld", "0", tmp_path=tmp_path)
     layers = tiny_models_layers(tiny_models.main)
     for where in on_gpu["placement"].values():  # the token embeddings stay in RAM, as llama.cpp places them
-        assert where.startswith(f"{layers}/{layers} layers on the GPU (") and "Vulkan0" in where, where
+        assert where.startswith(f"{layers}/{layers} layers on the GPU Vulkan0 (") and "Vulkan0 " in where, where
     assert on_gpu["token_ids"] == on_cpu["token_ids"] and len(on_gpu["token_ids"]) >= 16
     # the same weights draft: both backends accept the same drafts (all but those after the end token)
     assert (on_gpu["drafted"], on_gpu["accepted"]) == (on_cpu["drafted"], on_cpu["accepted"])

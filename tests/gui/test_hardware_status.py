@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.core.devices import Device, SystemInfo
+from app.core.devices import Device, SystemInfo, system_info
 from app.core.params import AUTO
 from app.gui.hardware_status import HardwareStatus
 from app.gui.settings_panel import AUTO_LAYERS, SettingsPanel
@@ -11,7 +11,8 @@ from app.storage.settings import Settings
 
 def test_status_bar_shows_the_backend_then_the_loaded_pairs_placement(loaded_window):
     text = loaded_window.hardware.full_text
-    assert "CPU build: running on the CPU" in text
+    load = system_info().load
+    assert text.startswith(f"CPU only ({load.cpu_variant} variant)" if load.dynamic else "CPU build: running on the CPU")
     assert "main: all layers on the CPU" in text and "draft: all layers on the CPU" in text
     assert "backends: CPU" in loaded_window.hardware.toolTip()
     assert "main: all layers on the CPU" in loaded_window.hardware.toolTip()
@@ -60,3 +61,22 @@ def test_gpu_layer_settings_default_to_auto_and_edit_as_numbers(qtbot):
     editor.setValue(12)
     editor.setValue(AUTO_LAYERS)
     assert [s.main_gpu_layers for s in seen] == [-1, 12, AUTO]
+
+
+def test_the_device_setting_offers_auto_the_cpu_and_each_gpu(qtbot):
+    gpus = (Device("Vulkan0", "Intel UHD 770", "integrated GPU", "Vulkan", 2**30, 2**31),
+            Device("Vulkan1", "Radeon RX 7600", "GPU", "Vulkan", 2**33, 2**33))
+    panel = SettingsPanel(Settings(), gpus=gpus)
+    qtbot.addWidget(panel)
+    items = [panel.device.itemText(i) for i in range(panel.device.count())]
+    assert items == ["auto (Vulkan1: Radeon RX 7600)", "CPU only", "Vulkan0: Intel UHD 770", "Vulkan1: Radeon RX 7600"]
+    seen = []
+    panel.changed.connect(seen.append)
+    panel.device.setCurrentIndex(2)
+    assert seen[-1].device == "Vulkan0" and seen[-1].main_params("m.gguf").device == "Vulkan0"
+
+
+def test_a_saved_device_that_is_gone_is_shown_as_such_not_replaced(qtbot):
+    panel = SettingsPanel(Settings(device="CUDA1"), gpus=())
+    qtbot.addWidget(panel)
+    assert panel.device.currentText() == "CUDA1 (not found)" and panel.device.itemText(0) == "auto (no GPU found: CPU)"

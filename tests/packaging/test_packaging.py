@@ -83,6 +83,30 @@ def test_llama_cpp_libraries_are_bundled_once_each_where_its_loader_looks(tmp_pa
     assert cfg.llama_links(lib, platform="win32") == []
 
 
+def test_backend_modules_are_bundled_beside_the_library_that_loads_them(tmp_path):
+    """A build with dynamic backends: one module per CPU variant and per GPU backend, never linked,
+    so no SONAME copy; the linked libraries keep their SONAME copy only."""
+    cfg = load("bundle_config")
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for name in ("libllama.so", "libllama.so.0", "libggml.so", "libggml.so.0", "libggml.so.0.25.3",
+                 "libggml-base.so", "libggml-base.so.0", "libggml-cpu-haswell.so", "libggml-cpu-zen4.so",
+                 "libggml-vulkan.so", "libggml-cuda.so"):
+        (lib / name).write_bytes(b"\x7fELF")
+    bundled = sorted(Path(src).name for src, _ in cfg.llama_binaries(lib, platform="linux"))
+    assert bundled == ["libggml-base.so.0", "libggml-cpu-haswell.so", "libggml-cpu-zen4.so", "libggml-cuda.so",
+                       "libggml-vulkan.so", "libggml.so.0", "libllama.so.0"]
+
+
+@pytest.mark.parametrize("dest, kept", [
+    ("libvulkan.so.1", False), ("llama_cpp/lib/libcuda.so.1", False), ("libnvidia-ml.so.1", False),
+    ("vulkan-1.dll", False), ("nvcuda.dll", False),
+    ("libcudart.so.12", True), ("libcublas.so.12", True), ("cudart64_12.dll", True), ("libggml-vulkan.so", True),
+])
+def test_gpu_driver_libraries_are_left_to_the_users_system(dest, kept):
+    assert load("bundle_config").keep_binary(dest) is kept
+
+
 def test_windows_libraries_are_the_dlls_without_the_multimodal_one(tmp_path):
     cfg = load("bundle_config")
     for name in ("llama.dll", "ggml.dll", "ggml-base.dll", "ggml-cpu.dll", "mtmd.dll", "llama.lib"):
