@@ -143,6 +143,31 @@ def check_cli(executable: Path, files: SmokeFiles) -> tuple[list[str], dict]:
     return problems, summary
 
 
+def check_backends(executable: Path, files: SmokeFiles, expected: list[str]) -> list[str]:
+    """The frozen app's llama.cpp backends, through `info --json`: the CPU always (in a build with
+    dynamic backends, a CPU variant chosen for this CPU), and each backend in ``expected``."""
+    commands = cli_commands(executable)
+    if not commands:
+        return []
+    done = subprocess.run(commands[0] + ["info", "--json"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, DATA_DIR_ENV: str(files.data_dir)})
+    if done.returncode != 0:
+        return [f"`info --json` exited {done.returncode}: {done.stderr.strip()[-500:]}"]
+    system = json.loads(done.stdout)["system"]
+    loaded = [m["name"] for m in system.get("modules_loaded", [])]
+    failed = [f"{m['name']} ({m['reason']})" for m in system.get("modules_failed", [])]
+    print(f"backends:       {', '.join(system['backends'])}; modules {', '.join(loaded) or 'built in'}"
+          f"{'; not loaded: ' + ', '.join(failed) if failed else ''}; models go on {system['device']}")
+    problems = []
+    if "CPU" not in system["backends"]:
+        problems.append(f"no CPU backend loaded: {system['backends']}")
+    if system.get("dynamic_backends") and not system.get("cpu_variant"):
+        problems.append(f"no CPU variant was chosen of {system.get('cpu_variants')}")
+    problems += [f"the {name} backend did not load (loaded: {system['backends']}; not loaded: {failed})"
+                 for name in expected if name not in system["backends"]]
+    return problems
+
+
 def print_summary(report: dict) -> None:
     answer = " ".join(str(report.get("answer", "")).split())
     lines = [
@@ -157,7 +182,7 @@ def print_summary(report: dict) -> None:
     print("\n".join(lines))
 
 
-def smoke(executable: Path, work: Path, timeout_s: float, platform: str) -> int:
+def smoke(executable: Path, work: Path, timeout_s: float, platform: str, backends: list[str] = ()) -> int:
     started = time.monotonic()
     files = prepare(work)
     done = run_app(executable, files, timeout_s, platform)
@@ -169,6 +194,7 @@ def smoke(executable: Path, work: Path, timeout_s: float, platform: str) -> int:
     if done.returncode != 0:
         problems.append(f"the app exited with {done.returncode}")
     print_summary(report)
+    problems += check_backends(executable, files, list(backends))
     problems += check_cli(executable, files)[0]
     print(f"total:          {time.monotonic() - started:.1f} s")
     if problems:
@@ -187,14 +213,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds the app may take (180)")
     parser.add_argument("--platform", default="offscreen",
                         help="the Qt platform plugin the app runs on (offscreen; xcb under xvfb-run)")
+    parser.add_argument("--expect-backend", action="append", default=[], metavar="NAME",
+                        help="fail unless this llama.cpp backend loads (e.g. Vulkan, CUDA, Metal); repeatable")
     args = parser.parse_args(argv)
     if not args.executable.exists():
         parser.error(f"{args.executable} does not exist")
     if args.keep:
         shutil.rmtree(args.keep, ignore_errors=True)
-        return smoke(args.executable, args.keep.resolve(), args.timeout, args.platform)
+        return smoke(args.executable, args.keep.resolve(), args.timeout, args.platform, args.expect_backend)
     with tempfile.TemporaryDirectory(prefix="quickdraft-smoke-") as tmp:
-        return smoke(args.executable, Path(tmp), args.timeout, args.platform)
+        return smoke(args.executable, Path(tmp), args.timeout, args.platform, args.expect_backend)
 
 
 if __name__ == "__main__":
