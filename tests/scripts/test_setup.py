@@ -157,7 +157,7 @@ def test_a_backend_asked_for_that_cannot_be_built_here_is_refused_with_the_reaso
 def test_ci_builds_for_the_cpu_then_builds_and_smoke_tests_the_bundle():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "setup.sh --backend cpu" in ci
-    steps = ["python -m pytest -q", "pyinstaller", "packaging/quickdraft.spec", "packaging/smoke_test.py dist/quickdraft/quickdraft"]
+    steps = ["python -m pytest -q", ".venv/bin/pyinstaller", "packaging/quickdraft.spec", "packaging/smoke_test.py dist/quickdraft/quickdraft"]
     assert all(step in ci for step in steps) and [ci.index(step) for step in steps] == sorted(ci.index(s) for s in steps)
     assert os.access(ROOT / "scripts" / "setup.sh", os.X_OK)
 
