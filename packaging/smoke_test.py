@@ -28,12 +28,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from app.core.params import DrafterKind  # noqa: E402
 from app.core.tiny_gguf import TinySpec, write_tiny_model  # noqa: E402
 from app.paths import DATA_DIR_ENV, app_paths  # noqa: E402
 from app.storage.settings import Settings, SettingsStore  # noqa: E402
 
+# The draft model alone drafts: prompt lookup's guesses depend on the text, which a GPU backend's
+# rounding can change (a random-weight model has near ties), and would blur the acceptance check.
 SMOKE_SETTINGS = Settings(threads=1, n_ctx=2048, temperature=0.0, max_tokens=48, draft_max=4,
-                          draft_policy="fixed", default_system_prompt="You are terse.")
+                          draft_policy="fixed", drafter=DrafterKind.MODEL, default_system_prompt="You are terse.")
 CLI_EXECUTABLE = "quickdraft-cli"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # A same-weights draft is only rejected where max_tokens cuts the last round short.

@@ -105,7 +105,7 @@ class LayerPlacement:
     def describe(self) -> str:
         where = ", ".join(f"{name} {_mib_text(mib)}" for name, mib in self.buffers_mib)
         gpu = f"the GPU {self.device}" if self.device else "the GPU"
-        layers = f"{self.offloaded}/{self.total} layers on {gpu}" if self.total else "all layers on the CPU"
+        layers = f"{self.offloaded}/{self.total} layers on {gpu}" if self.offloaded else "all layers on the CPU"
         return f"{layers} ({where})" if where else layers
 
 

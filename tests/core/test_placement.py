@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from app.core.errors import ModelLoadError
@@ -117,3 +119,11 @@ def test_the_load_log_says_where_layers_went():
     assert placement.describe() == "29/29 layers on the GPU (CUDA0 4.07 GiB, CPU_Mapped 292 MiB)"
     cpu_only = parse_placement(["load_tensors:   CPU_Mapped model buffer size =    12.00 MiB\n"])
     assert cpu_only.describe() == "all layers on the CPU (CPU_Mapped 12 MiB)"
+    assert replace(placement, device="CUDA0").describe().startswith("29/29 layers on the GPU CUDA0 (CUDA0 4.07 GiB")
+    # a GPU build told to keep the model in RAM logs "offloaded 0/29": nothing is on a GPU
+    none_offloaded = parse_placement(["load_tensors: offloaded 0/29 layers to GPU\n"] + cpu_only_log())
+    assert none_offloaded.describe() == "all layers on the CPU (CPU_Mapped 12 MiB)"
+
+
+def cpu_only_log() -> list[str]:
+    return ["load_tensors:   CPU_Mapped model buffer size =    12.00 MiB\n"]
