@@ -101,7 +101,8 @@ def _judge(needed: int, total: int, free: int | None, kind: str) -> Fit:
 
 @lru_cache(maxsize=1)
 def machine_memory() -> MachineMemory:
-    """This machine's RAM and the memory of the GPUs llama.cpp found (as its device registry reports it)."""
+    """This machine's RAM and the memory of the GPU the models go on (as llama.cpp's device registry
+    reports it)."""
     total, available = ram()
     gpus = _gpus()
     if not gpus:
@@ -111,12 +112,15 @@ def machine_memory() -> MachineMemory:
 
 
 def _gpus() -> tuple:
+    """The GPU the models would go on (auto): the pair runs on one device, and one card seen by two
+    backends (CUDA0 and Vulkan0) must not count twice."""
     try:
-        from app.core.devices import system_info
+        from app.core.devices import preferred_gpu, system_info
 
-        return system_info().gpus
+        best = preferred_gpu(system_info().gpus)
     except Exception:  # llama.cpp missing or its library failed to load: no GPU to count on
         return ()
+    return (best,) if best else ()
 
 
 __all__ = ["Fit", "MachineMemory", "MemoryEstimate", "estimate_memory", "judge_fit", "machine_memory"]

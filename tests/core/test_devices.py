@@ -70,3 +70,20 @@ def test_a_gpu_backend_that_did_not_load_is_the_problem_named():
 def test_the_status_line_names_the_gpu_the_models_go_on():
     info = system(gpu("Vulkan0", "Intel Arc A770", 15), gpu("Vulkan1", "Intel UHD 770", 30, kind="integrated GPU"))
     assert info.summary() == "Vulkan: Intel Arc A770 (15.0 GiB free) (+1 more)"
+
+
+def test_the_model_manager_counts_the_memory_of_the_gpu_the_models_go_on_once(monkeypatch):
+    from app.core import devices
+    from app.models import memory
+
+    card = dict(free_gib=20, device_id="0000:01:00.0")
+    twins = system(gpu("CUDA0", "NVIDIA GeForce RTX 4090", **card), gpu("Vulkan0", "NVIDIA GeForce RTX 4090", **card),
+                   gpu("Vulkan1", "Intel UHD 770", 30, kind="integrated GPU"))
+    monkeypatch.setattr(devices, "system_info", lambda: twins)
+    memory.machine_memory.cache_clear()
+    try:
+        machine = memory.machine_memory()
+        assert (machine.vram_total, machine.vram_free) == (24 * GIB, 20 * GIB)
+        assert machine.gpu_name == "NVIDIA GeForce RTX 4090"
+    finally:
+        memory.machine_memory.cache_clear()
