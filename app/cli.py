@@ -254,6 +254,11 @@ def _model_params(args):
         raise InvalidParameterError(f"draft {exc.name}", exc.problem) from None
 
 
+def _baseline_layers(params) -> int:
+    """llama-cpp-python's own loop offloads to every GPU it sees: none where our pair runs on the CPU."""
+    return 0 if params.device == "cpu" else params.n_gpu_layers
+
+
 def _speculation(args):
     from .core.params import SpeculationParams
 
@@ -356,7 +361,7 @@ def cmd_bench(args) -> int:
     prompts = load_prompts(args.prompts)[: args.limit]
     speculation = _speculation(args)
     engine = _load_engine(args)
-    baseline = (make_llama_baseline(args.main, args.ctx, args.threads, engine.main_params.n_gpu_layers)
+    baseline = (make_llama_baseline(args.main, args.ctx, args.threads, _baseline_layers(engine.main_params))
                 if args.llama_baseline else None)
     from .info_cli import system_summary
 

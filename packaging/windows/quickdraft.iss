@@ -4,7 +4,10 @@
 ;   iscc /DAppVersion=0.1.0 packaging\windows\quickdraft.iss
 ;
 ; Output: dist\Quickdraft-<version>-windows-x64-setup.exe. Optional defines: /DSourceDir=<bundle>
-; (default dist\quickdraft) and /DOutputDir=<folder> (default dist), both relative to this file.
+; (default dist\quickdraft) and /DOutputDir=<folder> (default dist), both relative to this file, and
+; /DVariant=<name> for a variant build: /DVariant=cuda (a bundle with llama.cpp's CUDA module and the
+; CUDA runtime) writes dist\Quickdraft-<version>-windows-x64-cuda-setup.exe. Every variant has the
+; same AppId and folder, so installing one replaces the other: one Quickdraft per machine.
 ; Installs per user by default (no administrator rights needed); the first page offers all users.
 ; Uninstalling removes the program, its shortcuts and its PATH entry, never the user's
 ; conversations, settings or models (they live under %LOCALAPPDATA%\Quickdraft).
@@ -18,6 +21,13 @@
 #ifndef OutputDir
   #define OutputDir "..\..\dist"
 #endif
+#ifdef Variant
+  #define VariantSuffix "-" + Variant
+  #define VariantLabel " (" + Variant + ")"
+#else
+  #define VariantSuffix ""
+  #define VariantLabel ""
+#endif
 #define AppName "Quickdraft"
 #define AppExe "quickdraft.exe"
 #define CliExe "quickdraft-cli.exe"
@@ -27,7 +37,7 @@
 AppId={{3C17C613-E553-49CD-BCF4-5B2B373EB8D5}
 AppName={#AppName}
 AppVersion={#AppVersion}
-AppVerName={#AppName} {#AppVersion}
+AppVerName={#AppName} {#AppVersion}{#VariantLabel}
 AppPublisher=The Quickdraft authors
 VersionInfoVersion={#AppVersion}
 VersionInfoProductName={#AppName}
@@ -41,10 +51,10 @@ ArchitecturesAllowed=x64compatible
 ArchitecturesInstallIn64BitMode=x64compatible
 MinVersion=10.0
 OutputDir={#OutputDir}
-OutputBaseFilename={#AppName}-{#AppVersion}-windows-x64-setup
+OutputBaseFilename={#AppName}-{#AppVersion}-windows-x64{#VariantSuffix}-setup
 SetupIconFile=..\..\resources\icons\quickdraft.ico
 UninstallDisplayIcon={app}\{#AppExe}
-UninstallDisplayName={#AppName} {#AppVersion}
+UninstallDisplayName={#AppName} {#AppVersion}{#VariantLabel}
 Compression=lzma2/max
 SolidCompression=yes
 WizardStyle=modern
