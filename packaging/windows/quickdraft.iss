@@ -2,6 +2,7 @@
 ;
 ;   pyinstaller --noconfirm --distpath dist --workpath build\pyinstaller packaging\quickdraft.spec
 ;   iscc /DAppVersion=0.1.0 packaging\windows\quickdraft.iss
+;   iscc /DAppVersion=0.1.0 /DVariant=cuda packaging\windows\quickdraft.iss   (the CUDA build's bundle)
 ;
 ; Output: dist\Quickdraft-<version>-windows-x64-setup.exe. Optional defines: /DSourceDir=<bundle>
 ; (default dist\quickdraft) and /DOutputDir=<folder> (default dist), both relative to this file, and
