@@ -48,7 +48,7 @@ def cmd_info(args) -> int:
 def _system_json(system, chosen) -> dict:
     return {"backends": list(system.backends), "gpu_offload_supported": bool(system.gpus),
             "dynamic_backends": system.load.dynamic, "cpu_variant": system.load.cpu_variant,
-            "cpu_variants": list(system.load.cpu_variants),
+            "cpu_variants": list(system.load.cpu_variants), "module_folders": list(system.load.folders),
             "modules_loaded": [{"name": m.name, "path": m.path} for m in system.load.loaded],
             "modules_failed": [{"name": m.name, "path": m.path, "reason": m.reason} for m in system.load.failed],
             "devices": [vars(d) for d in system.devices], "device": chosen.name if chosen else "cpu",

@@ -106,13 +106,9 @@ def ggml():
         "ggml_backend_reg_count": ([], ctypes.c_size_t),
         "ggml_backend_reg_get": ([ctypes.c_size_t], p),
         "ggml_backend_reg_name": ([p], ctypes.c_char_p),
-        "ggml_backend_reg_dev_count": ([p], ctypes.c_size_t),
         "ggml_backend_dev_count": ([], ctypes.c_size_t),
         "ggml_backend_dev_get": ([ctypes.c_size_t], p),
         "ggml_backend_dev_name": ([p], ctypes.c_char_p),
-        "ggml_backend_dev_description": ([p], ctypes.c_char_p),
-        "ggml_backend_dev_type": ([p], ctypes.c_int),
-        "ggml_backend_dev_memory": ([p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)], None),
         "ggml_backend_dev_get_props": ([p, ctypes.c_void_p], None),
         "ggml_backend_dev_backend_reg": ([p], p),
     }
@@ -226,10 +222,22 @@ def _close(module: ctypes.CDLL) -> None:
         close(module._handle)
 
 
+_DRIVERS = {"cuda": "the NVIDIA driver", "vulkan": "a Vulkan driver and loader", "hip": "AMD's ROCm runtime",
+            "sycl": "Intel's oneAPI runtime"}
+
+
 def _linker_reason(message: str, path: Path) -> str:
-    """The dynamic linker's message without the module's own path in front."""
+    """The dynamic linker's message without the module's own path in front, naming the library that
+    is missing where the linker says which (Linux, macOS; Windows only says "one of its dependencies")."""
     text = message.replace(str(path), "").strip(" :")
     missing = re.search(r"([\w.+-]+\.(?:so[.\d]*|dll|dylib)): cannot open shared object file", text)
     if missing:
-        return f"needs {missing.group(1)}, which is not installed (the driver or runtime for this backend)"
+        return f"needs {missing.group(1)}, which is not installed ({_driver(path)})"
+    if "one of its dependencies" in text:  # Windows: LoadLibrary's error 126
+        return f"a library it needs is not installed ({_driver(path)})"
     return text or "the dynamic linker could not open it"
+
+
+def _driver(path: Path) -> str:
+    backend = (re.findall(r"ggml-([a-z]+)", str(path)) or [""])[-1]
+    return _DRIVERS.get(backend, "the driver or runtime for this backend")

@@ -163,11 +163,6 @@ def free_bytes(device: Device | None) -> int:
     return current[device.name].free_bytes if device.name in current else device.free_bytes
 
 
-def free_gpu_bytes() -> int:
-    """Free memory now on the device ``auto`` chooses."""
-    return free_bytes(choose_device(AUTO))
-
-
 class DeviceList:
     """The NULL-terminated ggml_backend_dev_t array llama_model_params.devices takes: one device, or
     none (the CPU only). Kept alive while the model loads; llama.cpp copies it."""

@@ -131,7 +131,7 @@ def test_a_gpu_module_whose_driver_is_missing_says_which_library_it_needs(tmp_pa
     ggml = FakeGgml()
     module = backends._load_best(ggml, "cuda", [(None, cuda)])
     assert not module.loaded and ggml.asked == []
-    assert module.reason == "needs libcuda.so.1, which is not installed (the driver or runtime for this backend)"
+    assert module.reason == "needs libcuda.so.1, which is not installed (the NVIDIA driver)"
     assert module.describe() == f"cuda: {module.reason}"
 
 
@@ -146,6 +146,16 @@ def test_a_file_that_is_not_a_library_is_reported_not_loaded(tmp_path):
     broken = touch(tmp_path, "libggml-vulkan.so") / "libggml-vulkan.so"
     module = backends._load_best(FakeGgml(), "vulkan", [(None, broken)])
     assert not module.loaded and module.reason and str(broken) not in module.reason
+
+
+def test_windows_says_a_dependency_is_missing_without_naming_it_and_the_driver_is_named():
+    message = ("Could not find module 'C:\\Quickdraft\\_internal\\llama_cpp\\lib\\ggml-cuda.dll' (or one of its "
+               "dependencies). Try using the full path with constructor syntax.")
+    path = Path("C:\\Quickdraft\\_internal\\llama_cpp\\lib\\ggml-cuda.dll")
+    assert backends._linker_reason(message, path) == "a library it needs is not installed (the NVIDIA driver)"
+    vulkan = Path("/opt/quickdraft/_internal/llama_cpp/lib/libggml-vulkan.so")
+    linux = f"{vulkan}: libvulkan.so.1: cannot open shared object file: No such file or directory"
+    assert backends._linker_reason(linux, vulkan) == "needs libvulkan.so.1, which is not installed (a Vulkan driver and loader)"
 
 
 def test_gpu_backends_load_before_the_cpu_and_cuda_before_vulkan():

@@ -35,7 +35,7 @@ def test_windows_ram_comes_from_global_memory_status(monkeypatch):
 
 
 def test_the_engine_refuses_a_pair_too_large_for_a_windows_machine(tiny_models, monkeypatch):
-    devices.free_gpu_bytes()  # llama.cpp's libraries are loaded before sys.platform says win32
+    devices.system_info()  # llama.cpp's libraries are loaded before sys.platform says win32
     pretend_windows(monkeypatch, total=100_000, available=50_000)
     with pytest.raises(ModelLoadError, match="needs about .* this machine has"):
         Engine.load(ModelParams(str(tiny_models.main)))
