@@ -92,6 +92,7 @@ def _file_info(path: str) -> dict:
     data["display_name"] = info.display_name
     data["vocab_type_name"] = info.vocab_type_name
     data["has_chat_template"] = bool(info.chat_template)
+    data["memory"], data["memory_note"] = info.memory, info.memory_note()
     return data
 
 
@@ -105,6 +106,7 @@ def _file_rows(info: dict) -> dict:
         "vocabulary": f"{info['vocab_type_name']}, {info['vocab_size']:,} tokens",
         "bos / eos": f"{info['bos_token_id']} / {info['eos_token_id']} (add bos: {info['add_bos']})",
         "chat template": "yes" if info["has_chat_template"] else "no (a plain transcript is used)",
+        "memory": info["memory_note"] or "attention (keys and values per token)",
     }
 
 

@@ -53,6 +53,23 @@ class GGUFInfo:
         return _VOCAB_TYPE_NAMES.get(self.vocab_type, self.vocab_type)
 
     @property
+    def memory(self) -> str:
+        """attention, recurrent or hybrid, by architecture (llama.cpp's llm_arch_is_recurrent/_hybrid)."""
+        if self.architecture in RECURRENT_ARCHITECTURES:
+            return "recurrent"
+        return "hybrid" if self.architecture in HYBRID_ARCHITECTURES else "attention"
+
+    def memory_note(self) -> str:
+        """How a rejected draft is undone on this model ("" for attention: its cache drops any suffix)."""
+        if self.memory == "attention":
+            return ""
+        if self.architecture in ROLLBACK_ARCHITECTURES:
+            return (f"{self.memory} model: tokens it must take back (a rejected draft) come from llama.cpp's "
+                    f"recurrent-state snapshots, or from a saved state")
+        return (f"{self.memory} model without llama.cpp's state snapshots: tokens it must take back come from "
+                f"a saved state and the kept ones are read again (speculation pays less)")
+
+    @property
     def display_name(self) -> str:
         return self.name or Path(self.path).stem
 
@@ -205,6 +222,18 @@ def _quantization(header: GGUFHeader, file_type: int | None) -> str:
     return weights.most_common(1)[0][0] if weights else "unknown"
 
 
+# llama.cpp 0.3.36's src/llama-arch.cpp: llm_arch_is_recurrent, llm_arch_is_hybrid and
+# llm_arch_supports_rs_rollback (the architectures whose recurrent state keeps n_rs_seq snapshots)
+RECURRENT_ARCHITECTURES = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+HYBRID_ARCHITECTURES = frozenset({
+    "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe",
+    "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next", "qwen35", "qwen35moe", "qwen4exp",
+    "deepseek4", "minimax-01"})
+ROLLBACK_ARCHITECTURES = frozenset({
+    "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h", "nemotron_h_moe",
+    "lfm2", "lfm2moe", "bailingmoe3"})
+
+
 def check_pair(main: GGUFInfo, draft: GGUFInfo) -> PairCheck:
     """Can ``draft`` draft for ``main``? The rules are llama.cpp's: the draft's tokens must mean the
     same as the main model's, or its proposals would be nonsense to the main model."""
@@ -230,7 +259,8 @@ def check_pair(main: GGUFInfo, draft: GGUFInfo) -> PairCheck:
                     f"the vocabularies differ: token {i} is {main.tokens[i]!r} in the main model "
                     f"but {draft.tokens[i]!r} in the draft"
                 )
-    warnings: list[str] = []
+    warnings: list[str] = [f"the {who} is a {note}" for who, info in (("main model", main), ("draft", draft))
+                           if (note := info.memory_note())]
     if draft.file_size >= main.file_size:
         warnings.append(
             f"the draft ({_gb(draft.file_size)}) is not smaller than the main model "

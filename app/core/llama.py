@@ -131,6 +131,14 @@ def parse_placement(lines: Sequence[str]) -> LayerPlacement:
     return LayerPlacement(offloaded, total, tuple(buffers))
 
 
+# What a model keeps of the past: keys and values per token (attention: any suffix can be dropped),
+# a recurrent state that folds every token in (recurrent), or both (hybrid).
+ATTENTION, RECURRENT, HYBRID = "attention", "recurrent", "hybrid"
+# Recurrent-state snapshots asked of llama.cpp per sequence (n_rs_seq), for the architectures that keep
+# them: a rejected draft of up to this many tokens is undone inside the batch that verified it.
+ROLLBACK_TOKENS = 16
+
+
 class LlamaModel:
     """Weights and vocabulary of one GGUF model."""
 
@@ -163,6 +171,8 @@ class LlamaModel:
         self.eos = int(llama_cpp.llama_vocab_eos(self._vocab))
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(model))
+        self.memory = (RECURRENT if llama_cpp.llama_model_is_recurrent(model)
+                       else HYBRID if llama_cpp.llama_model_is_hybrid(model) else ATTENTION)
         self.size_bytes = int(llama_cpp.llama_model_size(model))
         self.n_params = int(llama_cpp.llama_model_n_params(model))
         self._pieces: dict[int, bytes] = {}
@@ -294,6 +304,15 @@ def logits_view(pointer, rows: int, n_vocab: int) -> np.ndarray:
     return np.ctypeslib.as_array(pointer, shape=(rows, n_vocab))
 
 
+@dataclass
+class _Checkpoint:
+    """A recurrent state saved when the cache held ``n_tokens`` tokens (``size`` bytes of ``data``)."""
+
+    n_tokens: int
+    data: ctypes.Array
+    size: int
+
+
 class LlamaSession:
     """A llama.cpp context (one sequence) whose KV cache holds ``cached``."""
 
@@ -310,6 +329,8 @@ class LlamaSession:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
+        if model.memory != ATTENTION:
+            cparams.n_rs_seq = ROLLBACK_TOKENS  # llama.cpp keeps it only for architectures that support it
         _recent_errors.clear()
         ctx = llama_cpp.llama_init_from_model(model._model, cparams)
         if not ctx:
@@ -329,6 +350,12 @@ class LlamaSession:
             self._batch.seq_id[i][0] = 0
         self._cached: list[int] = []
         self.decode_s = 0.0  # time spent inside llama_decode, for the host-overhead benchmark
+        self.memory = model.memory
+        self.n_rs_seq = int(llama_cpp.llama_n_rs_seq(ctx))
+        self._rollback_window = 0        # tokens llama.cpp can still take back exactly (see truncate)
+        self._checkpoint: _Checkpoint | None = None
+        self._in_single_run = False      # the last eval appended one token after a checkpoint
+        self.rereads = 0                 # times the cache was read again from the start (for tests)
 
     @property
     def cached(self) -> list[int]:
@@ -337,6 +364,12 @@ class LlamaSession:
     def eval(self, tokens: Sequence[int], all_logits: bool = False) -> np.ndarray:
         if len(self._cached) + len(tokens) > self.n_ctx:
             raise DecodeError(f"The context of {self.n_ctx} tokens is full.")
+        if self.memory != ATTENTION and not (self._in_single_run and len(tokens) == 1):
+            self._save_checkpoint()
+        self._in_single_run = len(tokens) == 1
+        return self._eval(tokens, all_logits)
+
+    def _eval(self, tokens: Sequence[int], all_logits: bool) -> np.ndarray:
         if len(tokens) <= self.n_batch:
             return self._decode(tokens, all_logits)
         rows = []
@@ -364,15 +397,79 @@ class LlamaSession:
             self.truncate(start)
             raise DecodeError(f"llama.cpp failed to decode a batch of {n} tokens (code {rc}). {_take_errors()}".rstrip())
         self._cached.extend(int(t) for t in tokens)
+        self._rollback_window = min(n - 1, self.n_rs_seq)  # snapshots of this batch's tokens but its first
         n_out = n if all_logits else 1
         first = 0 if all_logits else n - 1
         return logits_view(llama_cpp.llama_get_logits_ith(self._ctx, first), n_out, self.n_vocab)
 
     def truncate(self, n_keep: int) -> None:
+        """Drop every cached position from ``n_keep`` on, exactly, whatever the model's memory.
+
+        Keys and values (attention) drop any suffix. A recurrent state cannot be unwound token by
+        token: llama.cpp takes back at most the last batch's tokens but its first (from its n_rs_seq
+        snapshots, once per batch); past that the state saved before the batch or the run of single
+        tokens is put back and the kept tokens after it are decoded again; failing that, the whole
+        cache is read again. Each llama.cpp answer is checked: a refused removal is never ignored."""
+        n_keep = max(0, n_keep)
         if n_keep >= len(self._cached):
             return
-        _llama().llama_memory_seq_rm(self._memory, 0, n_keep, -1)
+        self._in_single_run = False
+        if self.memory == ATTENTION:
+            self._remove_from(n_keep)
+        elif len(self._cached) - n_keep <= self._rollback_window and self._seq_rm(n_keep):
+            del self._cached[n_keep:]
+        elif self._checkpoint is not None and self._checkpoint.n_tokens <= n_keep:
+            self._restore_checkpoint(n_keep)
+        else:
+            self._read_again(n_keep)
+        self._rollback_window = 0  # llama.cpp's rollback is single-use until the next decode
+
+    def _seq_rm(self, n_keep: int) -> bool:
+        return bool(_llama().llama_memory_seq_rm(self._memory, 0, n_keep, -1))
+
+    def _remove_from(self, n_keep: int) -> None:
+        if not self._seq_rm(n_keep):
+            raise DecodeError(f"llama.cpp could not remove positions {n_keep}.. of {self.model.name}'s cache. "
+                              f"{_take_errors()}".rstrip())
         del self._cached[n_keep:]
+
+    def _save_checkpoint(self) -> None:
+        """Keep the recurrent state as it is now (llama.cpp's partial state: the recurrent part only,
+        small beside the keys and values, which truncate removes as usual)."""
+        llama_cpp = _llama()
+        flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = int(llama_cpp.llama_state_seq_get_size_ext(self._ctx, 0, flags))
+        checkpoint = self._checkpoint
+        if checkpoint is None or len(checkpoint.data) < size:
+            checkpoint = _Checkpoint(0, (ctypes.c_uint8 * size)(), 0)
+        written = int(llama_cpp.llama_state_seq_get_data_ext(self._ctx, checkpoint.data, size, 0, flags))
+        if written != size:
+            self._checkpoint = None
+            raise DecodeError(f"llama.cpp could not save {self.model.name}'s recurrent state "
+                              f"({written} of {size} bytes).")
+        checkpoint.n_tokens, checkpoint.size = len(self._cached), size
+        self._checkpoint = checkpoint
+
+    def _restore_checkpoint(self, n_keep: int) -> None:
+        """Put the saved state back, drop the positions after it, decode the kept tokens past it."""
+        llama_cpp = _llama()
+        checkpoint, kept = self._checkpoint, self._cached[:n_keep]
+        flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        if not llama_cpp.llama_state_seq_set_data_ext(self._ctx, checkpoint.data, checkpoint.size, 0, flags):
+            self._read_again(n_keep)
+            return
+        self._remove_from(checkpoint.n_tokens)
+        if len(kept) > checkpoint.n_tokens:
+            self._eval(kept[checkpoint.n_tokens:], all_logits=False)
+
+    def _read_again(self, n_keep: int) -> None:
+        """Empty the sequence (always possible) and decode the kept tokens from the start."""
+        kept = self._cached[:n_keep]
+        self._checkpoint = None
+        self._remove_from(0)
+        self.rereads += 1
+        if kept:
+            self._eval(kept, all_logits=False)
 
     def kv_positions(self) -> tuple[int, int]:
         """(min, max) position llama.cpp holds for the sequence; (-1, -1) when empty. For tests."""
