@@ -1,6 +1,9 @@
 """The chat area's next step while no model is installed: the recommended pairs that fit this
 machine, one click to download a pair (its progress shows right here), or import a GGUF file.
 
+Each pair says how it drafts and what it suits. A pair the app cannot draft with yet (MTP drafting,
+a hybrid model's rollback) is offered all the same, saying so; once installed its main runs alone.
+
 The panel starts nothing until a button is clicked: its ManagerSession (hub client, downloads, the
 asyncio loop on Qt's) is made then, so a window that never needs it never builds one.
 """
@@ -15,6 +18,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.gui.banner import Banner
+from app.gui.model_manager.catalog_tab import download_pair_files, pair_choice
 from app.gui.model_manager.downloads_panel import DownloadsPanel
 from app.gui.model_manager.session import ManagerSession
 from app.gui.plain import plain_label
@@ -35,7 +39,8 @@ def pairs_that_fit(catalog: list[CatalogPair], machine: MachineMemory) -> list[t
 
 
 class FirstRunPanel(QWidget):
-    """Signals: ``pair_ready(main, draft)`` when both files of a pair downloaded here are installed;
+    """Signals: ``pair_ready(main, draft)`` when the files of a pair downloaded here are installed
+    (``draft`` empty where the app cannot draft with the pair yet, or its main drafts for itself);
     ``model_imported(path)`` after an import; ``models_changed()`` after anything was installed;
     ``manage_requested()`` for the model manager ("More models…")."""
 
@@ -72,8 +77,9 @@ class FirstRunPanel(QWidget):
     def _build(self, offered: list[tuple[CatalogPair, Fit]]) -> None:
         title = QLabel("No model installed yet")
         title.setStyleSheet("font-size: 15pt; font-weight: 600;")
-        intro = plain_label("Download a recommended pair (a main model and the small draft model that speeds it "
-                            "up), or import a GGUF file you already have. " + self.machine.describe() + ".")
+        intro = plain_label("Download a recommended pair (a main model and the small draft model, or the main's own "
+                            "MTP heads, that speed it up), or import a GGUF file you already have. "
+                            + self.machine.describe() + ".")
         intro.setWordWrap(True)
         intro.setObjectName("status")
         self.pairs_box = QVBoxLayout()
@@ -107,9 +113,10 @@ class FirstRunPanel(QWidget):
     def _pair_row(self, pair: CatalogPair, fit: Fit) -> QFrame:
         row = QFrame()
         row.setObjectName("panel")
+        how = " · ".join(html.escape(phrase) for phrase in (pair.drafting, pair.suits_text) if phrase)
         text = QLabel(f"<b>{html.escape(pair.title)}</b><br><span style='color:#6a737d'>for {html.escape(pair.use)} · "
                       f"{format_bytes(pair.download_size)} to download · needs about {pair.expected_memory_gb:.1f} GB: "
-                      f"{html.escape(fit.verdict)}</span>")
+                      f"{html.escape(fit.verdict)}<br>{how}</span>")
         text.setToolTip(fit.detail)
         button = QPushButton("Download")
         button.setObjectName("primary")
@@ -147,7 +154,7 @@ class FirstRunPanel(QWidget):
     # --- downloading a pair --------------------------------------------------------------------------
 
     def download_pair(self, pair: CatalogPair) -> None:
-        """Download whichever of the pair's files is missing; ``pair_ready`` once both are installed."""
+        """Download whichever of the pair's files is missing; ``pair_ready`` once all are installed."""
         self.downloading = pair
         for button in self.download_buttons.values():
             button.setEnabled(False)
@@ -155,13 +162,13 @@ class FirstRunPanel(QWidget):
 
     async def _download(self, pair: CatalogPair) -> None:
         try:
-            jobs = await self.session.download_pair(pair, self.session.registry.list())
+            jobs = await download_pair_files(self.session, pair, self.session.registry.list())
         except BaseException:   # the hub could not be asked: the message shows, the buttons come back
             self.downloading = None
             self._enable_downloads()
             raise
         if not jobs:
-            self._installed()   # both files were there already
+            self._installed()   # its files were there already
 
     def _installed(self) -> None:
         self.models_changed.emit()
@@ -170,12 +177,14 @@ class FirstRunPanel(QWidget):
             return
         installed = self.session.registry.list()
         main = pair.main.find_installed(self.paths.models_dir, installed)
-        draft = pair.draft.find_installed(self.paths.models_dir, installed)
-        if main and draft:
+        draft_file = pair.draft_file
+        draft = draft_file.find_installed(self.paths.models_dir, installed) if draft_file else None
+        if main and (draft or draft_file is None):
             self.downloading = None
             self._enable_downloads()
-            self.banner.show_message(f"{pair.title} is installed.", "info")
-            self.pair_ready.emit(str(main), str(draft))
+            main_path, draft_path, note = pair_choice(pair, main, draft)
+            self.banner.show_message(f"{pair.title} is installed." + (f" {note}" if note else ""), "info")
+            self.pair_ready.emit(main_path, draft_path)
 
     def _job_changed(self, job: DownloadJob) -> None:
         if job.state in ("paused", "failed"):   # Download again (or Resume on its row) goes on from there

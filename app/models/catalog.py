@@ -1,4 +1,21 @@
-"""Recommended main/draft pairs (resources/catalog.json): real GGUF builds on Hugging Face."""
+"""Recommended main/draft pairs (resources/catalog.json): real GGUF builds on Hugging Face.
+
+A pair drafts in one of two ways (its ``drafter``):
+
+* ``"model"``: a separate, smaller draft model of the same tokenizer family (the classic pair);
+* ``"mtp"``: multi-token prediction. Either the main GGUF keeps its MTP (nextn) layers and drafts
+  for itself (``"draft": null`` in the file, the main marked ``"mtp_heads": true``: Qwen3.5/3.6), or
+  the draft is an MTP drafter (``"kind": "mtp-drafter"``: Gemma 4's "assistant"), a draft-only GGUF
+  that runs on the main model's activations and cannot run as an ordinary draft model.
+
+Code written for two files keeps working: ``pair.draft`` is always a model. For a pair whose main
+drafts for itself it *is* the main (the model that drafts), so finding or downloading it finds or
+downloads the main; ``pair.draft_file`` is None there and ``pair.models`` names each file once.
+
+What this app can run is ``ENGINE_SUPPORTS``: ``pair.missing`` lists what a pair needs beyond it
+(MTP drafting; rolling back the recurrent state of a hybrid model such as Qwen3.5/3.6 when drafted
+tokens are rejected). Such a pair is still offered, honestly labelled, and its main runs alone.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +31,18 @@ from .registry import InstalledModel
 
 GB = 1_000_000_000
 
+DRAFTERS = ("model", "mtp")                # a separate draft model; multi-token prediction
+MODEL_KINDS = ("model", "mtp-drafter")     # a language model; a draft-only MTP drafter
+SUITS = ("cpu", "gpu", "moe")              # runs well on a CPU, on a GPU; the main is a mixture of experts
+NEEDS = ("mtp", "rollback")                # MTP drafting; recurrent-state rollback for rejected drafts
+
+# What the app's engine can do beyond drafting with a separate model: it rolls back hybrid and recurrent
+# models exactly (app/core/llama.py: llama.cpp's snapshots, else a saved state). MTP drafting adds "mtp".
+ENGINE_SUPPORTS: frozenset[str] = frozenset({"rollback"})
+
+NEED_PHRASES = {"mtp": "needs MTP drafting", "rollback": "needs recurrent-state rollback"}
+MOE_NOTE = "MoE main: speculation often does not pay"
+
 
 class CatalogError(QuickdraftError):
     """The catalog file is missing or malformed."""
@@ -23,9 +52,12 @@ class CatalogError(QuickdraftError):
 class CatalogModel:
     repo_id: str
     filename: str
-    family: str
+    family: str           # tokenizer family: a draft must share its main's
     params: str
     size_gb: float
+    kind: str = "model"   # "mtp-drafter": drafts only on its main's activations, never runs alone
+    mtp_heads: bool = False   # the GGUF keeps its MTP (nextn) layers, so it can draft for itself
+    recurrent: bool = False   # hybrid with a recurrent state (Qwen3.5/3.6's Gated DeltaNet layers)
 
     def find_installed(self, models_dir: Path, installed: list[InstalledModel]) -> Path | None:
         """Where this model is installed: its download location, or any installed file of that name."""
@@ -42,9 +74,62 @@ class CatalogPair:
     family: str
     use: str
     main: CatalogModel
-    draft: CatalogModel
+    draft: CatalogModel   # the main itself where the main drafts with its own MTP heads
     expected_memory_gb: float
     context: int
+    drafter: str = "model"
+    suits: tuple[str, ...] = ()
+
+    @property
+    def self_drafting(self) -> bool:
+        """The main drafts with its own MTP heads: there is no separate draft file."""
+        return self.drafter == "mtp" and self.draft == self.main
+
+    @property
+    def draft_file(self) -> CatalogModel | None:
+        """The separate draft (model or MTP drafter) to download, None where the main drafts for itself."""
+        return None if self.self_drafting else self.draft
+
+    @property
+    def models(self) -> tuple[CatalogModel, ...]:
+        """The files of the pair, each once."""
+        return (self.main,) if self.self_drafting else (self.main, self.draft)
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """What speculating with this pair asks of the engine beyond drafting with a separate model."""
+        needs = ["mtp"] if self.drafter == "mtp" else []
+        if any(m.recurrent for m in self.models):
+            needs.append("rollback")
+        return tuple(needs)
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """What this pair needs that the app cannot do yet."""
+        return tuple(n for n in self.needs if n not in ENGINE_SUPPORTS)
+
+    @property
+    def can_speculate(self) -> bool:
+        """The app can run this pair as a pair now; otherwise its main runs alone."""
+        return not self.missing
+
+    @property
+    def drafting(self) -> str:
+        """How the pair drafts, one short phrase: "drafts with its MTP heads (needs MTP drafting)"."""
+        if self.self_drafting:
+            how = "drafts with its MTP heads"
+        elif self.draft.kind == "mtp-drafter":
+            how = f"drafts with its {self.draft.params} MTP drafter"
+        else:
+            how = f"{self.draft.params} draft model"
+        missing = self.missing
+        if missing:   # MTP drafting first: a pair that needs it needs the rollback as part of it
+            how += f" ({NEED_PHRASES[missing[0]]})"
+        return how
+
+    @property
+    def suits_text(self) -> str:
+        return describe_suits(self.suits)
 
     @property
     def expected_memory(self) -> int:
@@ -52,7 +137,16 @@ class CatalogPair:
 
     @property
     def download_size(self) -> int:
-        return int((self.main.size_gb + self.draft.size_gb) * GB)
+        return int(sum(m.size_gb for m in self.models) * GB)
+
+
+def describe_suits(suits: tuple[str, ...] | list[str]) -> str:
+    """One short phrase: "suits a CPU or a GPU", "suits a GPU; MoE main: speculation often does not pay"."""
+    hardware = " or ".join(f"a {s.upper()}" for s in ("cpu", "gpu") if s in suits)
+    parts = [f"suits {hardware}"] if hardware else []
+    if "moe" in suits:
+        parts.append(MOE_NOTE)
+    return "; ".join(parts)
 
 
 def default_catalog_path() -> Path:
@@ -80,13 +174,47 @@ def find_pair(pairs: list[CatalogPair], pair_id: str) -> CatalogPair:
 
 
 def _pair(entry: dict, context: int) -> CatalogPair:
+    pair_id = entry["id"]
+    drafter = entry.get("drafter", "model")
+    main = _model(entry["main"])
+    draft = _model(entry["draft"]) if entry["draft"] is not None else None
+    suits = tuple(entry.get("suits", ()))
+    _check(pair_id, entry["family"], drafter, main, draft, suits)
     return CatalogPair(
-        id=entry["id"], title=entry["title"], family=entry["family"], use=entry.get("use", "chat"),
-        main=_model(entry["main"]), draft=_model(entry["draft"]),
+        id=pair_id, title=entry["title"], family=entry["family"], use=entry.get("use", "chat"),
+        main=main, draft=draft or main,
         expected_memory_gb=float(entry["expected_memory_gb"]), context=int(entry.get("context", context)),
+        drafter=drafter, suits=suits,
     )
 
 
+def _check(pair_id: str, family: str, drafter: str, main: CatalogModel, draft: CatalogModel | None,
+           suits: tuple[str, ...]) -> None:
+    """A pair that could not draft as described is malformed (ValueError, reported as CatalogError)."""
+    def bad(why: str) -> ValueError:
+        return ValueError(f"pair {pair_id!r}: {why}")
+
+    if drafter not in DRAFTERS:
+        raise bad(f"drafter {drafter!r} is not one of {DRAFTERS}")
+    if main.kind != "model":
+        raise bad("the main model must be a language model, not an MTP drafter")
+    if unknown := [s for s in suits if s not in SUITS]:
+        raise bad(f"suits {unknown} are not among {SUITS}")
+    if draft is None:
+        if drafter != "mtp" or not main.mtp_heads:
+            raise bad('"draft": null needs "drafter": "mtp" and a main with "mtp_heads": true')
+    elif (draft.kind == "mtp-drafter") != (drafter == "mtp"):
+        raise bad('an MTP drafter and "drafter": "mtp" go together')
+    for model in (main, draft or main):
+        if model.family != family:
+            raise bad(f"{model.filename} is of the {model.family!r} family, the pair of {family!r}: "
+                      "a draft must share its main model's vocabulary")
+
+
 def _model(entry: dict) -> CatalogModel:
+    kind = entry.get("kind", "model")
+    if kind not in MODEL_KINDS:
+        raise ValueError(f"{entry['filename']}: kind {kind!r} is not one of {MODEL_KINDS}")
     return CatalogModel(entry["repo_id"], entry["filename"], entry["family"], entry.get("params", "?"),
-                        float(entry["size_gb"]))
+                        float(entry["size_gb"]), kind=kind, mtp_heads=bool(entry.get("mtp_heads", False)),
+                        recurrent=bool(entry.get("recurrent", False)))

@@ -1,24 +1,60 @@
 """The "Recommended pairs" tab: the catalog's main/draft pairs with their download size, memory and
-fit on this machine, which of their files are installed, and one button to download or use a pair."""
+fit on this machine, which of their files are installed, how each drafts and what it suits, and one
+button to download or use a pair.
+
+A pair the app cannot draft with yet (MTP drafting, a hybrid model's rollback) is offered as it is:
+its row says what it needs, and "Use pair" loads its main model alone."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QHeaderView, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.gui.plain import plain_label
-from app.models.catalog import CatalogPair
+from app.models.catalog import NEED_PHRASES, CatalogPair
 from app.models.diskspace import format_bytes
+from app.models.download import DownloadJob
 from app.models.registry import InstalledModel
 
 from .common import fill, fit_item, item, selected_data, table
 from .session import ManagerSession
 
 
+async def download_pair_files(session: ManagerSession, pair: CatalogPair,
+                              installed: list[InstalledModel]) -> list[DownloadJob]:
+    """Start downloading whichever of the pair's files is missing: one file where the main drafts
+    with its own MTP heads, else the main and its draft (``ManagerSession.download_pair``)."""
+    if not pair.self_drafting:
+        return await session.download_pair(pair, installed)
+    jobs = []
+    for wanted in pair.models:
+        if wanted.find_installed(session.paths.models_dir, installed) is None:
+            model = await session.run_blocking(session.client.resolve, wanted.repo_id, wanted.filename)
+            jobs.append(session.start_download(model))
+    return jobs
+
+
+def installed_state(pair: CatalogPair, main: Path | None, draft: Path | None) -> str:
+    """The "Installed" cell: both, main, draft or a dash; yes or a dash for a one-file pair."""
+    if pair.self_drafting:
+        return "yes" if main else "—"
+    return "both" if main and draft else "main" if main else "draft" if draft else "—"
+
+
+def pair_choice(pair: CatalogPair, main: Path, draft: Path | None) -> tuple[str, str, str]:
+    """What "Use pair" loads: ``(main, draft, note)``; the main alone, with a note saying why, when
+    the app cannot draft with this pair yet."""
+    if pair.can_speculate and draft is not None:
+        return str(main), str(draft), ""
+    needs = ", ".join(NEED_PHRASES[n] for n in pair.missing) or "its draft file is missing"
+    return str(main), "", f"The app cannot draft with this pair yet ({needs}): its main model runs alone."
+
+
 class CatalogTab(QWidget):
-    """Emits ``chosen(main, draft)`` for an installed pair and ``message(text, kind)``."""
+    """Emits ``chosen(main, draft)`` for an installed pair (``draft`` empty where the app cannot draft
+    with the pair yet) and ``message(text, kind)``."""
 
     chosen = Signal(str, str)
     message = Signal(str, str)
@@ -31,7 +67,12 @@ class CatalogTab(QWidget):
         self._build()
 
     def _build(self) -> None:
-        self.table = table(["Pair", "For", "Download", "Memory", "Here", "Installed"])
+        self.table = table(["Pair", "For", "Download", "Memory", "Here", "Installed", "Drafts with", "Suits"])
+        header = self.table.horizontalHeader()
+        for column, width in ((6, 240), (7, 170)):   # their phrases wrap, so the pair's title keeps its room
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
+            header.resizeSection(column, width)
+        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.table.itemSelectionChanged.connect(self._show_details)
         self.details = plain_label("Select a pair to see which files it downloads.")
         self.details.setObjectName("status")
@@ -44,7 +85,7 @@ class CatalogTab(QWidget):
         self.use_pair_button = QPushButton("Use pair")
         self.use_pair_button.clicked.connect(self.use_selected_pair)
         buttons = QHBoxLayout()
-        note = QLabel("Real GGUF builds on Hugging Face; memory is for both models with an 8K context.")
+        note = QLabel("Real GGUF builds on Hugging Face; memory is for all of a pair's files with an 8K context.")
         note.setObjectName("footer")
         buttons.addWidget(note, 1)
         buttons.addWidget(self.use_pair_button)
@@ -60,28 +101,37 @@ class CatalogTab(QWidget):
         for p in self.catalog:
             fit = self.session.fit(p.expected_memory)
             main, draft = self.installed_paths(p)
-            state = "both" if main and draft else "main" if main else "draft" if draft else "—"
-            rows.append([item(p.title, p.id, tooltip=f"{p.main.repo_id}/{p.main.filename}\n"
-                                                     f"{p.draft.repo_id}/{p.draft.filename}"),
+            files = "\n".join(f"{m.repo_id}/{m.filename}" for m in p.models)
+            rows.append([item(p.title, p.id, tooltip=files),
                          item(p.use), item(format_bytes(p.download_size)), item(f"{p.expected_memory_gb:.1f} GB"),
-                         fit_item(fit.verdict, fit.detail), item(state)])
+                         fit_item(fit.verdict, fit.detail), item(installed_state(p, main, draft)),
+                         item(p.drafting, tooltip=p.drafting), item(p.suits_text, tooltip=p.suits_text)])
         fill(self.table, rows)
 
     def installed_paths(self, pair: CatalogPair) -> tuple[Path | None, Path | None]:
+        """Where the main and the draft file are installed; the draft is None for a one-file pair."""
         models_dir = self.session.paths.models_dir
+        draft = pair.draft_file
         return (pair.main.find_installed(models_dir, self.models),
-                pair.draft.find_installed(models_dir, self.models))
+                draft.find_installed(models_dir, self.models) if draft else None)
 
     def _show_details(self) -> None:
         pair = self._selected()
         if pair is None:
             return
         fit = self.session.fit(pair.expected_memory)
-        self.details.setText(
-            f"Main: {pair.main.repo_id} / {pair.main.filename} ({pair.main.params}, {pair.main.size_gb:.2f} GB)\n"
-            f"Draft: {pair.draft.repo_id} / {pair.draft.filename} ({pair.draft.params}, {pair.draft.size_gb:.2f} GB)\n"
-            f"Expected memory {pair.expected_memory_gb:.1f} GB at {pair.context:,} tokens: {fit.verdict}, {fit.detail}."
-        )
+        main, draft = pair.main, pair.draft_file
+        lines = [f"Main: {main.repo_id} / {main.filename} ({main.params}, {main.size_gb:.2f} GB)"]
+        if draft is None:
+            lines.append(f"Draft: none, the main {pair.drafting}.")
+        else:
+            label = "MTP drafter" if draft.kind == "mtp-drafter" else "Draft"
+            lines.append(f"{label}: {draft.repo_id} / {draft.filename} ({draft.params}, {draft.size_gb:.2f} GB)"
+                         + ("" if pair.can_speculate else f"; {pair.drafting}"))
+        suits = pair.suits_text
+        lines.append(f"Expected memory {pair.expected_memory_gb:.1f} GB at {pair.context:,} tokens: "
+                     f"{fit.verdict}, {fit.detail}." + (f" {suits[:1].upper()}{suits[1:]}." if suits else ""))
+        self.details.setText("\n".join(lines))
 
     def _selected(self) -> CatalogPair | None:
         pair_id = selected_data(self.table)
@@ -99,7 +149,7 @@ class CatalogTab(QWidget):
             self.session.spawn(self._download(pair))
 
     async def _download(self, pair: CatalogPair) -> None:
-        if not await self.session.download_pair(pair, self.models):
+        if not await download_pair_files(self.session, pair, self.models):
             self.message.emit(f"{pair.title} is already installed.", "info")
 
     def use_selected_pair(self) -> None:
@@ -107,7 +157,10 @@ class CatalogTab(QWidget):
         if pair is None:
             return
         main, draft = self.installed_paths(pair)
-        if not (main and draft):
+        if main is None or (pair.draft_file is not None and draft is None):
             self.message.emit(f"Download {pair.title} first.", "warning")
             return
-        self.chosen.emit(str(main), str(draft))
+        main_path, draft_path, note = pair_choice(pair, main, draft)
+        self.chosen.emit(main_path, draft_path)
+        if note:   # after the dialog's "Chat uses ..." line, which it would replace
+            self.message.emit(note, "info")
