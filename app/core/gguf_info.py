@@ -45,6 +45,7 @@ class GGUFInfo:
     chat_template: str | None
     tokens: tuple[str, ...] = field(default=(), repr=False, compare=False)
     key_length: int | None = None      # per-head K/V widths when the model states them (Gemma 3, Qwen3)
+    kv_layers: int | None = None       # layers with keys and values (fewer than n_layers in a hybrid, 0 recurrent)
     value_length: int | None = None
     tensor_bytes: tuple[tuple[str, int], ...] = field(default=(), repr=False, compare=False)  # (name, bytes)
 
@@ -75,11 +76,12 @@ class GGUFInfo:
 
     def kv_bytes_per_token(self) -> int:
         """F16 KV cache bytes for one token of context (K and V, all layers)."""
-        if not (self.n_layers and self.n_embd and self.n_head):
+        layers = self.n_layers if self.kv_layers is None else self.kv_layers
+        if not (layers and self.n_embd and self.n_head):
             return 0
         head_dim = self.n_embd // self.n_head
         k, v = self.key_length or head_dim, self.value_length or head_dim
-        return 2 * self.n_layers * (self.n_head_kv or self.n_head) * (k + v)
+        return 2 * layers * (self.n_head_kv or self.n_head) * (k + v)
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,10 @@ def _info_from_header(header: GGUFHeader, path: str, size: int) -> GGUFInfo:
     vocab_type = meta.string("tokenizer.ggml.model") or "none"
     tokens = meta.strings("tokenizer.ggml.tokens")
     add_bos = meta.flag("tokenizer.ggml.add_bos_token")
+    # MTP (nextn) layers are counted in block_count but are not part of the model's stack
+    blocks = meta.integer(f"{arch}.block_count")
+    n_layers = blocks - (meta.integer(f"{arch}.nextn_predict_layers") or 0) if blocks is not None else None
+    head_count_kv = meta.integers(f"{arch}.attention.head_count_kv")
     return GGUFInfo(
         path=path,
         file_size=size,
@@ -152,10 +158,11 @@ def _info_from_header(header: GGUFHeader, path: str, size: int) -> GGUFInfo:
         parameter_count=sum(t.n_elements for t in header.tensors),
         quantization=_quantization(header, meta.integer("general.file_type")),
         context_length=meta.integer(f"{arch}.context_length"),
-        n_layers=meta.integer(f"{arch}.block_count"),
+        n_layers=n_layers,
         n_embd=meta.integer(f"{arch}.embedding_length"),
         n_head=meta.integer(f"{arch}.attention.head_count"),
-        n_head_kv=meta.integer(f"{arch}.attention.head_count_kv"),
+        n_head_kv=max(head_count_kv, default=None) or None if head_count_kv else None,
+        kv_layers=_kv_layers(arch, n_layers, head_count_kv, meta.integer(f"{arch}.full_attention_interval")),
         vocab_type=vocab_type,
         vocab_size=len(tokens),
         bos_token_id=meta.integer("tokenizer.ggml.bos_token_id"),
@@ -186,6 +193,14 @@ class _Metadata:
     def flag(self, key: str) -> bool | None:
         return self._get(key, "a bool", lambda f: f.type == BOOL)
 
+    def integers(self, key: str) -> list[int]:
+        """An integer key as a list: a per-layer array as it is, one value as a list of one."""
+        entry = self.fields.get(key)
+        if entry is not None and entry.type == ARRAY and entry.item_type in INTEGER_TYPES:
+            return [int(v) for v in entry.value]
+        value = self.integer(key)
+        return [] if value is None else [value]
+
     def integer(self, key: str) -> int | None:
         """An integer key; for per-layer arrays (head counts of some models) the first layer's."""
         entry = self.fields.get(key)
@@ -208,6 +223,18 @@ class _Metadata:
         if not is_wanted(entry):
             raise GGUFFormatError(f"the metadata key '{key}' should be {wanted} but is {entry.describe_type()}")
         return entry.value
+
+
+def _kv_layers(arch: str, n_layers: int | None, head_count_kv: list[int], interval: int | None) -> int | None:
+    """How many layers keep keys and values: all of them in an attention model, none in a recurrent one;
+    in a hybrid, those a per-layer head count names (lfm2) or every ``interval``-th (qwen35)."""
+    if n_layers is None or arch in RECURRENT_ARCHITECTURES:
+        return 0 if arch in RECURRENT_ARCHITECTURES else None
+    if len(head_count_kv) > 1:
+        return sum(1 for n in head_count_kv[:n_layers] if n > 0)
+    if arch in HYBRID_ARCHITECTURES and interval:
+        return n_layers // interval
+    return n_layers
 
 
 def _quantization(header: GGUFHeader, file_type: int | None) -> str:

@@ -154,3 +154,14 @@ def test_memory_kinds_are_known_before_and_after_loading(files):
     assert any("hybrid model: tokens it must take back (a rejected draft) come from llama.cpp's recurrent-state "
                "snapshots" in w
                for w in hybrid.warnings)
+
+
+def test_memory_estimates_count_only_the_layers_that_keep_keys_and_values(files):
+    """lfm2 names its attention layers in a per-layer head count, qwen35 puts one every
+    full_attention_interval layers (and its MTP layer is not part of the stack), mamba keeps none."""
+    infos = {arch: read_gguf_info(files[arch]["main"]) for arch in ARCHITECTURES}
+    per_layer = infos["qwen3moe"].kv_bytes_per_token() // infos["qwen3moe"].n_layers
+    assert (infos["qwen3moe"].kv_layers, infos["qwen35"].n_layers) == (2, 2)
+    assert infos["lfm2"].kv_layers == infos["qwen35"].kv_layers == 1 and infos["mamba"].kv_layers == 0
+    assert infos["lfm2"].kv_bytes_per_token() == infos["qwen35"].kv_bytes_per_token() == per_layer
+    assert infos["mamba"].kv_bytes_per_token() == 0 and infos["lfm2"].n_head_kv == 2
