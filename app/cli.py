@@ -140,6 +140,7 @@ def _model_args(p: argparse.ArgumentParser, main_required: bool = True) -> None:
                         "fixed: always --draft-max; pmin: stop at --draft-p-min")
     p.add_argument("--drafter", choices=DrafterKind.values(), default=None,
                    help="who drafts: the draft model, prompt lookup (n-gram copy), lookup then the model, "
+                        "mtp (the main model's own MTP heads, no second file), "
                         "or nobody (default: lookup+model with --draft, else lookup)")
     _gpu_layer_args(p)
     p.add_argument("-c", "--ctx", type=int, default=4096, help="context size of the main model (4096)")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
 
@@ -12,6 +12,11 @@ from .params import DrafterKind
 from .acceptance import LOOKUP, MODEL, LookupMatch, Score
 from .policy import Decision, DraftPolicy
 from .sampling import Sampler
+
+if TYPE_CHECKING:
+    from .mtp import MTPHead
+
+MTP = DrafterKind.MTP.value   # the source name of tokens the main model's MTP heads drafted
 
 
 @dataclass
@@ -80,6 +85,42 @@ class DraftModelDrafter:
 
     def sync(self, context: Sequence[int]) -> None:
         self.session.truncate(common_prefix_length(self.session.cached, context))
+
+
+class MTPDrafter:
+    """The main model drafts for itself with its MTP (nextn) head: a chain of the head's most likely
+    tokens (sampled from its distribution when the main model samples), each fed back with the head's
+    own hidden state. No second model: the head reads the main model's hidden states as it decodes."""
+
+    name = MTP
+
+    def __init__(self, head: "MTPHead"):
+        self.head = head
+
+    def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
+        if policy.may_draft(MTP) and self.head.can_follow(prompt):
+            self.head.start(prompt)   # read the prompt in the prompt phase, as the draft model does
+
+    def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
+        max_len = min(max_len, policy.draft_length(MTP), self.head.n_ctx - len(context))
+        out = Draft()
+        if max_len <= 0 or not self.head.can_follow(context):
+            return out
+        logits = self.head.start(context)
+        while True:
+            pick = sampler.draft_pick(logits)
+            decision = policy.step(len(out), pick.p_top, MTP)
+            if decision is Decision.STOP:
+                break
+            out.add(pick.token, pick.q, MTP, pick.p_top)
+            if decision is Decision.LAST or len(out) >= max_len:
+                break
+            logits = self.head.step(pick.token)
+        return out
+
+    def sync(self, context: Sequence[int]) -> None:
+        if not context:
+            self.head.forget()   # otherwise the next draft drops what the context no longer holds
 
 
 class PromptLookupDrafter:

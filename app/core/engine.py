@@ -14,10 +14,10 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from . import devices, llama
+from . import devices, llama, mtp
 from .chat import Message, Prompt, check_messages, prompt_tokens
 from .costmodel import CALIBRATION_TEXT, CostModel, CostProfile, ProfileStore, calibrate, profile_key
-from .drafters import DraftModelDrafter, Drafter, LookupThenModelDrafter, PromptLookupDrafter
+from .drafters import DraftModelDrafter, Drafter, LookupThenModelDrafter, MTPDrafter, PromptLookupDrafter
 from .errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
 from .events import Event, Round, StopReason, Summary
 from .lm import prefill
@@ -27,6 +27,9 @@ from .placement import footprint, plan_gpu_layers, resolved
 from .policy import AcceptanceModel, AutoPolicy, DraftPolicy, FixedPolicy, make_policy
 from .ram import total_memory_bytes
 from .speculative import SpeculativeGeneration
+
+
+MTP_AUTO_DRAFT_MAX = 3   # MTP tokens drafted per round under "auto" until the policy learns MTP's costs
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class Engine:
         self._costs: CostModel | None = None
         self.acceptance = AcceptanceModel()  # what verification accepted, across a conversation
         self._last_prompt: tuple[tuple, Prompt] | None = None
+        self._mtp: "mtp.MTPHead | None" = None   # the main model's MTP context, made when first asked
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -62,8 +66,11 @@ class Engine:
              profile_store: ProfileStore | None = None) -> "Engine":
         """Check the files, then load the main model and the draft. Raises QuickdraftError
         subclasses with a message for the user; nothing stays loaded after a failure.
-        ``profile_store`` keeps cost profiles between runs (else they live as long as the engine)."""
+        ``profile_store`` keeps cost profiles between runs (else they live as long as the engine).
+        A main model that carries MTP layers is loaded with them, so that it can draft for itself."""
         main_info, draft_info, warnings = read_pair(main.path, draft.path if draft else None)
+        if main_info.mtp_layers:
+            main = dataclasses.replace(main, load_mtp=True)
         device = devices.choose_device(main.device)
         main, draft = on_device(main, device), on_device(draft, device)
         placement = plan_gpu_layers(main, main_info, draft, draft_info, devices.free_bytes(device))
@@ -93,6 +100,9 @@ class Engine:
         return out
 
     def close(self) -> None:
+        if self._mtp is not None:
+            self._mtp.close()
+            self._mtp = None
         for session in (self.draft, self.main):
             if session is not None:
                 session.close()
@@ -147,6 +157,10 @@ class Engine:
         """The auto policy learns on the engine's cost model as it answers, never calibrating first."""
         if chosen is None:
             return FixedPolicy(speculation)
+        if isinstance(chosen, MTPDrafter) and speculation.policy is PolicyName.AUTO:
+            # the auto policy does not know MTP's costs yet: a short fixed chain meanwhile
+            return FixedPolicy(dataclasses.replace(speculation, policy=PolicyName.FIXED,
+                                                   draft_max=min(speculation.draft_max, MTP_AUTO_DRAFT_MAX)))
         if speculation.policy is not PolicyName.AUTO:
             return make_policy(speculation, None, self.acceptance)
         return make_policy(speculation, self.cost_model(speculation.draft_max + 1), self.acceptance)
@@ -161,7 +175,17 @@ class Engine:
             return LookupThenModelDrafter(PromptLookupDrafter(), DraftModelDrafter(self.draft))
         if kind is DrafterKind.MODEL:
             return DraftModelDrafter(self.draft)
+        if kind is DrafterKind.MTP:
+            return MTPDrafter(self._mtp_head())
         return None
+
+    def _mtp_head(self) -> "mtp.MTPHead":
+        """The main model's MTP context; raises MTPUnavailable (with why) when it has none."""
+        if self._mtp is None:
+            self._mtp = mtp.MTPHead(self.main)
+            # tokens the main model decoded before have no hidden states for the head: read them again
+            self.main.truncate(self._mtp.hidden.valid)
+        return self._mtp
 
     # --- the cost model --------------------------------------------------------------------------
 
@@ -251,6 +275,8 @@ class Engine:
 
     def forget_cache(self) -> None:
         """Empty both KV caches, so the next generation decodes its whole prompt (benchmarks)."""
+        if self._mtp is not None:
+            self._mtp.forget()
         for session in (self.main, self.draft):
             if session is not None:
                 session.truncate(0)

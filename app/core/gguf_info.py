@@ -46,6 +46,7 @@ class GGUFInfo:
     tokens: tuple[str, ...] = field(default=(), repr=False, compare=False)
     key_length: int | None = None      # per-head K/V widths when the model states them (Gemma 3, Qwen3)
     kv_layers: int | None = None       # layers with keys and values (fewer than n_layers in a hybrid, 0 recurrent)
+    mtp_layers: int = 0                # MTP (nextn) layers the model carries beside its stack: it can draft for itself
     value_length: int | None = None
     tensor_bytes: tuple[tuple[str, int], ...] = field(default=(), repr=False, compare=False)  # (name, bytes)
 
@@ -148,7 +149,8 @@ def _info_from_header(header: GGUFHeader, path: str, size: int) -> GGUFInfo:
     add_bos = meta.flag("tokenizer.ggml.add_bos_token")
     # MTP (nextn) layers are counted in block_count but are not part of the model's stack
     blocks = meta.integer(f"{arch}.block_count")
-    n_layers = blocks - (meta.integer(f"{arch}.nextn_predict_layers") or 0) if blocks is not None else None
+    mtp_layers = meta.integer(f"{arch}.nextn_predict_layers") or 0
+    n_layers = blocks - mtp_layers if blocks is not None else None
     head_count_kv = meta.integers(f"{arch}.attention.head_count_kv")
     return GGUFInfo(
         path=path,
@@ -163,6 +165,7 @@ def _info_from_header(header: GGUFHeader, path: str, size: int) -> GGUFInfo:
         n_head=meta.integer(f"{arch}.attention.head_count"),
         n_head_kv=max(head_count_kv, default=None) or None if head_count_kv else None,
         kv_layers=_kv_layers(arch, n_layers, head_count_kv, meta.integer(f"{arch}.full_attention_interval")),
+        mtp_layers=mtp_layers,
         vocab_type=vocab_type,
         vocab_size=len(tokens),
         bos_token_id=meta.integer("tokenizer.ggml.bos_token_id"),

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -152,6 +152,7 @@ class LlamaModel:
         device = _device(params)
         mparams.n_gpu_layers = _layers_to_offload(params, device)
         mparams.use_mmap = params.use_mmap
+        mparams.load_mtp = params.load_mtp   # MTP (nextn) layers: only when the model drafts for itself
         device_list = _device_list(device)
         mparams.devices = device_list.pointer
         self.device = device
@@ -325,7 +326,7 @@ class LlamaSession:
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = 1
-        threads = n_threads or default_threads()
+        threads = self.n_threads = n_threads or default_threads()
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
@@ -356,6 +357,13 @@ class LlamaSession:
         self._checkpoint: _Checkpoint | None = None
         self._in_single_run = False      # the last eval appended one token after a checkpoint
         self.rereads = 0                 # times the cache was read again from the start (for tests)
+        # called with (start, n) after each batch decoded (app/core/mtp.py reads hidden states)
+        self.decode_hooks: list[Callable[[int, int], None]] = []
+
+    @property
+    def raw_context(self):
+        """The llama.cpp context (for app/core/mtp.py's staging-API calls)."""
+        return self._ctx
 
     @property
     def cached(self) -> list[int]:
@@ -398,6 +406,8 @@ class LlamaSession:
             raise DecodeError(f"llama.cpp failed to decode a batch of {n} tokens (code {rc}). {_take_errors()}".rstrip())
         self._cached.extend(int(t) for t in tokens)
         self._rollback_window = min(n - 1, self.n_rs_seq)  # snapshots of this batch's tokens but its first
+        for hook in self.decode_hooks:
+            hook(start, n)
         n_out = n if all_logits else 1
         first = 0 if all_logits else n - 1
         return logits_view(llama_cpp.llama_get_logits_ith(self._ctx, first), n_out, self.n_vocab)

@@ -43,6 +43,7 @@ class DrafterKind(Choice):
     LOOKUP_MODEL = "lookup+model", "Lookup + draft"   # prompt lookup, else the draft model
     MODEL = "model", "Draft model"
     LOOKUP = "lookup", "Prompt lookup"                # copies text that repeats, free
+    MTP = "mtp", "MTP heads"                          # the main model's own MTP (nextn) layers
     NONE = "none", "Off"                              # the main model alone
 
     @property
@@ -145,6 +146,7 @@ class ModelParams:
     n_batch: int = 512
     use_mmap: bool = True
     device: str = AUTO        # AUTO (the GPU a user would pick), "cpu" (none), or a device name: CUDA0, Vulkan1
+    load_mtp: bool = False    # also load the model's MTP (nextn) layers, so that it can draft for itself
 
     def __post_init__(self) -> None:
         _require("n_gpu_layers", self.n_gpu_layers, _gpu_layers_ok(self.n_gpu_layers),

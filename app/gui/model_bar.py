@@ -206,7 +206,10 @@ class ModelBar(QFrame):
         return DrafterKind(self.drafter.currentData())
 
     def set_drafter(self, kind: DrafterKind | str) -> None:
-        self.drafter.setCurrentIndex(max(0, self.drafter.findData(kind)))
+        index = max(0, self.drafter.findData(kind))
+        if not self.drafter.model().item(index).isEnabled():   # MTP for a main without MTP layers
+            index = self.drafter.findData(DrafterKind.LOOKUP_MODEL.value)
+        self.drafter.setCurrentIndex(index)
 
     def current_draft(self) -> str:
         return self.draft_combo.currentData() or ""
@@ -275,7 +278,7 @@ class ModelBar(QFrame):
             self.main_combo.setPlaceholderText("Open a GGUF model…")
         self.main_combo.setCurrentIndex(max(self.main_combo.findData(selected), 0) if paths or remotes else -1)
         self.main_combo.blockSignals(False)
-        self._fill_drafts()
+        self._main_changed(self.main_combo.currentIndex())
 
     def _add_main_item(self, path: str) -> None:
         """The main model, or "(unreadable)" with the reason: it stays listed (it may be the one the
@@ -289,6 +292,18 @@ class ModelBar(QFrame):
 
     def _main_changed(self, _index: int) -> None:
         self._fill_drafts()
+        self._offer_mtp()
+
+    def _offer_mtp(self) -> None:
+        """"MTP heads" only for a main model that carries MTP layers; otherwise greyed out, saying why
+        (and, if it was chosen, lookup instead)."""
+        item = self.drafter.model().item(self.drafter.findData(DrafterKind.MTP.value))
+        main = self.current_main()
+        has_mtp = bool(main) and not is_remote(main) and _mtp_layers(main) > 0
+        item.setEnabled(has_mtp)
+        item.setToolTip("" if has_mtp else "The main model has no MTP layers: it cannot draft for itself")
+        if not has_mtp and self.current_drafter() is DrafterKind.MTP:
+            self.set_drafter(DrafterKind.LOOKUP_MODEL)
 
     def _candidates(self) -> list[str]:
         """Recent drafts, then the installed models, then the GGUF files next to the main model."""
@@ -364,3 +379,10 @@ class ModelBar(QFrame):
     def _enable(self, on: bool) -> None:
         for widget in (self.main_combo, self.main_open, self.draft_combo, self.draft_open, self.load_button):
             widget.setEnabled(on)
+
+
+def _mtp_layers(path: str) -> int:
+    try:
+        return read_gguf_info(path).mtp_layers
+    except QuickdraftError:
+        return 0

@@ -71,7 +71,7 @@ def test_min_p_one_keeps_the_best_token():
 
 def test_choices_keep_their_stored_names_and_have_labels():
     """The values are what settings files and JSON hold: they must not change."""
-    assert DrafterKind.values() == ("lookup+model", "model", "lookup", "none")
+    assert DrafterKind.values() == ("lookup+model", "model", "lookup", "mtp", "none")
     assert PolicyName.values() == ("auto", "fixed", "pmin")
     assert all(kind.label and kind.label != kind.value for kind in DrafterKind)
     assert json.dumps({"drafter": DrafterKind.LOOKUP_MODEL}) == '{"drafter": "lookup+model"}'

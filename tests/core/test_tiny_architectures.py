@@ -228,7 +228,7 @@ def test_mtp_model_has_a_nextn_layer(tiny):
         finally:
             llama_cpp.llama_model_free(model)
     info = read_gguf_info(tiny["qwen35"])
-    assert info.n_layers == TinySpec().n_layer + 1   # block_count counts the nextn layer
+    assert info.n_layers == TinySpec().n_layer and info.mtp_layers == 1   # block_count counts the nextn layer
 
 
 def test_qwen35_without_mtp_layers(tmp_path):

@@ -94,3 +94,20 @@ def test_browse_main_and_draft_are_public(qtbot, models_dir, installed, monkeypa
     assert bar.current_main() == main
     bar.browse_draft()
     assert bar.current_draft() == draft
+
+
+def test_mtp_heads_are_offered_only_for_a_main_that_carries_them(qtbot, models_dir, installed, tmp_path):
+    from app.core.params import DrafterKind
+
+    bar = make_bar(qtbot, models_dir)
+    mtp = bar.drafter.model().item(bar.drafter.findData(DrafterKind.MTP.value))
+    bar.set_main(installed[0])
+    assert not mtp.isEnabled() and "no MTP layers" in mtp.toolTip()
+    bar.set_drafter(DrafterKind.MTP)
+    assert bar.current_drafter() is DrafterKind.LOOKUP_MODEL
+    qwen35 = write_tiny_model(tmp_path / "src" / "qwen35.gguf", TinySpec(architecture="qwen35", name="qwen35"))
+    bar.set_main(str(qwen35))
+    bar.set_drafter(DrafterKind.MTP)
+    assert mtp.isEnabled() and bar.current_drafter() is DrafterKind.MTP
+    bar.set_main(installed[0])   # back to a main without MTP layers: MTP is not left chosen
+    assert bar.current_drafter() is DrafterKind.LOOKUP_MODEL

@@ -1,0 +1,55 @@
+"""`generate --drafter mtp`: a main model with MTP layers drafts for itself, exactly; one without is
+refused with one error line before any answer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.core.tiny_gguf import TinySpec, write_tiny_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def quickdraft(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app.cli", "--data-dir", str(tmp_path / "data"), *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def qwen35(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("mtp-cli") / "qwen35.gguf", TinySpec(architecture="qwen35", name="tiny-qwen35"))
+
+
+def test_generate_help_names_mtp(tmp_path):
+    r = quickdraft("generate", "--help", tmp_path=tmp_path)
+    assert r.returncode == 0 and "mtp" in r.stdout
+
+
+def test_mtp_drafts_the_main_models_own_greedy_answer(qwen35, tmp_path):
+    common = ("generate", "-m", str(qwen35), "-p", "the cat is on the mat", "-n", "32", "-c", "256", "--json")
+    plain = quickdraft(*common, "--drafter", "none", tmp_path=tmp_path)
+    drafted = quickdraft(*common, "--drafter", "mtp", "--policy", "fixed", "--draft-max", "4", tmp_path=tmp_path)
+    assert plain.returncode == 0 and drafted.returncode == 0, drafted.stderr
+    plain, drafted = json.loads(plain.stdout), json.loads(drafted.stdout)
+    assert drafted["token_ids"] == plain["token_ids"] and drafted["text"] == plain["text"]
+    assert drafted["drafted"] > 0 and plain["drafted"] == 0
+
+
+def test_mtp_under_the_auto_policy_answers_too(qwen35, tmp_path):
+    r = quickdraft("generate", "-m", str(qwen35), "-p", "hello", "-n", "8", "-c", "256", "--drafter", "mtp",
+                   "--json", tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["drafted"] > 0
+
+
+def test_mtp_without_mtp_layers_is_one_error_line(tiny_models, tmp_path):
+    r = quickdraft("generate", "-m", str(tiny_models.main), "-p", "hello", "-n", "8", "--drafter", "mtp",
+                   tmp_path=tmp_path)
+    assert r.returncode == 1 and r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "no MTP layers" in lines[0], r.stderr
