@@ -68,23 +68,30 @@ class DraftModelDrafter:
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
         behind = len(context) - common_prefix_length(self.session.cached, context)
         max_len = min(max_len, policy.draft_length(MODEL, behind), self.session.n_ctx - len(context))
-        out = Draft()
         if max_len <= 0:
-            return out  # nothing decoded: a round without drafting costs the draft model nothing
-        logits = prefill(self.session, context)
-        while True:
-            pick = sampler.draft_pick(logits)
-            decision = policy.step(len(out), pick.p_top, MODEL)
-            if decision is Decision.STOP:
-                break
-            out.add(pick.token, pick.q, MODEL, pick.p_top)
-            if decision is Decision.LAST or len(out) >= max_len:
-                break
-            logits = self.session.eval([pick.token])[-1]
-        return out
+            return Draft()  # nothing decoded: a round without drafting costs the draft model nothing
+        return draft_chain(prefill(self.session, context), lambda token: self.session.eval([token])[-1],
+                           MODEL, max_len, policy, sampler)
 
     def sync(self, context: Sequence[int]) -> None:
         self.session.truncate(common_prefix_length(self.session.cached, context))
+
+
+def draft_chain(logits: np.ndarray, next_logits, source: str, max_len: int, policy: DraftPolicy,
+                sampler: Sampler) -> Draft:
+    """A chain of a model's picks: each one's logits come from feeding it the pick before
+    (``next_logits(token)``); the policy says when to stop."""
+    out = Draft()
+    while True:
+        pick = sampler.draft_pick(logits)
+        decision = policy.step(len(out), pick.p_top, source)
+        if decision is Decision.STOP:
+            break
+        out.add(pick.token, pick.q, source, pick.p_top)
+        if decision is Decision.LAST or len(out) >= max_len:
+            break
+        logits = next_logits(pick.token)
+    return out
 
 
 class MTPDrafter:
@@ -103,20 +110,9 @@ class MTPDrafter:
 
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
         max_len = min(max_len, policy.draft_length(MTP), self.head.n_ctx - len(context))
-        out = Draft()
         if max_len <= 0 or not self.head.can_follow(context):
-            return out
-        logits = self.head.start(context)
-        while True:
-            pick = sampler.draft_pick(logits)
-            decision = policy.step(len(out), pick.p_top, MTP)
-            if decision is Decision.STOP:
-                break
-            out.add(pick.token, pick.q, MTP, pick.p_top)
-            if decision is Decision.LAST or len(out) >= max_len:
-                break
-            logits = self.head.step(pick.token)
-        return out
+            return Draft()
+        return draft_chain(self.head.start(context), self.head.step, MTP, max_len, policy, sampler)
 
     def sync(self, context: Sequence[int]) -> None:
         if not context:
