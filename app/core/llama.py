@@ -354,8 +354,11 @@ class LlamaSession:
         self.memory = model.memory
         self.n_rs_seq = int(llama_cpp.llama_n_rs_seq(ctx))
         self._rollback_window = 0        # tokens llama.cpp can still take back exactly (see truncate)
-        self._checkpoint: _Checkpoint | None = None
+        # recurrent states saved: before the latest batch or run of single tokens ("latest"), and right
+        # after the latest prompt ("prompt"), where the next chat turn's prompt picks up
+        self._checkpoints: dict[str, _Checkpoint | None] = {"latest": None, "prompt": None}
         self._in_single_run = False      # the last eval appended one token after a checkpoint
+        self._after_prompt = False       # the last eval read a prompt (several tokens, logits of the last)
         self.rereads = 0                 # times the cache was read again from the start (for tests)
         # called with (start, n) after each batch decoded (app/core/mtp.py reads hidden states)
         self.decode_hooks: list[Callable[[int, int], None]] = []
@@ -373,8 +376,9 @@ class LlamaSession:
         if len(self._cached) + len(tokens) > self.n_ctx:
             raise DecodeError(f"The context of {self.n_ctx} tokens is full.")
         if self.memory != ATTENTION and not (self._in_single_run and len(tokens) == 1):
-            self._save_checkpoint()
+            self._save_checkpoint("prompt" if self._after_prompt else "latest")
         self._in_single_run = len(tokens) == 1
+        self._after_prompt = len(tokens) > 1 and not all_logits
         return self._eval(tokens, all_logits)
 
     def _eval(self, tokens: Sequence[int], all_logits: bool) -> np.ndarray:
@@ -417,22 +421,31 @@ class LlamaSession:
 
         Keys and values (attention) drop any suffix. A recurrent state cannot be unwound token by
         token: llama.cpp takes back at most the last batch's tokens but its first (from its n_rs_seq
-        snapshots, once per batch); past that the state saved before the batch or the run of single
-        tokens is put back and the kept tokens after it are decoded again; failing that, the whole
+        snapshots, once per batch); past that the latest state saved at or before ``n_keep`` (before
+        the last batch or run of single tokens, or right after the last prompt, where a new chat turn
+        picks up) is put back and the kept tokens after it are decoded again; failing that, the whole
         cache is read again. Each llama.cpp answer is checked: a refused removal is never ignored."""
         n_keep = max(0, n_keep)
         if n_keep >= len(self._cached):
             return
-        self._in_single_run = False
+        self._in_single_run = self._after_prompt = False
+        checkpoint = self._latest_checkpoint_within(n_keep)
         if self.memory == ATTENTION:
             self._remove_from(n_keep)
         elif len(self._cached) - n_keep <= self._rollback_window and self._seq_rm(n_keep):
             del self._cached[n_keep:]
-        elif self._checkpoint is not None and self._checkpoint.n_tokens <= n_keep:
-            self._restore_checkpoint(n_keep)
+        elif checkpoint is not None:
+            self._restore_checkpoint(checkpoint, n_keep)
         else:
             self._read_again(n_keep)
         self._rollback_window = 0  # llama.cpp's rollback is single-use until the next decode
+        for slot, saved in self._checkpoints.items():   # states of tokens no longer cached
+            if saved is not None and saved.n_tokens > n_keep:
+                self._checkpoints[slot] = None
+
+    def _latest_checkpoint_within(self, n_keep: int) -> "_Checkpoint | None":
+        within = [c for c in self._checkpoints.values() if c is not None and c.n_tokens <= n_keep]
+        return max(within, key=lambda c: c.n_tokens, default=None)
 
     def _seq_rm(self, n_keep: int) -> bool:
         return bool(_llama().llama_memory_seq_rm(self._memory, 0, n_keep, -1))
@@ -443,27 +456,27 @@ class LlamaSession:
                               f"{_take_errors()}".rstrip())
         del self._cached[n_keep:]
 
-    def _save_checkpoint(self) -> None:
-        """Keep the recurrent state as it is now (llama.cpp's partial state: the recurrent part only,
-        small beside the keys and values, which truncate removes as usual)."""
+    def _save_checkpoint(self, slot: str) -> None:
+        """Keep the recurrent state as it is now in ``slot`` (llama.cpp's partial state: the recurrent
+        part only, small beside the keys and values, which truncate removes as usual)."""
         llama_cpp = _llama()
         flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
         size = int(llama_cpp.llama_state_seq_get_size_ext(self._ctx, 0, flags))
-        checkpoint = self._checkpoint
+        checkpoint = self._checkpoints[slot]
         if checkpoint is None or len(checkpoint.data) < size:
             checkpoint = _Checkpoint(0, (ctypes.c_uint8 * size)(), 0)
+        self._checkpoints[slot] = None
         written = int(llama_cpp.llama_state_seq_get_data_ext(self._ctx, checkpoint.data, size, 0, flags))
         if written != size:
-            self._checkpoint = None
             raise DecodeError(f"llama.cpp could not save {self.model.name}'s recurrent state "
                               f"({written} of {size} bytes).")
         checkpoint.n_tokens, checkpoint.size = len(self._cached), size
-        self._checkpoint = checkpoint
+        self._checkpoints[slot] = checkpoint
 
-    def _restore_checkpoint(self, n_keep: int) -> None:
+    def _restore_checkpoint(self, checkpoint: "_Checkpoint", n_keep: int) -> None:
         """Put the saved state back, drop the positions after it, decode the kept tokens past it."""
         llama_cpp = _llama()
-        checkpoint, kept = self._checkpoint, self._cached[:n_keep]
+        kept = self._cached[:n_keep]
         flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
         if not llama_cpp.llama_state_seq_set_data_ext(self._ctx, checkpoint.data, checkpoint.size, 0, flags):
             self._read_again(n_keep)
@@ -475,7 +488,7 @@ class LlamaSession:
     def _read_again(self, n_keep: int) -> None:
         """Empty the sequence (always possible) and decode the kept tokens from the start."""
         kept = self._cached[:n_keep]
-        self._checkpoint = None
+        self._checkpoints = dict.fromkeys(self._checkpoints)
         self._remove_from(0)
         self.rereads += 1
         if kept:

@@ -165,3 +165,23 @@ def test_memory_estimates_count_only_the_layers_that_keep_keys_and_values(files)
     assert infos["lfm2"].kv_layers == infos["qwen35"].kv_layers == 1 and infos["mamba"].kv_layers == 0
     assert infos["lfm2"].kv_bytes_per_token() == infos["qwen35"].kv_bytes_per_token() == per_layer
     assert infos["mamba"].kv_bytes_per_token() == 0 and infos["lfm2"].n_head_kv == 2
+
+
+@pytest.mark.parametrize("arch", ["lfm2", "mamba"])
+@pytest.mark.parametrize("drafter", ["none", "lookup+model"])
+def test_a_second_chat_turn_picks_up_after_the_first_prompt_without_reading_it_again(files, arch, drafter):
+    engine = Engine.load(ModelParams(str(files[arch]["main"]), n_ctx=512, n_threads=1),
+                         ModelParams(str(files[arch]["other"]), n_ctx=512, n_threads=1))
+    try:
+        first = list(engine.generate(MESSAGES, sampling=GREEDY, speculation=FIXED_4, drafter=drafter))[-1]
+        turn = MESSAGES + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "and then?"}]
+        rereads = engine.main.rereads
+        second = list(engine.generate(turn, sampling=GREEDY, speculation=FIXED_4, drafter=drafter))[-1]
+        assert engine.main.rereads == rereads   # from the state saved after the first prompt
+    finally:
+        engine.close()
+    fresh = Engine.load(ModelParams(str(files[arch]["main"]), n_ctx=512, n_threads=1))
+    try:
+        assert second.token_ids == list(fresh.generate(turn, sampling=GREEDY, drafter="none"))[-1].token_ids
+    finally:
+        fresh.close()
