@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 MODEL = "model"
 LOOKUP = "lookup"
+MTP = "mtp"        # the main model's own MTP heads
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class AcceptanceModel:
         if source == LOOKUP:
             where = "prompt" if score.in_prompt else "answer"
             return (LOOKUP, where, "next" if n > 0 else "first", _length_bucket(score.length))
-        return (MODEL, min(9, int(score * 10)))
+        return (MTP if source == MTP else MODEL, min(9, int(score * 10)))
 
     def prior(self, key: tuple) -> float:
         if key[0] == LOOKUP:

@@ -9,14 +9,13 @@ import numpy as np
 
 from .lm import Session, common_prefix_length, prefill
 from .params import DrafterKind
-from .acceptance import LOOKUP, MODEL, LookupMatch, Score
+from .acceptance import LOOKUP, MODEL, MTP, LookupMatch, Score
 from .policy import Decision, DraftPolicy
 from .sampling import Sampler
 
 if TYPE_CHECKING:
     from .mtp import MTPHead
 
-MTP = DrafterKind.MTP.value   # the source name of tokens the main model's MTP heads drafted
 
 
 @dataclass

@@ -29,9 +29,6 @@ from .ram import total_memory_bytes
 from .speculative import SpeculativeGeneration
 
 
-MTP_AUTO_DRAFT_MAX = 3   # MTP tokens drafted per round under "auto" until the policy learns MTP's costs
-
-
 @dataclass(frozen=True)
 class LogitMargin:
     """How sure the main model was at one position: its two best tokens and their logit gap."""
@@ -157,10 +154,6 @@ class Engine:
         """The auto policy learns on the engine's cost model as it answers, never calibrating first."""
         if chosen is None:
             return FixedPolicy(speculation)
-        if isinstance(chosen, MTPDrafter) and speculation.policy is PolicyName.AUTO:
-            # the auto policy does not know MTP's costs yet: a short fixed chain meanwhile
-            return FixedPolicy(dataclasses.replace(speculation, policy=PolicyName.FIXED,
-                                                   draft_max=min(speculation.draft_max, MTP_AUTO_DRAFT_MAX)))
         if speculation.policy is not PolicyName.AUTO:
             return make_policy(speculation, None, self.acceptance)
         return make_policy(speculation, self.cost_model(speculation.draft_max + 1), self.acceptance)

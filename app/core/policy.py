@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol, Sequence
 
-from .acceptance import LOOKUP, MODEL, AcceptanceModel, LookupMatch, Score
+from .acceptance import LOOKUP, MODEL, MTP, AcceptanceModel, LookupMatch, Score
 from .costmodel import CostModel, CostProfile
 from .params import PolicyName, SpeculationParams
 
@@ -91,7 +91,7 @@ class ConfidencePolicy(FixedPolicy):
     ``p_min`` (llama.cpp's --draft-p-min)."""
 
     def step(self, n: int, score: Score, source: str) -> Decision:
-        if source == MODEL and score < self.params.p_min:
+        if source in (MODEL, MTP) and score < self.params.p_min:
             return Decision.STOP
         return super().step(n, score, source)
 
@@ -137,6 +137,7 @@ class AutoPolicy:
     PARK_STEPS = 2.0
     CONFIDENCE_DECAY = 0.7  # the main model's recent confidence: each new token weighs 30%
     PROBE_LOSS = 0.5     # main steps a round verifying a never-measured batch size may be expected to lose
+    MTP_PRIOR_STEPS = 0.25  # an MTP token's cost in main steps until it is timed
     REDERIVE = 0.02      # what follows from the costs is worked out again when an estimate moves 2%
 
     def __init__(self, params: SpeculationParams, costs: "CostModel | CostProfile",
@@ -148,9 +149,10 @@ class AutoPolicy:
         self.max_len = max(0, min(params.draft_max, self.costs.n_max - 1))
         self._chain: list[float] = []          # this round's acceptance chances
         self._chain_cost: list[float] = []     # and the cost of drafting each token
-        self._backoff = {MODEL: 0, LOOKUP: 0}  # rounds a drafter sits out after a losing round
-        self._wait = {MODEL: 0, LOOKUP: 0}
-        self._balance = {MODEL: 0.0, LOOKUP: 0.0}  # seconds saved by a drafter's recent rounds
+        self._backoff = {MODEL: 0, LOOKUP: 0, MTP: 0}  # rounds a drafter sits out after a losing round
+        self._wait = {MODEL: 0, LOOKUP: 0, MTP: 0}
+        self._balance = {MODEL: 0.0, LOOKUP: 0.0, MTP: 0.0}  # seconds saved by a drafter's recent rounds
+        self._mtp_step_s: float | None = None  # one MTP token, learned from this answer's MTP rounds
         self._model_parked = False
         self._model_in_play = False            # a draft model drafter asked may_draft
         self._round_source: str | None = None
@@ -262,7 +264,17 @@ class AutoPolicy:
 
     def token_cost(self, source: str) -> float:
         """Seconds to draft one token (the steps do not depend on the context: no profile is read)."""
+        if source == MTP:
+            return self._mtp_step()
         return (self.costs.draft_step_s or 0.0) if source == MODEL else self.costs.lookup_step_s
+
+    def _mtp_step(self) -> float:
+        """An MTP token: one layer and the output projection. Until this answer's MTP rounds have
+        timed it, assumed to cost MTP_PRIOR_STEPS of a main step (the output projection dominates a
+        small model's step, and the head shares the main model's)."""
+        if self._mtp_step_s is not None:
+            return self._mtp_step_s
+        return self.MTP_PRIOR_STEPS * self.profile.main_batch(1)
 
     @staticmethod
     def expected_speeds(chances: Sequence[float], costs: Sequence[float], sunk: float | None,
@@ -309,6 +321,8 @@ class AutoPolicy:
             self._model_parked = True  # it only falls further behind from here
         if source == MODEL and (self._model_parked or not self._model.can_pay):
             return 0
+        if source == MTP and self._best_length([1.0] * self.max_len, self._mtp_step(), self.bounded) == 0:
+            return 0  # even always right, an MTP token costs more than verifying it saves here
         if self.learns and self.costs.unconfirmed:
             return 0  # the stored profile's first round: a step of the main model alone times it
         if self._wait[source] > 0:
@@ -387,6 +401,10 @@ class AutoPolicy:
         if self._round_source == MODEL and draft_s is not None:
             steps = 1 + max(0, self._behind - 1) * self._catch_up_ratio() + self._more
             self.costs.observe_draft(steps, draft_s)
+        if self._round_source == MTP and draft_s is not None:  # the head's catch-up and its steps
+            per_token = draft_s / (1 + self._more)
+            previous = per_token if self._mtp_step_s is None else self._mtp_step_s
+            self._mtp_step_s = self.BALANCE_DECAY * previous + (1 - self.BALANCE_DECAY) * per_token
         self._context = context + batch
         self._refresh()
 

@@ -154,3 +154,63 @@ def test_a_main_with_mtp_layers_loads_them_by_itself_and_every_drafter_works(qwe
         assert lookup.token_ids == own.token_ids
     finally:
         engine.close()
+
+
+# --- the auto policy weighs MTP drafts like the others' ---------------------------------------------
+
+def _policy(batch_times):
+    from app.core.costmodel import CostProfile
+    from app.core.policy import AutoPolicy
+
+    return AutoPolicy(SpeculationParams(draft_max=8, policy="auto"), CostProfile(key={}, main_batch_s=batch_times))
+
+
+def _chain(policy, confidence: float) -> int:
+    """How many MTP tokens of this confidence the policy drafts in one round."""
+    from app.core.policy import Decision
+
+    if policy.draft_length(MTP) == 0:
+        return 0
+    n = 0
+    while True:
+        decision = policy.step(n, confidence, MTP)
+        if decision is Decision.STOP:
+            return n
+        n += 1
+        if decision is Decision.LAST:
+            return n
+
+
+def test_auto_drafts_long_mtp_chains_where_a_batch_costs_one_step_and_none_where_it_costs_n():
+    step = 0.03
+    gpu = _policy([step] * 9)                                  # verifying a batch costs one step
+    cpu = _policy([step * n for n in range(1, 10)])            # a batch of n costs n steps (an MoE main, a CPU)
+    assert _chain(gpu, 0.95) >= 4 and _chain(gpu, 0.95) > _chain(gpu, 0.35)
+    assert _chain(cpu, 0.95) == 0
+
+
+def test_auto_learns_what_an_mtp_token_costs_from_the_rounds_it_times():
+    from app.core.costmodel import CostModel, CostProfile
+    from app.core.drafters import Draft
+    from app.core.policy import AutoPolicy
+
+    step = 0.03
+    policy = AutoPolicy(SpeculationParams(draft_max=8, policy="auto"),
+                        CostModel.from_profile(CostProfile(key={}, main_batch_s=[step] * 9)))
+    assert policy.token_cost(MTP) == pytest.approx(AutoPolicy.MTP_PRIOR_STEPS * step)
+    for _ in range(30):   # rounds whose 3 MTP tokens took a whole main step each
+        _chain(policy, 0.95)
+        draft = Draft()
+        for _ in range(3):
+            draft.add(5, None, MTP, 0.95)
+        policy._more = 2
+        policy.observe(draft, 3, draft_s=3 * step, verify_s=step, context=100)
+    assert policy.token_cost(MTP) == pytest.approx(step, rel=0.05)
+
+
+def test_mtp_with_the_auto_policy_gives_the_main_models_answer(engine):
+    prompt = engine.main.model.tokenize(PROMPT)
+    plain = list(engine.generate(prompt=prompt, drafter="none", sampling=SamplingParams(max_tokens=32)))[-1]
+    auto = list(engine.generate(prompt=prompt, drafter="mtp", sampling=SamplingParams(max_tokens=32),
+                                       speculation=SpeculationParams(policy="auto")))[-1]
+    assert auto.error is None and auto.token_ids == plain.token_ids
