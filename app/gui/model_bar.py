@@ -118,6 +118,7 @@ class ModelBar(QFrame):
         self.options: list[DraftOption] = []
         self._build()
         self.installed = self._read_installed()
+        self._offer_mtp()   # no main model yet: nothing to draft with MTP
 
     def _build(self) -> None:
         layout = QHBoxLayout(self)
@@ -136,6 +137,8 @@ class ModelBar(QFrame):
         for kind in DrafterKind:
             self.drafter.addItem(kind.label, kind.value)
         self.drafter.currentIndexChanged.connect(lambda _: self.drafter_changed.emit(self.current_drafter()))
+        self._wanted = DrafterKind.LOOKUP_MODEL   # the drafter last asked for, by the user or the settings
+        self.drafter.activated.connect(lambda _: setattr(self, "_wanted", self.current_drafter()))
         self.load_button = QPushButton("Load")
         self.load_button.setObjectName("primary")
         self.load_button.clicked.connect(self.request_load)
@@ -206,7 +209,13 @@ class ModelBar(QFrame):
         return DrafterKind(self.drafter.currentData())
 
     def set_drafter(self, kind: DrafterKind | str) -> None:
-        index = max(0, self.drafter.findData(kind))
+        """Choose who drafts (the settings' choice, at start): MTP waits for a main model that has MTP
+        layers, lookup + draft standing in meanwhile."""
+        self._wanted = DrafterKind(kind)
+        self._select_drafter(self._wanted)
+
+    def _select_drafter(self, kind: DrafterKind) -> None:
+        index = max(0, self.drafter.findData(kind.value))
         if not self.drafter.model().item(index).isEnabled():   # MTP for a main without MTP layers
             index = self.drafter.findData(DrafterKind.LOOKUP_MODEL.value)
         self.drafter.setCurrentIndex(index)
@@ -302,8 +311,12 @@ class ModelBar(QFrame):
         has_mtp = bool(main) and not is_remote(main) and _mtp_layers(main) > 0
         item.setEnabled(has_mtp)
         item.setToolTip("" if has_mtp else "The main model has no MTP layers: it cannot draft for itself")
+        # the choice follows the main model; what was asked for (MTP) comes back with one that has them
+        wanted = DrafterKind.MTP if has_mtp and self._wanted is DrafterKind.MTP else None
         if not has_mtp and self.current_drafter() is DrafterKind.MTP:
-            self.set_drafter(DrafterKind.LOOKUP_MODEL)
+            wanted = DrafterKind.LOOKUP_MODEL
+        if wanted is not None and wanted is not self.current_drafter():
+            self._select_drafter(wanted)
 
     def _candidates(self) -> list[str]:
         """Recent drafts, then the installed models, then the GGUF files next to the main model."""

@@ -111,3 +111,17 @@ def test_mtp_heads_are_offered_only_for_a_main_that_carries_them(qtbot, models_d
     assert mtp.isEnabled() and bar.current_drafter() is DrafterKind.MTP
     bar.set_main(installed[0])   # back to a main without MTP layers: MTP is not left chosen
     assert bar.current_drafter() is DrafterKind.LOOKUP_MODEL
+    bar.set_main(str(qwen35))    # and comes back with one that has them: the settings' choice is kept
+    assert bar.current_drafter() is DrafterKind.MTP
+
+
+def test_mtp_chosen_in_the_settings_survives_a_start_where_the_main_model_comes_later(qtbot, models_dir,
+                                                                                     installed, tmp_path):
+    from app.core.params import DrafterKind
+
+    bar = make_bar(qtbot, models_dir)
+    bar.set_drafter(DrafterKind.MTP)        # restored from the settings before any main model is known
+    assert bar.current_drafter() is DrafterKind.LOOKUP_MODEL
+    qwen35 = write_tiny_model(tmp_path / "src" / "qwen35.gguf", TinySpec(architecture="qwen35", name="qwen35"))
+    bar.set_main(str(qwen35))
+    assert bar.current_drafter() is DrafterKind.MTP
