@@ -406,7 +406,7 @@ class LlamaSession:
         rc = llama_cpp.llama_decode(self._ctx, self._batch)
         self.decode_s += time.perf_counter() - t0
         if rc != 0:
-            self.truncate(start)
+            self._after_failed_decode(start)
             raise DecodeError(f"llama.cpp failed to decode a batch of {n} tokens (code {rc}). {_take_errors()}".rstrip())
         self._cached.extend(int(t) for t in tokens)
         self._rollback_window = min(n - 1, self.n_rs_seq)  # snapshots of this batch's tokens but its first
@@ -484,6 +484,17 @@ class LlamaSession:
         self._remove_from(checkpoint.n_tokens)
         if len(kept) > checkpoint.n_tokens:
             self._eval(kept[checkpoint.n_tokens:], all_logits=False)
+
+    def _after_failed_decode(self, start: int) -> None:
+        """A batch llama.cpp could not decode may have left part of itself behind: drop what it may have
+        added to the keys and values; a recurrent state it may have folded in cannot be told apart, so
+        that cache is emptied (the next answer reads its prompt again) instead of being trusted."""
+        self._rollback_window = 0
+        if self.memory == ATTENTION:
+            self._seq_rm(start)
+            return
+        self._checkpoints = dict.fromkeys(self._checkpoints)
+        self._remove_from(0)
 
     def _read_again(self, n_keep: int) -> None:
         """Empty the sequence (always possible) and decode the kept tokens from the start."""

@@ -185,3 +185,22 @@ def test_a_second_chat_turn_picks_up_after_the_first_prompt_without_reading_it_a
         assert second.token_ids == list(fresh.generate(turn, sampling=GREEDY, drafter="none"))[-1].token_ids
     finally:
         fresh.close()
+
+
+def test_a_batch_llama_cpp_refuses_leaves_no_half_read_state_behind(files, monkeypatch):
+    import llama_cpp
+
+    from app.core.errors import DecodeError
+
+    engine = Engine.load(ModelParams(str(files["lfm2"]["main"]), n_ctx=512, n_threads=1))
+    try:
+        plain = list(engine.generate(MESSAGES, sampling=GREEDY, drafter="none"))[-1].token_ids
+        real = llama_cpp.llama_decode
+        monkeypatch.setattr(llama_cpp, "llama_decode", lambda ctx, batch: 1)
+        with pytest.raises(DecodeError, match="failed to decode"):
+            engine.main.eval([5, 6, 7])
+        assert list(engine.main.cached) == []   # a recurrent state the batch may have touched is not trusted
+        monkeypatch.setattr(llama_cpp, "llama_decode", real)
+        assert list(engine.generate(MESSAGES, sampling=GREEDY, drafter="none"))[-1].token_ids == plain
+    finally:
+        engine.close()
