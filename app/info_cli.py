@@ -107,6 +107,8 @@ def _file_rows(info: dict) -> dict:
         "bos / eos": f"{info['bos_token_id']} / {info['eos_token_id']} (add bos: {info['add_bos']})",
         "chat template": "yes" if info["has_chat_template"] else "no (a plain transcript is used)",
         "memory": info["memory_note"] or "attention (keys and values per token)",
+        "MTP layers": (f"{info['mtp_layers']}: it can draft for itself (--drafter mtp)" if info["mtp_layers"]
+                       else "none"),
     }
 
 

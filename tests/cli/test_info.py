@@ -75,3 +75,14 @@ def test_gpu_layers_asked_for_on_the_cpu_are_said_to_stay_there(tiny_models, tmp
     r = quickdraft("generate", "-m", str(tiny_models.main), "--device", "cpu", "-ngl", "-1", "-p", "a", "-n", "2",
                    tmp_path=tmp_path)
     assert r.returncode == 0 and "warning: GPU layers were asked for, but the models run on the CPU" in r.stderr
+
+
+def test_info_on_a_file_says_its_memory_and_whether_it_can_draft_for_itself(tmp_path):
+    from app.core.tiny_gguf import TinySpec, write_tiny_model
+
+    qwen35 = write_tiny_model(tmp_path / "qwen35.gguf", TinySpec(architecture="qwen35", name="tiny-qwen35"))
+    text = quickdraft("info", str(qwen35), tmp_path=tmp_path).stdout
+    assert "MTP layers: 1: it can draft for itself (--drafter mtp)" in text
+    assert "memory: hybrid model: tokens it must take back" in text
+    data = json.loads(quickdraft("info", str(qwen35), "--json", tmp_path=tmp_path).stdout)["file"]
+    assert data["mtp_layers"] == 1 and data["memory"] == "hybrid"
