@@ -13,6 +13,7 @@ from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from app import __version__
+from app.core.params import DrafterKind
 from app.gui.banner import Banner
 from app.gui.composer import Composer
 from app.gui.chat_values import ShownConversation
@@ -284,6 +285,8 @@ class MainWindow(QMainWindow):
         self.model_bar.set_main(main_path)
         if not self.model_bar.set_draft(draft_path or ""):
             return False
+        if not draft_path and self.model_bar.main_has_mtp():   # a pair that drafts with its own MTP heads
+            self.model_bar.set_drafter(DrafterKind.MTP)
         return self.controller.load_pair(main_path, draft_path or "")
 
     def connect_to_server(self) -> None:

@@ -303,12 +303,16 @@ class ModelBar(QFrame):
         self._fill_drafts()
         self._offer_mtp()
 
+    def main_has_mtp(self) -> bool:
+        """Whether the chosen main model carries MTP layers (it can draft for itself)."""
+        main = self.current_main()
+        return bool(main) and not is_remote(main) and _mtp_layers(main) > 0
+
     def _offer_mtp(self) -> None:
         """"MTP heads" only for a main model that carries MTP layers; otherwise greyed out, saying why
         (and, if it was chosen, lookup instead)."""
         item = self.drafter.model().item(self.drafter.findData(DrafterKind.MTP.value))
-        main = self.current_main()
-        has_mtp = bool(main) and not is_remote(main) and _mtp_layers(main) > 0
+        has_mtp = self.main_has_mtp()
         item.setEnabled(has_mtp)
         item.setToolTip("" if has_mtp else "The main model has no MTP layers: it cannot draft for itself")
         # the choice follows the main model; what was asked for (MTP) comes back with one that has them

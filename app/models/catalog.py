@@ -34,13 +34,15 @@ GB = 1_000_000_000
 DRAFTERS = ("model", "mtp")                # a separate draft model; multi-token prediction
 MODEL_KINDS = ("model", "mtp-drafter")     # a language model; a draft-only MTP drafter
 SUITS = ("cpu", "gpu", "moe")              # runs well on a CPU, on a GPU; the main is a mixture of experts
-NEEDS = ("mtp", "rollback")                # MTP drafting; recurrent-state rollback for rejected drafts
+NEEDS = ("mtp", "mtp-drafter", "rollback")  # a main's own MTP heads; a separate MTP drafter file; recurrent rollback
 
 # What the app's engine can do beyond drafting with a separate model: it rolls back hybrid and recurrent
-# models exactly (app/core/llama.py: llama.cpp's snapshots, else a saved state). MTP drafting adds "mtp".
-ENGINE_SUPPORTS: frozenset[str] = frozenset({"rollback"})
+# models exactly (app/core/llama.py: llama.cpp's snapshots, else a saved state) and drafts with a main
+# model's own MTP heads (--drafter mtp). A separate MTP drafter file (Gemma 4's assistant) it cannot load.
+ENGINE_SUPPORTS: frozenset[str] = frozenset({"rollback", "mtp"})
 
-NEED_PHRASES = {"mtp": "needs MTP drafting", "rollback": "needs recurrent-state rollback"}
+NEED_PHRASES = {"mtp": "needs MTP drafting", "mtp-drafter": "needs MTP drafting with a drafter file",
+                "rollback": "needs recurrent-state rollback"}
 MOE_NOTE = "MoE main: speculation often does not pay"
 
 
@@ -98,7 +100,7 @@ class CatalogPair:
     @property
     def needs(self) -> tuple[str, ...]:
         """What speculating with this pair asks of the engine beyond drafting with a separate model."""
-        needs = ["mtp"] if self.drafter == "mtp" else []
+        needs = [] if self.drafter != "mtp" else ["mtp"] if self.self_drafting else ["mtp-drafter"]
         if any(m.recurrent for m in self.models):
             needs.append("rollback")
         return tuple(needs)

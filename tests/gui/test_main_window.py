@@ -350,3 +350,20 @@ def test_a_draft_for_an_unreadable_main_model_names_the_main_models_problem(make
     window = make_window()
     assert not window.set_model_pair(str(gui_models.garbage), str(gui_models.same))
     assert "garbage.gguf" in window.error_text() and not window.controller.loading
+
+
+def test_a_pair_that_drafts_with_its_own_mtp_heads_loads_alone_and_drafts_with_them(make_window, qtbot, tmp_path):
+    """What the catalog's "Use pair" and the first-run panel do for a Qwen3.6 MTP pair: the main
+    model alone, drafting with its MTP heads, answering what it answers alone."""
+    from app.core.params import DrafterKind
+    from app.core.tiny_gguf import TinySpec, write_tiny_model
+
+    qwen35 = write_tiny_model(tmp_path / "models" / "qwen35.gguf", TinySpec(architecture="qwen35", name="tiny-qwen35"))
+    window = make_window()
+    assert window.set_model_pair(str(qwen35), None)
+    wait_loaded(qtbot, window)
+    assert window.model_bar.current_drafter() is DrafterKind.MTP
+    assert window.controller.drafter() is DrafterKind.MTP
+    assert send(window, "the cat")
+    wait_idle(qtbot, window)
+    assert not window.error_text()

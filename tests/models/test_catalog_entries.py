@@ -128,15 +128,14 @@ def test_a_main_that_drafts_for_itself_is_one_file_and_says_what_it_needs():
     assert pair.draft == pair.main, "code written for two files finds and downloads the main once"
     assert pair.download_size == int(pair.main.size_gb * 1e9)
     assert pair.needs == ("mtp", "rollback") and pair.main.mtp_heads and pair.main.recurrent
-    if "mtp" not in ENGINE_SUPPORTS:   # today: offered, honestly
-        assert not pair.can_speculate and pair.drafting == "drafts with its MTP heads (needs MTP drafting)"
+    assert pair.can_speculate and pair.drafting == "drafts with its MTP heads"   # --drafter mtp
 
 
 def test_an_mtp_drafter_is_a_second_file_the_app_cannot_load_as_a_draft_yet():
     pair = find_pair(load_catalog(), "gemma-4-31b-mtp")
     assert not pair.self_drafting and pair.draft_file is pair.draft and len(pair.models) == 2
-    assert pair.needs == ("mtp",) and pair.drafting.startswith("drafts with its 0.5B MTP drafter")
-    assert pair.can_speculate == ("needs MTP drafting" not in pair.drafting) == ("mtp" in ENGINE_SUPPORTS)
+    assert pair.needs == ("mtp-drafter",) and pair.drafting.startswith("drafts with its 0.5B MTP drafter")
+    assert not pair.can_speculate and pair.drafting.endswith("(needs MTP drafting with a drafter file)")
 
 
 def test_a_hybrid_qwen_main_needs_a_recurrent_rollback_to_speculate():
@@ -158,9 +157,10 @@ def test_use_pair_loads_the_main_alone_while_the_app_cannot_draft_with_the_pair(
     pairs = load_catalog()
     main, draft = tmp_path / "main.gguf", tmp_path / "draft.gguf"
     assert pair_choice(find_pair(pairs, "llama-3.1-8b"), main, draft) == (str(main), str(draft), "")
-    if "mtp" not in ENGINE_SUPPORTS:
-        chosen_main, chosen_draft, note = pair_choice(find_pair(pairs, "gemma-4-31b-mtp"), main, draft)
-        assert (chosen_main, chosen_draft) == (str(main), "") and "needs MTP drafting" in note
+    chosen_main, chosen_draft, note = pair_choice(find_pair(pairs, "gemma-4-31b-mtp"), main, draft)
+    assert (chosen_main, chosen_draft) == (str(main), "") and "needs MTP drafting with a drafter file" in note
+    # a main that drafts for itself: the main alone, which the window drafts for with its MTP heads
+    assert pair_choice(find_pair(pairs, "qwen3.6-27b-mtp"), main, None) == (str(main), "", "")
     assert installed_state(find_pair(pairs, "qwen3.6-27b-mtp"), main, None) == "yes"
     assert installed_state(find_pair(pairs, "gemma-4-31b-mtp"), main, None) == "main"
 
@@ -188,7 +188,7 @@ def test_the_catalog_tab_shows_how_each_pair_drafts_and_what_it_suits(qtbot, tmp
     assert headers[5] == "Installed" and headers[6:] == ["Drafts with", "Suits"]
     row = [p.id for p in pairs].index(mtp.id)
     assert tab.table.item(row, 5).text() == "yes"
-    assert tab.table.item(row, 6).text() == mtp.drafting   # "drafts with its MTP heads (needs MTP drafting)"
+    assert tab.table.item(row, 6).text() == mtp.drafting   # "drafts with its MTP heads"
     assert tab.table.item(row, 7).text() == "suits a GPU"
     tab.table.selectRow(row)
     assert "Draft: none" in tab.details.text() and "Suits a GPU." in tab.details.text()
@@ -234,7 +234,7 @@ def test_well_formed_mtp_pairs_load(tmp_path):
                                     main=_model(size_gb=8.0, mtp_heads=True, recurrent=True)))
     assert heads.self_drafting and heads.suits == ("gpu", "moe") and heads.needs == ("mtp", "rollback")
     [drafter] = load_catalog(_catalog(tmp_path, drafter="mtp", draft=_model(kind="mtp-drafter")))
-    assert drafter.draft.kind == "mtp-drafter" and drafter.needs == ("mtp",)
+    assert drafter.draft.kind == "mtp-drafter" and drafter.needs == ("mtp-drafter",)
     [classic] = load_catalog(_catalog(tmp_path))
     assert classic.drafter == "model" and classic.suits == () and classic.can_speculate
     assert classic.draft == CatalogModel("someone/Some-GGUF", "some-Q4_K_M.gguf", "f", "1B", 1.0)

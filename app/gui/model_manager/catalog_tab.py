@@ -46,6 +46,8 @@ def installed_state(pair: CatalogPair, main: Path | None, draft: Path | None) ->
 def pair_choice(pair: CatalogPair, main: Path, draft: Path | None) -> tuple[str, str, str]:
     """What "Use pair" loads: ``(main, draft, note)``; the main alone, with a note saying why, when
     the app cannot draft with this pair yet."""
+    if pair.can_speculate and pair.self_drafting:   # no second file: the window drafts with MTP heads
+        return str(main), "", ""
     if pair.can_speculate and draft is not None:
         return str(main), str(draft), ""
     needs = ", ".join(NEED_PHRASES[n] for n in pair.missing) or "its draft file is missing"
