@@ -23,7 +23,7 @@ from .events import Event, Round, StopReason, Summary
 from .lm import prefill
 from .gguf_info import GGUFInfo, check_pair, read_gguf_info
 from .params import AUTO, DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams
-from .placement import footprint, plan_gpu_layers, resolved
+from .placement import LayerPlacement, footprint, plan_gpu_layers, resolved
 from .policy import AcceptanceModel, AutoPolicy, DraftPolicy, FixedPolicy, make_policy
 from .ram import total_memory_bytes
 from .speculative import SpeculativeGeneration
@@ -89,7 +89,7 @@ class Engine:
     def has_draft(self) -> bool:
         return self.draft is not None
 
-    def placement(self) -> dict[str, "llama.LayerPlacement"]:
+    def placement(self) -> dict[str, LayerPlacement]:
         """Where each loaded model's layers went, as llama.cpp reported it."""
         out = {"main": self.main.model.placement}
         if self.draft is not None:

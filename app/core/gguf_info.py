@@ -163,7 +163,7 @@ def _info_from_header(header: GGUFHeader, path: str, size: int) -> GGUFInfo:
         n_layers=n_layers,
         n_embd=meta.integer(f"{arch}.embedding_length"),
         n_head=meta.integer(f"{arch}.attention.head_count"),
-        n_head_kv=max(head_count_kv, default=None) or None if head_count_kv else None,
+        n_head_kv=max(head_count_kv, default=0) or None,   # per-layer counts (0: no attention): the most
         kv_layers=_kv_layers(arch, n_layers, head_count_kv, meta.integer(f"{arch}.full_attention_interval")),
         mtp_layers=mtp_layers,
         vocab_type=vocab_type,
@@ -231,8 +231,10 @@ class _Metadata:
 def _kv_layers(arch: str, n_layers: int | None, head_count_kv: list[int], interval: int | None) -> int | None:
     """How many layers keep keys and values: all of them in an attention model, none in a recurrent one;
     in a hybrid, those a per-layer head count names (lfm2) or every ``interval``-th (qwen35)."""
-    if n_layers is None or arch in RECURRENT_ARCHITECTURES:
-        return 0 if arch in RECURRENT_ARCHITECTURES else None
+    if arch in RECURRENT_ARCHITECTURES:
+        return 0
+    if n_layers is None:
+        return None
     if len(head_count_kv) > 1:
         return sum(1 for n in head_count_kv[:n_layers] if n > 0)
     if arch in HYBRID_ARCHITECTURES and interval:

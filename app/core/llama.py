@@ -10,17 +10,17 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
-import re
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
 from . import backends
+from .placement import parse_placement
+from .recurrent import LATEST, PROMPT, SavedState, SavedStates
 from .errors import DecodeError, InvalidMessagesError, ModelLoadError
 from .params import AUTO, ModelParams
 
@@ -90,45 +90,6 @@ def _take_errors() -> str:
     text = " ".join(m for m in _recent_errors if "error" in m.lower() or "failed" in m.lower())
     _recent_errors.clear()
     return text
-
-
-@dataclass(frozen=True)
-class LayerPlacement:
-    """Where llama.cpp put one model: layers offloaded (of all, the output layer counted) and the
-    size of each weight buffer by device ("CUDA0", "Vulkan0", "CPU_Mapped", ...)."""
-
-    offloaded: int
-    total: int
-    buffers_mib: tuple[tuple[str, float], ...] = ()
-    device: str = ""       # the GPU it was given (CUDA0, Vulkan0); "" for the CPU alone
-
-    def describe(self) -> str:
-        where = ", ".join(f"{name} {_mib_text(mib)}" for name, mib in self.buffers_mib)
-        gpu = f"the GPU {self.device}" if self.device else "the GPU"
-        layers = f"{self.offloaded}/{self.total} layers on {gpu}" if self.offloaded else "all layers on the CPU"
-        return f"{layers} ({where})" if where else layers
-
-
-def _mib_text(mib: float) -> str:
-    if mib >= 1024:
-        return f"{mib / 1024:.2f} GiB"
-    return f"{mib:.1f} MiB" if mib < 10 else f"{mib:.0f} MiB"
-
-
-_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
-_BUFFER = re.compile(r"(\S+) model buffer size =\s*([\d.]+) MiB")
-
-
-def parse_placement(lines: Sequence[str]) -> LayerPlacement:
-    """Read llama.cpp's load log (a CPU-only build logs no offload line: nothing was offloaded)."""
-    offloaded = total = 0
-    buffers = []
-    for line in lines:
-        if m := _OFFLOADED.search(line):
-            offloaded, total = int(m.group(1)), int(m.group(2))
-        elif m := _BUFFER.search(line):
-            buffers.append((m.group(1), float(m.group(2))))
-    return LayerPlacement(offloaded, total, tuple(buffers))
 
 
 # What a model keeps of the past: keys and values per token (attention: any suffix can be dropped),
@@ -305,13 +266,15 @@ def logits_view(pointer, rows: int, n_vocab: int) -> np.ndarray:
     return np.ctypeslib.as_array(pointer, shape=(rows, n_vocab))
 
 
-@dataclass
-class _Checkpoint:
-    """A recurrent state saved when the cache held ``n_tokens`` tokens (``size`` bytes of ``data``)."""
-
-    n_tokens: int
-    data: ctypes.Array
-    size: int
+def context_params(n_ctx: int, n_batch: int, n_threads: int):
+    """llama_context_params for one sequence: ``n_batch`` tokens a decode, ``n_threads`` threads."""
+    cparams = _llama().llama_context_default_params()
+    cparams.n_ctx = n_ctx
+    cparams.n_batch = cparams.n_ubatch = n_batch
+    cparams.n_seq_max = 1
+    cparams.n_threads = cparams.n_threads_batch = n_threads
+    cparams.no_perf = True
+    return cparams
 
 
 class LlamaSession:
@@ -321,15 +284,8 @@ class LlamaSession:
         llama_cpp = _llama()
         self.model = model
         self.n_vocab = model.n_vocab
-        cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx = n_ctx if n_ctx > 0 else model.n_ctx_train
-        cparams.n_batch = n_batch
-        cparams.n_ubatch = n_batch
-        cparams.n_seq_max = 1
-        threads = self.n_threads = n_threads or default_threads()
-        cparams.n_threads = threads
-        cparams.n_threads_batch = threads
-        cparams.no_perf = True
+        self.n_threads = n_threads or default_threads()
+        cparams = context_params(n_ctx if n_ctx > 0 else model.n_ctx_train, n_batch, self.n_threads)
         if model.memory != ATTENTION:
             cparams.n_rs_seq = ROLLBACK_TOKENS  # llama.cpp keeps it only for architectures that support it
         _recent_errors.clear()
@@ -354,10 +310,8 @@ class LlamaSession:
         self.memory = model.memory
         self.n_rs_seq = int(llama_cpp.llama_n_rs_seq(ctx))
         self._rollback_window = 0        # tokens llama.cpp can still take back exactly (see truncate)
-        # recurrent states saved: before the latest batch or run of single tokens ("latest"), and right
-        # after the latest prompt ("prompt"), where the next chat turn's prompt picks up
-        self._checkpoints: dict[str, _Checkpoint | None] = {"latest": None, "prompt": None}
-        self._in_single_run = False      # the last eval appended one token after a checkpoint
+        self._saved = SavedStates(ctx, model.name)   # recurrent states to take the cache back to
+        self._in_single_run = False      # the last eval appended one token after a saved state
         self._after_prompt = False       # the last eval read a prompt (several tokens, logits of the last)
         self.rereads = 0                 # times the cache was read again from the start (for tests)
         # called with (start, n) after each batch decoded (app/core/mtp.py reads hidden states)
@@ -376,7 +330,7 @@ class LlamaSession:
         if len(self._cached) + len(tokens) > self.n_ctx:
             raise DecodeError(f"The context of {self.n_ctx} tokens is full.")
         if self.memory != ATTENTION and not (self._in_single_run and len(tokens) == 1):
-            self._save_checkpoint("prompt" if self._after_prompt else "latest")
+            self._saved.save(PROMPT if self._after_prompt else LATEST, len(self._cached))
         self._in_single_run = len(tokens) == 1
         self._after_prompt = len(tokens) > 1 and not all_logits
         return self._eval(tokens, all_logits)
@@ -429,23 +383,17 @@ class LlamaSession:
         if n_keep >= len(self._cached):
             return
         self._in_single_run = self._after_prompt = False
-        checkpoint = self._latest_checkpoint_within(n_keep)
+        saved = self._saved.latest_within(n_keep)
         if self.memory == ATTENTION:
             self._remove_from(n_keep)
         elif len(self._cached) - n_keep <= self._rollback_window and self._seq_rm(n_keep):
             del self._cached[n_keep:]
-        elif checkpoint is not None:
-            self._restore_checkpoint(checkpoint, n_keep)
+        elif saved is not None:
+            self._put_back(saved, n_keep)
         else:
             self._read_again(n_keep)
         self._rollback_window = 0  # llama.cpp's rollback is single-use until the next decode
-        for slot, saved in self._checkpoints.items():   # states of tokens no longer cached
-            if saved is not None and saved.n_tokens > n_keep:
-                self._checkpoints[slot] = None
-
-    def _latest_checkpoint_within(self, n_keep: int) -> "_Checkpoint | None":
-        within = [c for c in self._checkpoints.values() if c is not None and c.n_tokens <= n_keep]
-        return max(within, key=lambda c: c.n_tokens, default=None)
+        self._saved.forget_after(n_keep)
 
     def _seq_rm(self, n_keep: int) -> bool:
         return bool(_llama().llama_memory_seq_rm(self._memory, 0, n_keep, -1))
@@ -456,34 +404,15 @@ class LlamaSession:
                               f"{_take_errors()}".rstrip())
         del self._cached[n_keep:]
 
-    def _save_checkpoint(self, slot: str) -> None:
-        """Keep the recurrent state as it is now in ``slot`` (llama.cpp's partial state: the recurrent
-        part only, small beside the keys and values, which truncate removes as usual)."""
-        llama_cpp = _llama()
-        flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-        size = int(llama_cpp.llama_state_seq_get_size_ext(self._ctx, 0, flags))
-        checkpoint = self._checkpoints[slot]
-        if checkpoint is None or len(checkpoint.data) < size:
-            checkpoint = _Checkpoint(0, (ctypes.c_uint8 * size)(), 0)
-        self._checkpoints[slot] = None
-        written = int(llama_cpp.llama_state_seq_get_data_ext(self._ctx, checkpoint.data, size, 0, flags))
-        if written != size:
-            raise DecodeError(f"llama.cpp could not save {self.model.name}'s recurrent state "
-                              f"({written} of {size} bytes).")
-        checkpoint.n_tokens, checkpoint.size = len(self._cached), size
-        self._checkpoints[slot] = checkpoint
-
-    def _restore_checkpoint(self, checkpoint: "_Checkpoint", n_keep: int) -> None:
-        """Put the saved state back, drop the positions after it, decode the kept tokens past it."""
-        llama_cpp = _llama()
+    def _put_back(self, saved: "SavedState", n_keep: int) -> None:
+        """Put a saved state back, drop the positions after it, decode the kept tokens past it."""
         kept = self._cached[:n_keep]
-        flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-        if not llama_cpp.llama_state_seq_set_data_ext(self._ctx, checkpoint.data, checkpoint.size, 0, flags):
+        if not self._saved.put_back(saved):
             self._read_again(n_keep)
             return
-        self._remove_from(checkpoint.n_tokens)
-        if len(kept) > checkpoint.n_tokens:
-            self._eval(kept[checkpoint.n_tokens:], all_logits=False)
+        self._remove_from(saved.n_tokens)
+        if len(kept) > saved.n_tokens:
+            self._eval(kept[saved.n_tokens:], all_logits=False)
 
     def _after_failed_decode(self, start: int) -> None:
         """A batch llama.cpp could not decode may have left part of itself behind: drop what it may have
@@ -493,13 +422,13 @@ class LlamaSession:
         if self.memory == ATTENTION:
             self._seq_rm(start)
             return
-        self._checkpoints = dict.fromkeys(self._checkpoints)
+        self._saved.clear()
         self._remove_from(0)
 
     def _read_again(self, n_keep: int) -> None:
         """Empty the sequence (always possible) and decode the kept tokens from the start."""
         kept = self._cached[:n_keep]
-        self._checkpoints = dict.fromkeys(self._checkpoints)
+        self._saved.clear()
         self._remove_from(0)
         self.rereads += 1
         if kept:

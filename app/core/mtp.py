@@ -21,13 +21,8 @@ from typing import Sequence
 import numpy as np
 
 from .errors import DecodeError, ModelLoadError, QuickdraftError
+from .llama import _llama, context_params
 from .lm import common_prefix_length
-
-
-def _llama():
-    import llama_cpp
-
-    return llama_cpp
 
 
 # name: (mangled name, restype, argtypes); restypes/argtypes as ctypes wants them
@@ -134,18 +129,14 @@ class MTPHead:
     def __init__(self, session):
         model = session.model
         check_symbols()
-        if not getattr(model.params, "load_mtp", False) or n_nextn_layers(model._model) == 0:
+        if not model.params.load_mtp or n_nextn_layers(model._model) == 0:
             raise MTPUnavailable(f"{model.name} has no MTP layers loaded: it cannot draft for itself "
                                  f"(choose a model whose GGUF keeps its MTP / nextn layers).")
         llama_cpp = _llama()
         self.session = session
         self.n_vocab = session.n_vocab
         self.n_ctx = session.n_ctx
-        cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx, cparams.n_batch, cparams.n_ubatch = session.n_ctx, session.n_batch, session.n_batch
-        cparams.n_seq_max = 1
-        cparams.n_threads = cparams.n_threads_batch = session.n_threads
-        cparams.no_perf = True
+        cparams = context_params(session.n_ctx, session.n_batch, session.n_threads)
         cparams.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
         ctx = llama_cpp.llama_init_from_model(model._model, cparams)
         if not ctx:

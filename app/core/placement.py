@@ -7,12 +7,15 @@ sizes), their KV cache at the chosen context and the device's compute buffer.
 
 "auto" puts the draft model wholly on the GPU first: a draft left on the CPU makes every drafted
 token cost more than the main model's verification saves. Then as many main-model layers as fit.
+
+``parse_placement`` reads back, from llama.cpp's load log, where the layers went.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import Sequence
 
 from .errors import ModelLoadError
 from .gguf_info import GGUFInfo
@@ -156,3 +159,44 @@ def _resolve(requested: int | str, fp: Footprint, budget: int) -> int:
 
 def resolved(params: ModelParams, layers: int) -> ModelParams:
     return replace(params, n_gpu_layers=layers)
+
+
+# --- where llama.cpp said it put a model's layers ----------------------------------------------------
+
+@dataclass(frozen=True)
+class LayerPlacement:
+    """Where llama.cpp put one model: layers offloaded (of all, the output layer counted) and the
+    size of each weight buffer by device ("CUDA0", "Vulkan0", "CPU_Mapped", ...)."""
+
+    offloaded: int
+    total: int
+    buffers_mib: tuple[tuple[str, float], ...] = ()
+    device: str = ""       # the GPU it was given (CUDA0, Vulkan0); "" for the CPU alone
+
+    def describe(self) -> str:
+        where = ", ".join(f"{name} {_mib_text(mib)}" for name, mib in self.buffers_mib)
+        gpu = f"the GPU {self.device}" if self.device else "the GPU"
+        layers = f"{self.offloaded}/{self.total} layers on {gpu}" if self.offloaded else "all layers on the CPU"
+        return f"{layers} ({where})" if where else layers
+
+
+def _mib_text(mib: float) -> str:
+    if mib >= 1024:
+        return f"{mib / 1024:.2f} GiB"
+    return f"{mib:.1f} MiB" if mib < 10 else f"{mib:.0f} MiB"
+
+
+_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_BUFFER = re.compile(r"(\S+) model buffer size =\s*([\d.]+) MiB")
+
+
+def parse_placement(lines: Sequence[str]) -> LayerPlacement:
+    """Read llama.cpp's load log (a CPU-only build logs no offload line: nothing was offloaded)."""
+    offloaded = total = 0
+    buffers = []
+    for line in lines:
+        if m := _OFFLOADED.search(line):
+            offloaded, total = int(m.group(1)), int(m.group(2))
+        elif m := _BUFFER.search(line):
+            buffers.append((m.group(1), float(m.group(2))))
+    return LayerPlacement(offloaded, total, tuple(buffers))

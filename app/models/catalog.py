@@ -100,7 +100,9 @@ class CatalogPair:
     @property
     def needs(self) -> tuple[str, ...]:
         """What speculating with this pair asks of the engine beyond drafting with a separate model."""
-        needs = [] if self.drafter != "mtp" else ["mtp"] if self.self_drafting else ["mtp-drafter"]
+        needs = []
+        if self.drafter == "mtp":
+            needs.append("mtp" if self.self_drafting else "mtp-drafter")
         if any(m.recurrent for m in self.models):
             needs.append("rollback")
         return tuple(needs)

@@ -8,7 +8,7 @@ import pytest
 
 from app.core.errors import ModelLoadError
 from app.core.gguf_info import GGUFInfo, read_gguf_info
-from app.core.llama import parse_placement
+from app.core.placement import parse_placement
 from app.core.params import AUTO, ModelParams
 from app.core.placement import footprint, plan_gpu_layers, usable_bytes
 
