@@ -130,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _model_args(p: argparse.ArgumentParser, main_required: bool = True) -> None:
     p.add_argument("-m", "--main", required=main_required, help="the main model (GGUF)")
-    p.add_argument("-md", "--draft", help="the draft model (GGUF)")
+    p.add_argument("-md", "--draft", help="the draft model (GGUF), or an MTP drafter made for the main model "
+                                          "(Gemma 4's assistant: it drafts with --drafter mtp)")
     p.add_argument("--draft-max", type=int, default=16, help="most tokens drafted per round (16)")
     p.add_argument("--draft-min", type=int, default=0, help="drop drafts shorter than this (0)")
     p.add_argument("--draft-p-min", type=float, default=0.0,
@@ -140,8 +141,8 @@ def _model_args(p: argparse.ArgumentParser, main_required: bool = True) -> None:
                         "fixed: always --draft-max; pmin: stop at --draft-p-min")
     p.add_argument("--drafter", choices=DrafterKind.values(), default=None,
                    help="who drafts: the draft model, prompt lookup (n-gram copy), lookup then the model, "
-                        "mtp (the main model's own MTP heads, no second file), "
-                        "or nobody (default: lookup+model with --draft, else lookup)")
+                        "mtp (the main model's own MTP heads, or the MTP drafter given with --draft), "
+                        "or nobody (default: lookup+model with --draft, mtp with an MTP drafter, else lookup)")
     _gpu_layer_args(p)
     p.add_argument("-c", "--ctx", type=int, default=4096, help="context size of the main model (4096)")
     p.add_argument("-cd", "--ctx-draft", type=int, default=None, help="context size of the draft (= --ctx)")
@@ -430,7 +431,9 @@ def cmd_check_pair(args) -> int:
     for warning in result.warnings:
         print(f"warning: {warning}")
     if result.compatible:
-        print(f"compatible: {draft_info.display_name} can draft for {main_info.display_name}")
+        how = " (an MTP drafter: it drafts with MTP, on the main model's hidden states and memory)" \
+            if draft_info.is_mtp_drafter else ""
+        print(f"compatible: {draft_info.display_name} can draft for {main_info.display_name}{how}")
         return 0
     print(f"incompatible: {draft_info.display_name} cannot draft for {main_info.display_name}:")
     for reason in result.reasons:

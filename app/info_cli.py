@@ -85,7 +85,7 @@ def _print_system(system, chosen, wanted: str) -> None:
 
 
 def _file_info(path: str) -> dict:
-    from .core.gguf_info import read_gguf_info
+    from .core.gguf_info import MTP_DRAFTER_ARCHITECTURES, read_gguf_info
 
     info = read_gguf_info(path)
     data = {k: v for k, v in vars(info).items() if k not in ("tokens", "chat_template", "tensor_bytes")}
@@ -93,6 +93,7 @@ def _file_info(path: str) -> dict:
     data["vocab_type_name"] = info.vocab_type_name
     data["has_chat_template"] = bool(info.chat_template)
     data["memory"], data["memory_note"] = info.memory, info.memory_note()
+    data["mtp_drafter_for"] = MTP_DRAFTER_ARCHITECTURES.get(info.architecture)
     return data
 
 
@@ -107,9 +108,17 @@ def _file_rows(info: dict) -> dict:
         "bos / eos": f"{info['bos_token_id']} / {info['eos_token_id']} (add bos: {info['add_bos']})",
         "chat template": "yes" if info["has_chat_template"] else "no (a plain transcript is used)",
         "memory": info["memory_note"] or "attention (keys and values per token)",
-        "MTP layers": (f"{info['mtp_layers']}: it can draft for itself (--drafter mtp)" if info["mtp_layers"]
-                       else "none"),
+        "MTP layers": _mtp_row(info),
     }
+
+
+def _mtp_row(info: dict) -> str:
+    if info["mtp_drafter_for"]:
+        return (f"{info['mtp_layers']}: an MTP drafter for a {info['mtp_drafter_for']} model {info['n_embd_out']} "
+                f"wide; it only drafts (-md FILE: it drafts with --drafter mtp)")
+    if info["mtp_layers"]:
+        return f"{info['mtp_layers']}: it can draft for itself (--drafter mtp)"
+    return "none"
 
 
 def _loaded_placement(args) -> dict[str, str]:

@@ -423,7 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("traces")
     rep.add_argument("profile")
     rep.add_argument("--drafter", type=DrafterKind, default=DrafterKind.LOOKUP_MODEL,
-                     choices=[kind for kind in DrafterKind if kind is not DrafterKind.NONE])
+                     choices=[kind for kind in DrafterKind if kind not in (DrafterKind.NONE, DrafterKind.MTP)],
+                     help="who drafts (MTP is not replayed: the traces record a draft model's picks, not a head's)")
     rep.add_argument("--policy", type=PolicyName, choices=list(PolicyName), default=PolicyName.AUTO)
     rep.add_argument("--draft-max", type=int, default=16)
     rep.add_argument("--only", nargs="*", help="prompt ids to replay")

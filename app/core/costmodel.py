@@ -143,8 +143,12 @@ class CostModel:
     alone, which cost nothing against it and tell a stale profile before a long draft does.
 
     Without a profile the prior knows nothing about the machine's speed (the first round sets it)
-    and guesses a CPU-like shape; the policy never risks much on that guess: it verifies a size never
-    measured only as a bounded probe and asks the draft model only on ``profile(unmeasured="most")``.
+    and takes the shape of the batch costs from ``prior_shape``: [n - 1] what a batch of n costs in
+    single-token steps. The default is a CPU's (a token costs half a step more); the engine passes
+    one made from the main model and where it runs (app/core/batch_prior.py: about one step on a GPU
+    for a dense model, more for a mixture of experts, whose batch reads every expert its tokens are
+    routed to). The policy never risks much on that guess: it verifies a size never measured only as
+    a bounded probe and asks the draft model only on ``profile(unmeasured="most")``.
     """
 
     R = 0.02              # variance of one round's log time around the model (about 14% noise)
@@ -153,7 +157,8 @@ class CostModel:
     Q_CONTEXT = 1e-6
     PRIOR_STEP_S = 0.05   # a guess at a main step before the first round (any value: the first round sets it)
     PRIOR_LEVEL_SD = 3.0  # a factor of 20 either way
-    PRIOR_SHAPE_SD = 0.5  # the guessed shape may be off by a factor of 1.6
+    PRIOR_SHAPE_SD = 0.5  # the prior's shape may be off by a factor of 1.6 (batch_prior.py's guesses: uniform
+                          # routing, the per-token arithmetic, a CPU's 0.25-0.85 step per token)
     WARM_LEVEL_SD = 0.7   # a stored profile: the machine's speed may have halved or doubled since
     WARM_SHAPE_SD = 0.15
     SHAPE_LENGTH = 4.0    # sizes this far apart are correlated by 1/e in the prior
@@ -171,9 +176,10 @@ class CostModel:
     def __init__(self, key: dict, n_max: int, main_batch_s: Sequence[float] | None = None,
                  context_position: int = 0, context_slope: float | None = None,
                  draft_step_s: float | None = None, lookup_step_s: float = LOOKUP_STEP_S, learned_rounds: int = 0,
-                 measured: Sequence[int] | None = None):
+                 measured: Sequence[int] | None = None, prior_shape: Sequence[float] | None = None):
         self.key = key
         self.n_max = n_max
+        self.prior_shape = tuple(prior_shape) if prior_shape else None   # None: a CPU's (see _prior_log_times)
         self.lookup_step_s = lookup_step_s
         self.draft_step_s = draft_step_s if draft_step_s else None
         self.warm = main_batch_s is not None and len(main_batch_s) > 0
@@ -203,15 +209,21 @@ class CostModel:
         self._noise[:n_max, :n_max] += self.Q_SPEED
 
     @classmethod
-    def from_profile(cls, profile: CostProfile, n_max: int | None = None) -> "CostModel":
+    def from_profile(cls, profile: CostProfile, n_max: int | None = None,
+                     prior_shape: Sequence[float] | None = None) -> "CostModel":
+        """Start from a stored profile; ``prior_shape`` is where learning starts over if the profile
+        turns out stale."""
         return cls(profile.key, n_max or profile.n_max, profile.main_batch_s, profile.context_position,
                    profile.context_log_slope, profile.draft_step_s or None, profile.lookup_step_s,
-                   profile.learned_rounds, profile.measured)
+                   profile.learned_rounds, profile.measured, prior_shape)
 
     def _prior_log_times(self, sizes: np.ndarray, measured: Sequence[float] | None, position: int,
                          slope: float) -> np.ndarray:
         if not measured:
-            return np.log(self.PRIOR_STEP_S * (1.0 + 0.5 * (sizes - 1)))  # a CPU: a token costs half a step more
+            if self.prior_shape is None:
+                return np.log(self.PRIOR_STEP_S * (1.0 + 0.5 * (sizes - 1)))  # a CPU: a token costs half a step more
+            shape = CostProfile(key={}, main_batch_s=[r / self.prior_shape[0] for r in self.prior_shape])
+            return np.log([self.PRIOR_STEP_S * shape.main_batch(int(n)) for n in sizes])
         times = np.array([CostProfile(key={}, main_batch_s=list(measured)).main_batch(int(n)) for n in sizes])
         return np.log(times) - slope * position / 1000
 
@@ -330,7 +342,7 @@ class CostModel:
     def _start_over(self) -> None:
         """Drop the stored profile the first rounds contradicted: learn from the prior and those rounds."""
         fresh = CostModel(self.key, self.n_max, draft_step_s=self.draft_step_s if self._draft_measured else None,
-                          lookup_step_s=self.lookup_step_s)
+                          lookup_step_s=self.lookup_step_s, prior_shape=self.prior_shape)
         fresh._draft_measured = self._draft_measured
         for n, context, seconds in self._first_rounds:
             fresh.observe_main(n, context, seconds)

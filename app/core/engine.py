@@ -16,12 +16,13 @@ import numpy as np
 
 from . import devices, llama, mtp
 from .chat import Message, Prompt, check_messages, prompt_tokens
+from .batch_prior import main_batch_shape
 from .costmodel import CALIBRATION_TEXT, CostModel, CostProfile, ProfileStore, calibrate, profile_key
 from .drafters import DraftModelDrafter, Drafter, LookupThenModelDrafter, MTPDrafter, PromptLookupDrafter
 from .errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
 from .events import Event, Round, StopReason, Summary
 from .lm import prefill
-from .gguf_info import GGUFInfo, check_pair, read_gguf_info
+from .gguf_info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, check_pair, read_gguf_info
 from .params import AUTO, DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams
 from .placement import LayerPlacement, footprint, plan_gpu_layers, resolved
 from .policy import AcceptanceModel, AutoPolicy, DraftPolicy, FixedPolicy, make_policy
@@ -42,7 +43,8 @@ class Engine:
     def __init__(self, main: "llama.LlamaSession", main_info: GGUFInfo,
                  draft: "llama.LlamaSession | None" = None, draft_info: GGUFInfo | None = None,
                  warnings: Sequence[str] = (), main_params: ModelParams | None = None,
-                 draft_params: ModelParams | None = None, profile_store: ProfileStore | None = None):
+                 draft_params: ModelParams | None = None, profile_store: ProfileStore | None = None,
+                 mtp_drafter: "llama.LlamaModel | None" = None):
         self.main = main
         self.main_info = main_info
         self.draft = draft
@@ -54,7 +56,8 @@ class Engine:
         self._costs: CostModel | None = None
         self.acceptance = AcceptanceModel()  # what verification accepted, across a conversation
         self._last_prompt: tuple[tuple, Prompt] | None = None
-        self._mtp: "mtp.MTPHead | None" = None   # the main model's MTP context, made when first asked
+        self.mtp_drafter = mtp_drafter   # a separate MTP drafter file (the draft of the pair), loaded
+        self._mtp: "mtp.MTPHead | mtp.AssistantHead | None" = None   # the MTP drafting context, made when first asked
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -76,14 +79,19 @@ class Engine:
         warnings += placement.notes + _device_notes(main, draft, device)
         _check_fits_in_memory(main_info, main, draft_info, draft)
         loaded: list = []
+        draft_session = mtp_drafter = None
         try:
             main_session = _open(main, loaded)
-            draft_session = _open(draft, loaded) if draft else None
+            if draft_info is not None and draft_info.is_mtp_drafter:
+                mtp_drafter = _open_model(draft, loaded)   # its context is made on the main one when it drafts
+            elif draft is not None:
+                draft_session = _open(draft, loaded)
         except BaseException:
             for obj in reversed(loaded):
                 obj.close()
             raise
-        return cls(main_session, main_info, draft_session, draft_info, warnings, main, draft, profile_store)
+        return cls(main_session, main_info, draft_session, draft_info, warnings, main, draft, profile_store,
+                   mtp_drafter)
 
     @property
     def has_draft(self) -> bool:
@@ -92,14 +100,22 @@ class Engine:
     def placement(self) -> dict[str, LayerPlacement]:
         """Where each loaded model's layers went, as llama.cpp reported it."""
         out = {"main": self.main.model.placement}
-        if self.draft is not None:
-            out["draft"] = self.draft.model.placement
+        if self.draft_model is not None:
+            out["draft"] = self.draft_model.placement
         return out
+
+    @property
+    def draft_model(self) -> "llama.LlamaModel | None":
+        """The pair's second file as loaded: a draft model, or an MTP drafter."""
+        return self.draft.model if self.draft is not None else self.mtp_drafter
 
     def close(self) -> None:
         if self._mtp is not None:
             self._mtp.close()
             self._mtp = None
+        if self.mtp_drafter is not None:
+            self.mtp_drafter.close()
+            self.mtp_drafter = None
         for session in (self.draft, self.main):
             if session is not None:
                 session.close()
@@ -159,7 +175,10 @@ class Engine:
         return make_policy(speculation, self.cost_model(speculation.draft_max + 1), self.acceptance)
 
     def _drafter(self, kind: DrafterKind) -> Drafter | None:
-        """A fresh drafter for one generation; choices with the model fall back to what is loaded."""
+        """A fresh drafter for one generation; choices with the model fall back to what is loaded (an
+        MTP drafter file is the pair's draft model: it drafts with MTP)."""
+        if self.mtp_drafter is not None and kind.uses_model:
+            kind = DrafterKind.MTP
         if self.draft is None:
             kind = kind.without_model()
         if kind is DrafterKind.LOOKUP:
@@ -172,10 +191,12 @@ class Engine:
             return MTPDrafter(self._mtp_head())
         return None
 
-    def _mtp_head(self) -> "mtp.MTPHead":
-        """The main model's MTP context; raises MTPUnavailable (with why) when it has none."""
+    def _mtp_head(self) -> "mtp.MTPHead | mtp.AssistantHead":
+        """The MTP drafting context: on the pair's MTP drafter file if it has one, else on the main
+        model's own MTP layers; raises MTPUnavailable (with why) when there are none."""
         if self._mtp is None:
-            self._mtp = mtp.MTPHead(self.main)
+            self._mtp = mtp.AssistantHead(self.main, self.mtp_drafter) if self.mtp_drafter is not None \
+                else mtp.MTPHead(self.main)
             # tokens the main model decoded before have no hidden states for the head: read them again
             self.main.truncate(self._mtp.hidden.valid)
         return self._mtp
@@ -184,11 +205,17 @@ class Engine:
 
     def cost_model(self, n_max: int) -> CostModel:
         """What this machine's batches cost, learned while the engine answers: kept while the pair
-        is loaded, started from the stored profile for this key (warm) or from a prior (cold)."""
+        is loaded, started from the stored profile for this key (warm) or from a prior (cold) whose
+        shape follows the main model and where llama.cpp put its layers (app/core/batch_prior.py: a
+        mixture of experts' batch costs more than one step even on a GPU)."""
         key = self.profile_key(n_max)
         if self._costs is None or self._costs.key != key:
             stored = self.profile_store.load(key) if self.profile_store else None
-            self._costs = CostModel.from_profile(stored, n_max) if stored else CostModel(key, n_max)
+            placement = self.main.model.placement
+            shape = main_batch_shape(self.main_info, placement.offloaded / placement.total if placement.total else 0.0,
+                                     n_max)
+            self._costs = CostModel.from_profile(stored, n_max, shape) if stored else \
+                CostModel(key, n_max, prior_shape=shape)
         return self._costs
 
     def use_cost_model(self, costs: CostModel) -> None:
@@ -302,9 +329,14 @@ def _device_notes(main: ModelParams, draft: ModelParams | None, device: "devices
     return ("GPU layers were asked for, but the models run on the CPU (no usable GPU, or device 'cpu' chosen)",)
 
 
-def _open(params: ModelParams, loaded: list) -> "llama.LlamaSession":
+def _open_model(params: ModelParams, loaded: list) -> "llama.LlamaModel":
     model = llama.LlamaModel(params)
     loaded.append(model)
+    return model
+
+
+def _open(params: ModelParams, loaded: list) -> "llama.LlamaSession":
+    model = _open_model(params, loaded)
     session = llama.LlamaSession(model, params.n_ctx, params.n_threads, params.n_batch)
     loaded.append(session)
     return session
@@ -314,6 +346,10 @@ def read_pair(main_path: str, draft_path: str | None) -> tuple[GGUFInfo, GGUFInf
     """Read both files' metadata (cheap: no weights) and check that the draft can draft for the main
     model: (main info, draft info, warnings). Raises IncompatibleDraftError, or the reader's errors."""
     main_info = read_gguf_info(main_path)
+    if main_info.is_mtp_drafter:
+        raise ModelLoadError(f"{main_info.display_name} is an MTP drafter, not a model that answers: load the "
+                             f"{MTP_DRAFTER_ARCHITECTURES[main_info.architecture]} model it was made for and "
+                             f"choose this file as its draft.")
     if draft_path is None:
         return main_info, None, []
     draft_info = read_gguf_info(draft_path)

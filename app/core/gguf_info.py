@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -13,6 +14,8 @@ from .errors import ModelFileError
 from .gguf_reader import ARRAY, BOOL, INTEGER_TYPES, STRING, Field, GGUFFormatError, GGUFHeader, read_header
 
 GGUF_MAGIC = b"GGUF"
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
+_ROUTED_EXPERTS = re.compile(r"\.ffn_\w+_exps\.")   # ffn_gate_exps, ffn_up_exps, ffn_down_exps, ffn_gate_up_exps
 # llama.cpp's rules for a draft model (common/speculative.cpp)
 VOCAB_MAX_SIZE_DIFFERENCE = 128
 VOCAB_CHECK_START_TOKEN_ID = 5
@@ -48,6 +51,9 @@ class GGUFInfo:
     kv_layers: int | None = None       # layers with keys and values (fewer than n_layers in a hybrid, 0 recurrent)
     mtp_layers: int = 0                # MTP (nextn) layers the model carries beside its stack: it can draft for itself
     value_length: int | None = None
+    n_embd_out: int | None = None      # an MTP drafter: the width of the main model's hidden states it reads
+    n_expert: int = 0                  # a mixture of experts: routed experts in each MoE layer (0: dense)
+    n_expert_used: int = 0             # and how many of them each token is routed to
     tensor_bytes: tuple[tuple[str, int], ...] = field(default=(), repr=False, compare=False)  # (name, bytes)
 
     @property
@@ -70,6 +76,32 @@ class GGUFInfo:
                     f"recurrent-state snapshots, or from a saved state")
         return (f"{self.memory} model without llama.cpp's state snapshots: tokens it must take back come from "
                 f"a saved state and the kept ones are read again (speculation pays less)")
+
+    @property
+    def is_mtp_drafter(self) -> bool:
+        """A draft-only MTP drafter (Gemma 4's assistant): it cannot answer, only draft for its main model."""
+        return self.architecture in MTP_DRAFTER_ARCHITECTURES
+
+    @property
+    def expert_weight_fraction(self) -> float:
+        """Of the weights a decode step of the main stack can read, the fraction in routed-expert
+        tensors (``blk.N.ffn_*_exps.*``: of these a token reads only the ``n_expert_used`` experts it
+        is routed to; a shared expert, ``*_shexp``, is read by every token like a dense layer's). The
+        token embeddings are left out (a step reads one row of them per token) unless the output
+        layer is tied to them, and so are MTP layers beyond the stack. 0.0 for a dense model."""
+        if not self.n_expert:
+            return 0.0
+        tied = not any(name == "output.weight" for name, _ in self.tensor_bytes)
+        experts = total = 0
+        for name, size in self.tensor_bytes:
+            block = _BLOCK.match(name)
+            if (name.startswith("token_embd.") and not tied) or \
+                    (block and self.n_layers is not None and int(block.group(1)) >= self.n_layers):
+                continue
+            total += size
+            if block and _ROUTED_EXPERTS.search(name):
+                experts += size
+        return experts / total if total else 0.0
 
     @property
     def display_name(self) -> str:
@@ -177,6 +209,9 @@ def _info_from_header(header: GGUFHeader, path: str, size: int) -> GGUFInfo:
         tokens=tuple(tokens),
         key_length=meta.integer(f"{arch}.attention.key_length"),
         value_length=meta.integer(f"{arch}.attention.value_length"),
+        n_embd_out=meta.integer(f"{arch}.embedding_length_out"),
+        n_expert=meta.integer(f"{arch}.expert_count") or 0,
+        n_expert_used=meta.integer(f"{arch}.expert_used_count") or 0,
         tensor_bytes=tuple((t.name, t.n_bytes) for t in header.tensors),
     )
 
@@ -261,6 +296,8 @@ HYBRID_ARCHITECTURES = frozenset({
     "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe",
     "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next", "qwen35", "qwen35moe", "qwen4exp",
     "deepseek4", "minimax-01"})
+# MTP drafter architectures (llama.cpp 0.3.36: LLM_ARCH_GEMMA4_ASSISTANT) and the main architecture each drafts for
+MTP_DRAFTER_ARCHITECTURES = {"gemma4-assistant": "gemma4"}
 ROLLBACK_ARCHITECTURES = frozenset({
     "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h", "nemotron_h_moe",
     "lfm2", "lfm2moe", "bailingmoe3"})
@@ -268,8 +305,9 @@ ROLLBACK_ARCHITECTURES = frozenset({
 
 def check_pair(main: GGUFInfo, draft: GGUFInfo) -> PairCheck:
     """Can ``draft`` draft for ``main``? The rules are llama.cpp's: the draft's tokens must mean the
-    same as the main model's, or its proposals would be nonsense to the main model."""
-    reasons: list[str] = []
+    same as the main model's, or its proposals would be nonsense to the main model. An MTP drafter
+    also reads the main model's hidden states and memory, so it drafts only for the model it was made for."""
+    reasons: list[str] = _mtp_drafter_mismatch(main, draft)
     if main.vocab_type != draft.vocab_type:
         reasons.append(
             f"different tokenizer types: the main model uses {main.vocab_type_name}, "
@@ -293,12 +331,26 @@ def check_pair(main: GGUFInfo, draft: GGUFInfo) -> PairCheck:
                 )
     warnings: list[str] = [f"the {who} is a {note}" for who, info in (("main model", main), ("draft", draft))
                            if (note := info.memory_note())]
-    if draft.file_size >= main.file_size:
+    if draft.file_size >= main.file_size and not main.is_mtp_drafter:
         warnings.append(
             f"the draft ({_gb(draft.file_size)}) is not smaller than the main model "
             f"({_gb(main.file_size)}): drafting will slow generation down"
         )
     return PairCheck(not reasons, tuple(reasons), tuple(warnings))
+
+
+def _mtp_drafter_mismatch(main: GGUFInfo, draft: GGUFInfo) -> list[str]:
+    if main.is_mtp_drafter:
+        return [f"{main.display_name} is an MTP drafter, not a model that answers: choose it as the draft"]
+    if not draft.is_mtp_drafter:
+        return []
+    wanted = MTP_DRAFTER_ARCHITECTURES[draft.architecture]
+    if main.architecture != wanted:
+        return [f"it is an MTP drafter for {wanted} models, and the main model is {main.architecture}"]
+    if draft.n_embd_out != main.n_embd:
+        return [f"it is an MTP drafter for a {wanted} model {draft.n_embd_out} wide, and the main model is "
+                f"{main.n_embd} wide (another size of {wanted})"]
+    return []
 
 
 def _special_token_differences(main: GGUFInfo, draft: GGUFInfo) -> list[str]:

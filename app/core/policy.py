@@ -321,8 +321,12 @@ class AutoPolicy:
             self._model_parked = True  # it only falls further behind from here
         if source == MODEL and (self._model_parked or not self._model.can_pay):
             return 0
-        if source == MTP and self._best_length([1.0] * self.max_len, self._mtp_step(), self.bounded) == 0:
-            return 0  # even always right, an MTP token costs more than verifying it saves here
+        # Even always right, an MTP token costs more than verifying it saves here: judged on the
+        # estimates, prior included. At the most unmeasured sizes can cost (a step per token) no MTP
+        # draft could ever pay, none would be verified, and no batch size would ever be measured;
+        # what verifying an unmeasured size can lose is bounded by ``_may_verify`` instead.
+        if source == MTP and self._best_length([1.0] * self.max_len, self._mtp_step(), self.profile) == 0:
+            return 0
         if self.learns and self.costs.unconfirmed:
             return 0  # the stored profile's first round: a step of the main model alone times it
         if self._wait[source] > 0:

@@ -14,7 +14,13 @@ draft):
 * ``qwen3moe``: a mixture of experts (Qwen3-MoE): ``n_expert`` experts, ``n_expert_used`` per token;
 * ``qwen35``: Qwen3.5, a hybrid (gated delta-net layers beside gated attention) that carries
   ``n_nextn`` MTP ("nextn") layers after its trunk, which llama.cpp loads with ``load_mtp`` and
-  drafts from with a context of type ``LLAMA_CONTEXT_TYPE_MTP``.
+  drafts from with a context of type ``LLAMA_CONTEXT_TYPE_MTP``;
+* ``gemma4``: Gemma 4 (dense, without per-layer embeddings): sliding-window attention layers beside
+  full-attention ones, the last layer full;
+* ``gemma4-assistant``: Gemma 4's separate MTP drafter (the "assistant") for the tiny ``gemma4`` of
+  the same spec: ``n_layer`` MTP layers ``n_embd_assistant`` wide, with no keys or values of their
+  own. It reads the main model's token embedding and KV cache, so llama.cpp creates its context (of
+  type ``LLAMA_CONTEXT_TYPE_MTP``) only with ``ctx_other``, the main model's context.
 
 Any other name gets the llama layout under that name (to test an architecture llama.cpp refuses).
 """
@@ -59,6 +65,9 @@ class TinySpec:
     n_expert_used: int = 2        # qwen3moe: experts each token is routed to
     n_nextn: int = 1              # qwen35: MTP (nextn) layers after the n_layer trunk ones (llama.cpp drafts
                                   # from exactly 1; 0: none)
+    sliding_window: int = 8       # gemma4, gemma4-assistant: the window (tokens) of the sliding-window layers
+    n_embd_assistant: int = 32    # gemma4-assistant: its own width; n_embd (with n_head, n_head_kv) is its
+                                  # backbone's, the gemma4 main's, whose hidden states and KV cache it reads
 
 
 # lfm2 and qwen35 layers alternate: recurrent, attention, recurrent, attention, ...
@@ -66,13 +75,21 @@ HYBRID_ATTENTION_INTERVAL = 2
 
 
 def attention_layers(spec: TinySpec) -> tuple[int, ...]:
-    """The trunk layers that attend (keep a KV cache): all of them for llama and qwen3moe, none for
-    mamba, every HYBRID_ATTENTION_INTERVAL-th one (from layer 1) for the hybrids lfm2 and qwen35."""
-    if spec.architecture == "mamba":
+    """The trunk layers that attend (keep a KV cache): all of them for llama, qwen3moe and gemma4, none
+    for mamba, every HYBRID_ATTENTION_INTERVAL-th one (from layer 1) for the hybrids lfm2 and qwen35;
+    none for gemma4-assistant, whose layers are all MTP layers reading the main model's KV cache."""
+    if spec.architecture in ("mamba", "gemma4-assistant"):
         return ()
     if spec.architecture in ("lfm2", "qwen35"):
         return tuple(i for i in range(spec.n_layer) if (i + 1) % HYBRID_ATTENTION_INTERVAL == 0)
     return tuple(range(spec.n_layer))
+
+
+def sliding_window_layers(spec: TinySpec) -> tuple[int, ...]:
+    """gemma4 and gemma4-assistant: the layers with sliding-window attention, every other one counting
+    back from the last, which has full attention. The assistant's sliding-window layers read the main
+    model's cache of layer n_layer - 2, its full-attention ones that of layer n_layer - 1."""
+    return tuple(i for i in range(spec.n_layer) if (spec.n_layer - 1 - i) % 2 == 1)
 
 
 CHAT_TOKENS = ("<|im_start|>", "<|im_end|>")
@@ -360,11 +377,89 @@ def _write_qwen35(t: _Tiny) -> None:
             t.norm(f"blk.{i}.nextn.shared_head_norm.weight")
 
 
+def _gemma4_keys(t: _Tiny, n_layer: int) -> None:
+    """What Gemma 4's main model and assistant share: the layer pattern (sliding-window layers beside
+    full-attention ones), K and V heads ``head_dim`` wide in both kinds of layers (llama.cpp requires
+    K and V of equal width) and fully rotated, no per-layer embeddings and no shared-KV layers."""
+    s = t.spec
+    if n_layer < 2:
+        raise ValueError(f"{t.arch} needs at least 2 layers (a sliding-window one, then a full one), not {n_layer}")
+    if s.sliding_window < 1:
+        raise ValueError(f"{t.arch} needs a sliding window of at least 1 token, not {s.sliding_window}")
+    sliding = sliding_window_layers(s)
+    _base_keys(t, n_layer, s.n_ff, s.n_head, s.n_head_kv)
+    for kind in ("key_length", "value_length", "key_length_swa", "value_length_swa"):
+        t.key(f"attention.{kind}", t.head_dim)
+    t.key("rope.dimension_count", t.head_dim)
+    t.key("rope.dimension_count_swa", t.head_dim)
+    t.key("attention.sliding_window", s.sliding_window)
+    t.key("attention.sliding_window_pattern", [i in sliding for i in range(n_layer)])   # an array of bools
+    t.key("attention.shared_kv_layers", 0)
+    t.key("embedding_length_per_layer_input", 0)
+
+
+def _gemma4_layer_tail(t: _Tiny, i: int, rope_freqs: bool) -> None:
+    """After a Gemma 4 layer's attention projections: the norm of the attention output, the scale of
+    the layer's output (ones), the rope frequency factors the full-attention layers share (written
+    once, by the first: ones, every dimension rotated) and the GELU-gated FFN between its two norms."""
+    t.norm(f"blk.{i}.post_attention_norm.weight")
+    t.norm(f"blk.{i}.layer_output_scale.weight", 1)
+    if rope_freqs:
+        t.norm("rope_freqs.weight", t.head_dim // 2)
+    t.norm(f"blk.{i}.ffn_norm.weight")
+    _ffn(t, i)
+    t.norm(f"blk.{i}.post_ffw_norm.weight")
+
+
+def _write_gemma4(t: _Tiny) -> None:
+    """Gemma 4, dense and without per-layer embeddings: each layer has attention with Q/K norms (V is
+    normed without weights) and no 1/sqrt(head) scaling, the sliding-window layers over the last
+    ``sliding_window`` tokens, then a GELU-gated FFN, each with a norm after it too. llama.cpp
+    exposes the final-normed hidden state as the "nextn" embedding its assistant drafts from."""
+    s = t.spec
+    sliding = sliding_window_layers(s)
+    _gemma4_keys(t, s.n_layer)
+    _embeddings(t)
+    full = [i for i in range(s.n_layer) if i not in sliding]
+    for i in range(s.n_layer):
+        t.norm(f"blk.{i}.attn_norm.weight")
+        _attention(t, i, qk_norm=True)
+        _gemma4_layer_tail(t, i, rope_freqs=i == full[0])
+
+
+def _write_gemma4_assistant(t: _Tiny) -> None:
+    """Gemma 4's assistant: an MTP drafter ``n_embd_assistant`` wide for a gemma4 main ``n_embd`` wide
+    (``embedding_length_out``). Its input is the main's (scaled) token embedding beside the main's
+    hidden state, projected down (``nextn.pre_projection``); its ``n_layer`` layers (all MTP layers,
+    as the converter writes them: ``block_count`` = ``nextn_predict_layers``) have only Q and output
+    projections and attend over the main's keys and values; its head is tied to its own token
+    embedding and ``nextn.post_projection`` maps its hidden state back to the main's width."""
+    s = t.spec
+    sliding = sliding_window_layers(s)
+    backbone, t.n_embd = t.n_embd, s.n_embd_assistant   # t.head_dim stays the backbone's: it reads its cache
+    _gemma4_keys(t, s.n_layer)
+    t.key("embedding_length_out", backbone)
+    t.key("nextn_predict_layers", s.n_layer)
+    t.tensor("token_embd.weight", t.weight(t.n_vocab, t.n_embd))
+    t.norm("output_norm.weight")
+    t.tensor("nextn.pre_projection.weight", t.weight(t.n_embd, 2 * backbone))
+    t.tensor("nextn.post_projection.weight", t.weight(backbone, t.n_embd))
+    full = [i for i in range(s.n_layer) if i not in sliding]
+    for i in range(s.n_layer):
+        t.norm(f"blk.{i}.attn_norm.weight")
+        t.tensor(f"blk.{i}.attn_q.weight", t.weight(t.head_dim * s.n_head, t.n_embd))
+        t.tensor(f"blk.{i}.attn_output.weight", t.weight(t.n_embd, t.head_dim * s.n_head))
+        t.norm(f"blk.{i}.attn_q_norm.weight", t.head_dim)
+        _gemma4_layer_tail(t, i, rope_freqs=i == full[0])
+
+
 _LAYOUTS = {
     "llama": _write_llama,
     "lfm2": _write_lfm2,
     "mamba": _write_mamba,
     "qwen3moe": _write_qwen3moe,
     "qwen35": _write_qwen35,
+    "gemma4": _write_gemma4,
+    "gemma4-assistant": _write_gemma4_assistant,
 }
 ARCHITECTURES = tuple(_LAYOUTS)   # what write_tiny_model lays out; any other name gets the llama layout

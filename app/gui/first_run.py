@@ -1,8 +1,9 @@
 """The chat area's next step while no model is installed: the recommended pairs that fit this
 machine, one click to download a pair (its progress shows right here), or import a GGUF file.
 
-Each pair says how it drafts and what it suits. A pair the app cannot draft with yet (MTP drafting,
-a hybrid model's rollback) is offered all the same, saying so; once installed its main runs alone.
+Each pair says how it drafts and what it suits. A pair needing something the engine cannot do
+(app/models/catalog.py's ENGINE_SUPPORTS) is offered all the same, saying so; once installed its main
+runs alone.
 
 The panel starts nothing until a button is clicked: its ManagerSession (hub client, downloads, the
 asyncio loop on Qt's) is made then, so a window that never needs it never builds one.

@@ -79,6 +79,17 @@ def unreadable_reason(path: str) -> str:
     return ""
 
 
+def not_a_main_reason(path: str) -> str:
+    """Why ``path`` cannot be the main model (unreadable, or an MTP drafter that only drafts); "" when it can."""
+    try:
+        info = read_gguf_info(path)
+    except UNREADABLE as exc:
+        return _reason(exc)
+    if info.is_mtp_drafter:
+        return "an MTP drafter: it only drafts; choose it as the draft of the model it was made for"
+    return ""
+
+
 def _reason(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
@@ -139,6 +150,7 @@ class ModelBar(QFrame):
         self.drafter.currentIndexChanged.connect(lambda _: self.drafter_changed.emit(self.current_drafter()))
         self._wanted = DrafterKind.LOOKUP_MODEL   # the drafter last asked for, by the user or the settings
         self.drafter.activated.connect(lambda _: setattr(self, "_wanted", self.current_drafter()))
+        self.draft_combo.currentIndexChanged.connect(lambda _: self._offer_mtp())   # an MTP drafter file drafts with MTP
         self.load_button = QPushButton("Load")
         self.load_button.setObjectName("primary")
         self.load_button.clicked.connect(self.request_load)
@@ -194,7 +206,7 @@ class ModelBar(QFrame):
             return []
 
     def _first_main(self) -> str:
-        return next(iter(self._main_paths("")), "")
+        return next((p for p in self._main_paths("") if not not_a_main_reason(p)), "")
 
     @property
     def has_models(self) -> bool:
@@ -290,10 +302,11 @@ class ModelBar(QFrame):
         self._main_changed(self.main_combo.currentIndex())
 
     def _add_main_item(self, path: str) -> None:
-        """The main model, or "(unreadable)" with the reason: it stays listed (it may be the one the
-        settings name) but cannot be picked again."""
-        reason = unreadable_reason(path)
-        self.main_combo.addItem(f"{Path(path).name} (unreadable)" if reason else Path(path).name, path)
+        """The main model; a file that cannot be one (unreadable, an MTP drafter) stays listed with the
+        reason (it may be the one the settings name) but cannot be picked again."""
+        reason = not_a_main_reason(path)
+        label = "(unreadable)" if unreadable_reason(path) else "(draft only)"
+        self.main_combo.addItem(f"{Path(path).name} {label}" if reason else Path(path).name, path)
         index = self.main_combo.count() - 1
         self.main_combo.setItemData(index, plain_tooltip(f"{path}\n{reason}" if reason else path),
                                     Qt.ItemDataRole.ToolTipRole)
@@ -308,15 +321,23 @@ class ModelBar(QFrame):
         main = self.current_main()
         return bool(main) and not is_remote(main) and _mtp_layers(main) > 0
 
+    def draft_is_mtp_drafter(self) -> bool:
+        """Whether the chosen draft is an MTP drafter file (Gemma 4's assistant), which drafts with MTP."""
+        draft = self.current_draft()
+        return bool(draft) and _is_mtp_drafter(draft)
+
     def _offer_mtp(self) -> None:
-        """"MTP heads" only for a main model that carries MTP layers; otherwise greyed out, saying why
-        (and, if it was chosen, lookup instead)."""
+        """"MTP heads" only for a main model that carries MTP layers or a draft that is an MTP drafter;
+        otherwise greyed out, saying why (and, if it was chosen, lookup instead). Choosing an MTP
+        drafter as the draft chooses MTP drafting."""
         item = self.drafter.model().item(self.drafter.findData(DrafterKind.MTP.value))
-        has_mtp = self.main_has_mtp()
+        drafter_file = self.draft_is_mtp_drafter()
+        has_mtp = self.main_has_mtp() or drafter_file
         item.setEnabled(has_mtp)
-        item.setToolTip("" if has_mtp else "The main model has no MTP layers: it cannot draft for itself")
-        # the choice follows the main model; what was asked for (MTP) comes back with one that has them
-        wanted = DrafterKind.MTP if has_mtp and self._wanted is DrafterKind.MTP else None
+        item.setToolTip("" if has_mtp else "The main model has no MTP layers (it cannot draft for itself) and "
+                                           "the draft is not an MTP drafter")
+        # the choice follows the pair; what was asked for (MTP) comes back with one that has MTP
+        wanted = DrafterKind.MTP if has_mtp and (self._wanted is DrafterKind.MTP or drafter_file) else None
         if not has_mtp and self.current_drafter() is DrafterKind.MTP:
             wanted = DrafterKind.LOOKUP_MODEL
         if wanted is not None and wanted is not self.current_drafter():
@@ -396,6 +417,13 @@ class ModelBar(QFrame):
     def _enable(self, on: bool) -> None:
         for widget in (self.main_combo, self.main_open, self.draft_combo, self.draft_open, self.load_button):
             widget.setEnabled(on)
+
+
+def _is_mtp_drafter(path: str) -> bool:
+    try:
+        return read_gguf_info(path).is_mtp_drafter
+    except UNREADABLE:
+        return False
 
 
 def _mtp_layers(path: str) -> int:

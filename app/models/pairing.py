@@ -28,6 +28,8 @@ class DraftCandidate:
     def reason(self) -> str:
         if not self.compatible:
             return "; ".join(self.check.reasons)
+        if self.model.info is not None and self.model.info.is_mtp_drafter:
+            return "MTP drafter made for this model: drafts with its hidden states and memory"
         kin = {2: "same family", 1: "related family", 0: "other family, same vocabulary"}[self.kinship]
         notes = "; ".join(self.check.warnings)
         return f"{kin}{'; ' + notes if notes else ''}"
@@ -64,8 +66,9 @@ def kinship(main: GGUFInfo, draft: GGUFInfo) -> int:
 
 
 def rank_drafts(main: InstalledModel, installed: list[InstalledModel]) -> PairingResult:
-    """Every other installed model as a draft for ``main``: compatible ones ranked (same family first,
-    then smaller first; drafts not smaller than the main model last), the rest with their reasons."""
+    """Every other installed model as a draft for ``main``: compatible ones ranked (an MTP drafter made
+    for it first, then same family, then smaller first; drafts not smaller than the main model last),
+    the rest with their reasons."""
     if main.info is None:
         raise ValueError(f"{main.name} cannot be read: {main.error}")
     good: list[DraftCandidate] = []
@@ -79,6 +82,7 @@ def rank_drafts(main: InstalledModel, installed: list[InstalledModel]) -> Pairin
         check = check_pair(main.info, model.info)
         candidate = DraftCandidate(model, check, kinship(main.info, model.info))
         (good if check.compatible else bad).append(candidate)
-    good.sort(key=lambda c: (c.model.size >= main.size, -c.kinship, c.model.size, c.model.name))
+    good.sort(key=lambda c: (not c.model.info.is_mtp_drafter, c.model.size >= main.size, -c.kinship,
+                             c.model.size, c.model.name))
     bad.sort(key=lambda c: c.model.name.lower())
     return PairingResult(main, tuple(good), tuple(bad))

@@ -291,6 +291,6 @@ class HostedJobs(JobQueue):
 
 def _card(engine) -> ModelCard:
     main = Path(engine.main.model.path)
-    draft = Path(engine.draft.model.path).name if engine.draft is not None else None
+    draft = Path(engine.draft_model.path).name if engine.draft_model is not None else None
     return ModelCard(id=main.stem, main=main.name, draft=draft, n_ctx=engine.main.n_ctx,
                      n_vocab=engine.main.model.n_vocab)

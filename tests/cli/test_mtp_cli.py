@@ -57,3 +57,33 @@ def test_mtp_without_mtp_layers_is_one_error_line(tiny_models, tmp_path):
     assert r.returncode == 1 and r.stdout == ""
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "no MTP layers" in lines[0], r.stderr
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mtp-drafter-cli")
+    return (write_tiny_model(d / "gemma4.gguf", TinySpec(architecture="gemma4", name="tiny-gemma4")),
+            write_tiny_model(d / "gemma4-assistant.gguf", TinySpec(architecture="gemma4-assistant",
+                                                                   name="tiny-gemma4-assistant")))
+
+
+def test_an_mtp_drafter_given_as_the_draft_drafts_the_main_models_greedy_answer(gemma, tmp_path):
+    main, assistant = gemma
+    common = ("generate", "-m", str(main), "-p", "the cat is on the mat", "-n", "32", "-c", "256", "--json")
+    plain = quickdraft(*common, "--drafter", "none", tmp_path=tmp_path)
+    drafted = quickdraft(*common, "-md", str(assistant), "--policy", "fixed", "--draft-max", "4", tmp_path=tmp_path)
+    assert plain.returncode == 0 and drafted.returncode == 0, drafted.stderr
+    plain, drafted = json.loads(plain.stdout), json.loads(drafted.stdout)
+    assert drafted["token_ids"] == plain["token_ids"] and drafted["drafted"] > 0
+
+
+def test_info_and_check_pair_say_what_an_mtp_drafter_is(gemma, tiny_models, tmp_path):
+    main, assistant = gemma
+    info = quickdraft("info", str(assistant), tmp_path=tmp_path)
+    assert info.returncode == 0 and "an MTP drafter for a gemma4 model 64 wide" in info.stdout, info.stdout
+    good = quickdraft("check-pair", str(main), str(assistant), tmp_path=tmp_path)
+    assert good.returncode == 0, good.stdout + good.stderr
+    bad = quickdraft("check-pair", str(tiny_models.main), str(assistant), tmp_path=tmp_path)
+    assert bad.returncode != 0 and "MTP drafter for gemma4 models" in bad.stdout + bad.stderr
+    alone = quickdraft("generate", "-m", str(assistant), "-p", "hello", "-n", "4", tmp_path=tmp_path)
+    assert alone.returncode == 1 and "not a model that answers" in alone.stderr

@@ -62,3 +62,27 @@ def test_bad_files(tmp_path, tiny_models):
 def test_unknown_architecture_is_read_but_named(tmp_path):
     info = read_gguf_info(write_tiny_model(tmp_path / "x.gguf", TinySpec(architecture="notanarch")))
     assert info.architecture == "notanarch"
+
+
+def test_the_share_of_weights_in_routed_experts(tmp_path, tiny_models):
+    """What a mixture of experts states of its experts, and the fraction of the weights a step can
+    read that are routed experts (ffn_*_exps): the token embeddings are not such weights unless the
+    output layer is tied to them, nor are MTP layers beyond the stack."""
+    import dataclasses
+
+    spec = TinySpec(architecture="qwen3moe", n_expert=64, n_expert_used=4)
+    info = read_gguf_info(write_tiny_model(tmp_path / "moe.gguf", spec))
+    assert (info.n_expert, info.n_expert_used) == (64, 4)
+    experts = spec.n_layer * 3 * spec.n_expert * (spec.n_ff // spec.n_expert_used) * spec.n_embd * 4   # F32
+    sizes = dict(info.tensor_bytes)
+    assert sum(size for name, size in sizes.items() if "_exps." in name) == experts
+    read = sum(sizes.values()) - sizes["token_embd.weight"]
+    assert info.expert_weight_fraction == pytest.approx(experts / read) and 0.9 < info.expert_weight_fraction < 1
+    tied = dataclasses.replace(info, tensor_bytes=tuple(t for t in info.tensor_bytes if t[0] != "output.weight"))
+    tied_read = read - sizes["output.weight"] + sizes["token_embd.weight"]   # the output layer reads the embeddings
+    assert tied.expert_weight_fraction == pytest.approx(experts / tied_read)
+    mtp_layer = (f"blk.{spec.n_layer}.ffn_up_exps.weight", 10**9)            # beyond the stack: not read by a step
+    with_mtp = dataclasses.replace(info, tensor_bytes=info.tensor_bytes + (mtp_layer,))
+    assert with_mtp.expert_weight_fraction == pytest.approx(info.expert_weight_fraction)
+    dense = read_gguf_info(tiny_models.main)
+    assert (dense.n_expert, dense.n_expert_used, dense.expert_weight_fraction) == (0, 0, 0.0)

@@ -13,6 +13,8 @@ from app.core.engine import Engine
 from app.core.params import ModelParams, SamplingParams, SpeculationParams
 from app.core.tiny_gguf import TinySpec, write_tiny_model
 
+from .mtp_steering import steer
+
 PROMPT = "the cat is on the mat and the dog"
 
 
@@ -58,32 +60,6 @@ def test_greedy_mtp_answers_are_the_main_models_own(engine, draft_max):
     assert max(drafted.drafted_by_position and range(len(drafted.drafted_by_position))) == draft_max - 1
 
 
-def _steer(head, oracle: list[int], right: int, n_vocab: int):
-    """Make ``head`` (a random one, which the main model never agrees with) propose the oracle's
-    token for the first ``right`` drafted tokens of each round and a wrong one after, while it still
-    decodes every token as usual: rounds then accept some drafts and reject others."""
-    real_start, real_step, at = head.start, head.step, [0, 0]   # (position, index in the draft)
-
-    def proposal() -> np.ndarray:
-        position, i = at
-        token = oracle[position] if i < right else (oracle[position] + 1) % n_vocab
-        at[:] = [position + 1, i + 1]
-        logits = np.zeros(n_vocab, dtype=np.float32)
-        logits[token] = 10.0
-        return logits
-
-    def start(context):
-        real_start(context)
-        at[:] = [len(context), 0]
-        return proposal()
-
-    def step(token):
-        real_step(token)
-        return proposal()
-
-    head.start, head.step = start, step
-
-
 @pytest.mark.parametrize("right", [1, 2, 5])
 def test_the_mtp_context_matches_one_fed_from_scratch(engine, right):
     """After rounds that accept some drafts and reject others, the head's context (fed incrementally,
@@ -92,7 +68,7 @@ def test_the_mtp_context_matches_one_fed_from_scratch(engine, right):
     _answer(engine, "mtp", 1)   # the head exists
     head = engine._mtp
     oracle = list(prompt) + list(plain.token_ids) + [0] * 8
-    _steer(head, oracle, right, engine.main.n_vocab)
+    steer(head, oracle, right, engine.main.n_vocab)
     try:
         _, steered = _answer(engine, "mtp", 4)
     finally:
@@ -214,3 +190,35 @@ def test_mtp_with_the_auto_policy_gives_the_main_models_answer(engine):
     auto = list(engine.generate(prompt=prompt, drafter="mtp", sampling=SamplingParams(max_tokens=32),
                                        speculation=SpeculationParams(policy="auto")))[-1]
     assert auto.error is None and auto.token_ids == plain.token_ids
+
+
+def test_auto_drafts_mtp_from_a_cold_start_and_stops_where_measured_batches_cost_a_step_per_token():
+    """No stored profile: the prior's batch costs let MTP draft (before, judged at the most an
+    unmeasured batch can cost, it never drafted, so no batch of 2 or more was ever measured); once
+    rounds time batches costing a step per token, it stops."""
+    from app.core.costmodel import CostModel
+    from app.core.drafters import Draft
+    from app.core.policy import AutoPolicy
+
+    policy = AutoPolicy(SpeculationParams(draft_max=8, policy="auto"), CostModel({}, 9))
+    assert _chain(policy, 0.95) >= 1
+    step = 0.03
+    for _ in range(40):
+        for n in range(1, 6):   # rounds verifying 0..4 MTP tokens, each batch costing n steps
+            draft = Draft()
+            for _ in range(n - 1):
+                draft.add(5, None, MTP, 0.95)
+            policy.observe(draft, n - 1, draft_s=0.25 * step * max(1, n - 1), verify_s=step * n, context=100)
+    assert policy.draft_length(MTP) == 0
+
+
+def test_auto_drafts_mtp_on_the_first_answer(engine):
+    """On a fresh engine (no stored profile) the first answer under auto drafts with the MTP head."""
+    fresh = Engine.load(ModelParams(engine.main_params.path, n_gpu_layers=0, n_ctx=256, n_threads=1))
+    try:
+        prompt = fresh.main.model.tokenize(PROMPT)
+        summary = list(fresh.generate(prompt=prompt, drafter="mtp", sampling=SamplingParams(max_tokens=32),
+                                      speculation=SpeculationParams(policy="auto")))[-1]
+        assert summary.error is None and summary.drafted > 0
+    finally:
+        fresh.close()

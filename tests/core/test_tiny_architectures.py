@@ -112,7 +112,8 @@ def test_llama_cpp_sees_the_memory_kind(tiny, arch):
 
 
 def test_every_laid_out_architecture_is_tested():
-    assert set(ARCHITECTURES) == set(KINDS) | {"llama"}
+    # the gemma4 main and its assistant: tests/core/test_tiny_gemma4.py
+    assert set(ARCHITECTURES) == set(KINDS) | {"llama", "gemma4", "gemma4-assistant"}
 
 
 def test_hybrids_alternate_recurrent_and_attention_layers():

@@ -367,3 +367,21 @@ def test_a_pair_that_drafts_with_its_own_mtp_heads_loads_alone_and_drafts_with_t
     assert send(window, "the cat")
     wait_idle(qtbot, window)
     assert not window.error_text()
+
+
+def test_a_pair_with_an_mtp_drafter_file_drafts_with_it(make_window, qtbot, tmp_path):
+    """What "Use pair" does for a Gemma 4 pair: the main and its MTP drafter, drafting with MTP."""
+    from app.core.params import DrafterKind
+    from app.core.tiny_gguf import TinySpec, write_tiny_model
+
+    gemma = write_tiny_model(tmp_path / "models" / "gemma4.gguf", TinySpec(architecture="gemma4", name="tiny-gemma4"))
+    assistant = write_tiny_model(tmp_path / "models" / "gemma4-assistant.gguf",
+                                 TinySpec(architecture="gemma4-assistant", name="tiny-gemma4-assistant"))
+    window = make_window()
+    assert window.set_model_pair(str(gemma), str(assistant))
+    wait_loaded(qtbot, window)
+    assert window.model_bar.current_drafter() is DrafterKind.MTP
+    assert window.controller.drafter() is DrafterKind.MTP
+    assert send(window, "the cat")
+    wait_idle(qtbot, window)
+    assert not window.error_text()

@@ -125,3 +125,30 @@ def test_mtp_chosen_in_the_settings_survives_a_start_where_the_main_model_comes_
     qwen35 = write_tiny_model(tmp_path / "src" / "qwen35.gguf", TinySpec(architecture="qwen35", name="qwen35"))
     bar.set_main(str(qwen35))
     assert bar.current_drafter() is DrafterKind.MTP
+
+
+def test_an_mtp_drafter_file_is_a_draft_that_drafts_with_mtp_and_never_a_main(qtbot, models_dir, installed, tmp_path):
+    """Gemma 4's assistant: listed as a draft for the main model it was made for (choosing it chooses
+    MTP drafting), disabled with the reason for any other main, and never pickable as the main."""
+    from app.core.params import DrafterKind
+
+    gemma = write_tiny_model(tmp_path / "src" / "gemma4.gguf", TinySpec(architecture="gemma4", name="gemma4"))
+    assistant = write_tiny_model(tmp_path / "src" / "gemma4-assistant.gguf",
+                                 TinySpec(architecture="gemma4-assistant", name="gemma4-assistant"))
+    bar = make_bar(qtbot, models_dir)
+    bar.set_main(str(assistant))
+    index = bar.main_combo.findData(str(assistant))
+    assert not bar.main_combo.model().item(index).isEnabled()
+    assert "(draft only)" in bar.main_combo.itemText(index)
+    assert "only drafts" in bar.main_combo.itemData(index, 3)   # Qt.ToolTipRole
+
+    bar.set_main(str(gemma))
+    assert bar.current_drafter() is DrafterKind.LOOKUP_MODEL
+    assert bar.set_draft(str(assistant))
+    assert bar.draft_is_mtp_drafter() and bar.current_drafter() is DrafterKind.MTP
+    bar.set_draft("")   # no draft, and the main has no MTP layers of its own: MTP is not left chosen
+    assert bar.current_drafter() is DrafterKind.LOOKUP_MODEL
+
+    bar.set_main(installed[0])
+    assert not bar.set_draft(str(assistant))
+    assert "MTP drafter for gemma4 models" in bar.option_for(str(assistant)).reason

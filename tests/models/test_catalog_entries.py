@@ -131,11 +131,20 @@ def test_a_main_that_drafts_for_itself_is_one_file_and_says_what_it_needs():
     assert pair.can_speculate and pair.drafting == "drafts with its MTP heads"   # --drafter mtp
 
 
-def test_an_mtp_drafter_is_a_second_file_the_app_cannot_load_as_a_draft_yet():
+def test_an_mtp_drafter_is_a_second_file_the_app_drafts_with():
     pair = find_pair(load_catalog(), "gemma-4-31b-mtp")
     assert not pair.self_drafting and pair.draft_file is pair.draft and len(pair.models) == 2
-    assert pair.needs == ("mtp-drafter",) and pair.drafting.startswith("drafts with its 0.5B MTP drafter")
+    assert pair.needs == ("mtp-drafter",) and pair.can_speculate
+    assert pair.drafting == "drafts with its 0.5B MTP drafter"
+
+
+def test_a_pair_needing_what_the_engine_lacks_says_so(monkeypatch):
+    monkeypatch.setattr("app.models.catalog.ENGINE_SUPPORTS", frozenset({"rollback", "mtp"}))
+    pair = find_pair(load_catalog(), "gemma-4-31b-mtp")
     assert not pair.can_speculate and pair.drafting.endswith("(needs MTP drafting with a drafter file)")
+    main, draft = Path("main.gguf"), Path("draft.gguf")
+    chosen_main, chosen_draft, note = pair_choice(pair, main, draft)
+    assert (chosen_main, chosen_draft) == (str(main), "") and "needs MTP drafting with a drafter file" in note
 
 
 def test_a_hybrid_qwen_main_needs_a_recurrent_rollback_to_speculate():
@@ -153,12 +162,12 @@ def test_suits_read_as_one_short_phrase():
     assert find_pair(load_catalog(), "llama-3.3-70b").suits_text == "suits a GPU"
 
 
-def test_use_pair_loads_the_main_alone_while_the_app_cannot_draft_with_the_pair(tmp_path):
+def test_use_pair_loads_what_the_pair_drafts_with(tmp_path):
     pairs = load_catalog()
     main, draft = tmp_path / "main.gguf", tmp_path / "draft.gguf"
     assert pair_choice(find_pair(pairs, "llama-3.1-8b"), main, draft) == (str(main), str(draft), "")
-    chosen_main, chosen_draft, note = pair_choice(find_pair(pairs, "gemma-4-31b-mtp"), main, draft)
-    assert (chosen_main, chosen_draft) == (str(main), "") and "needs MTP drafting with a drafter file" in note
+    # an MTP drafter is the pair's draft: the window drafts with MTP when it is chosen
+    assert pair_choice(find_pair(pairs, "gemma-4-31b-mtp"), main, draft) == (str(main), str(draft), "")
     # a main that drafts for itself: the main alone, which the window drafts for with its MTP heads
     assert pair_choice(find_pair(pairs, "qwen3.6-27b-mtp"), main, None) == (str(main), "", "")
     assert installed_state(find_pair(pairs, "qwen3.6-27b-mtp"), main, None) == "yes"

@@ -2,8 +2,8 @@
 fit on this machine, which of their files are installed, how each drafts and what it suits, and one
 button to download or use a pair.
 
-A pair the app cannot draft with yet (MTP drafting, a hybrid model's rollback) is offered as it is:
-its row says what it needs, and "Use pair" loads its main model alone."""
+A pair needing something the engine cannot do (app/models/catalog.py's ENGINE_SUPPORTS) is offered as
+it is: its row says what it needs, and "Use pair" loads its main model alone."""
 
 from __future__ import annotations
 
