@@ -52,7 +52,13 @@ def _system_json(system, chosen) -> dict:
             "modules_loaded": [{"name": m.name, "path": m.path} for m in system.load.loaded],
             "modules_failed": [{"name": m.name, "path": m.path, "reason": m.reason} for m in system.load.failed],
             "devices": [vars(d) for d in system.devices], "device": chosen.name if chosen else "cpu",
-            "problem": system.problem(), "cpu_features": system.cpu_features}
+            "problem": system.problem(), "cpu_features": system.cpu_features, "mtp": _mtp_availability()}
+
+
+def _mtp_availability() -> str:
+    from .core import mtp
+
+    return mtp.availability()
 
 
 def system_summary() -> str:
@@ -81,6 +87,7 @@ def _print_system(system, chosen, wanted: str) -> None:
     if system.problem():
         rows["note"] = system.problem()
     rows["CPU features"] = system.cpu_features
+    rows["MTP drafting"] = _mtp_availability()
     _print_rows(rows)
 
 

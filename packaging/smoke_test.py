@@ -161,6 +161,7 @@ def check_backends(executable: Path, files: SmokeFiles, expected: list[str]) -> 
     failed = [f"{m['name']} ({m['reason']})" for m in system.get("modules_failed", [])]
     print(f"backends:       {', '.join(system['backends'])}; modules {', '.join(loaded) or 'built in'}"
           f"{'; not loaded: ' + ', '.join(failed) if failed else ''}; models go on {system['device']}")
+    print(f"MTP drafting:   {system.get('mtp')}")
     problems = []
     if "CPU" not in system["backends"]:
         problems.append(f"no CPU backend loaded: {system['backends']}")

@@ -17,6 +17,7 @@ removes them and feeds the accepted tokens again with the main model's hidden st
 from __future__ import annotations
 
 import ctypes
+import sys
 from typing import Sequence
 
 import numpy as np
@@ -26,15 +27,23 @@ from .llama import _llama, context_params
 from .lm import common_prefix_length
 
 
-# name: (mangled name, restype, argtypes); restypes/argtypes as ctypes wants them
+# name: ({ABI: mangled name}, restype, argtypes); restypes/argtypes as ctypes wants them. "itanium" is
+# what GCC and Clang export (Linux, macOS: read off this libllama); "msvc" follows MSVC's x64 rules
+# (?name@@YA, then the return and argument types: X void, PEAM float *, PEAUllama_context@@ a pointer
+# to the struct, _N bool, 1 the second argument's type again, H int) and is confirmed only when a
+# Windows build finds it: ``check_symbols`` says which one is missing otherwise.
 _STAGING = {
-    "llama_set_embeddings_nextn": ("_Z26llama_set_embeddings_nextnP13llama_contextbb",
+    "llama_set_embeddings_nextn": ({"itanium": "_Z26llama_set_embeddings_nextnP13llama_contextbb",
+                                    "msvc": "?llama_set_embeddings_nextn@@YAXPEAUllama_context@@_N1@Z"},
                                    None, (ctypes.c_void_p, ctypes.c_bool, ctypes.c_bool)),
-    "llama_get_embeddings_nextn": ("_Z26llama_get_embeddings_nextnP13llama_context",
+    "llama_get_embeddings_nextn": ({"itanium": "_Z26llama_get_embeddings_nextnP13llama_context",
+                                    "msvc": "?llama_get_embeddings_nextn@@YAPEAMPEAUllama_context@@@Z"},
                                    ctypes.POINTER(ctypes.c_float), (ctypes.c_void_p,)),
-    "llama_get_embeddings_nextn_ith": ("_Z30llama_get_embeddings_nextn_ithP13llama_contexti",
+    "llama_get_embeddings_nextn_ith": ({"itanium": "_Z30llama_get_embeddings_nextn_ithP13llama_contexti",
+                                        "msvc": "?llama_get_embeddings_nextn_ith@@YAPEAMPEAUllama_context@@H@Z"},
                                        ctypes.POINTER(ctypes.c_float), (ctypes.c_void_p, ctypes.c_int32)),
 }
+ABI = "msvc" if sys.platform == "win32" else "itanium"
 # the public (C) API MTP drafting also needs, which older llama-cpp-python builds lack
 _PUBLIC = ("llama_model_n_layer_nextn", "llama_model_n_embd_out", "LLAMA_CONTEXT_TYPE_MTP", "llama_process",
            "LLAMA_PROCESS_TYPE_DECODE", "llama_batch_ext_init", "llama_batch_ext_add_token",
@@ -62,10 +71,20 @@ def check_symbols() -> None:
         _function(name)
 
 
+def availability() -> str:
+    """"available", or why MTP drafting is off with this llama.cpp build (for ``info``)."""
+    try:
+        check_symbols()
+    except MTPUnavailable as exc:
+        return f"unavailable: {exc}"
+    return "available"
+
+
 def _function(name: str):
     """A staging function, bound once; MTPUnavailable when libllama no longer exports it."""
     if name not in _bound:
-        mangled, restype, argtypes = _STAGING[name]
+        names, restype, argtypes = _STAGING[name]
+        mangled = names[ABI]
         try:
             function = getattr(_llama().llama_cpp._lib, mangled)
         except AttributeError:

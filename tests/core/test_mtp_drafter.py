@@ -45,10 +45,18 @@ def test_the_staging_symbols_are_there():
 
 def test_a_missing_symbol_is_named(monkeypatch):
     monkeypatch.setitem(mtp._STAGING, "llama_get_embeddings_nextn_ith",
-                        ("_Z30llama_get_embeddings_nextn_ith_renamed", None, ()))
+                        ({mtp.ABI: "_Z30llama_get_embeddings_nextn_ith_renamed"}, None, ()))
     monkeypatch.setattr(mtp, "_bound", {})
     with pytest.raises(mtp.MTPUnavailable, match="llama_get_embeddings_nextn_ith"):
         mtp.check_symbols()
+    assert mtp.availability().startswith("unavailable: ") and "nextn_ith" in mtp.availability()
+
+
+def test_every_staging_symbol_has_a_name_for_each_compiler():
+    for name, (names, _, _) in mtp._STAGING.items():
+        assert set(names) == {"itanium", "msvc"}
+        assert names["msvc"].startswith(f"?{name}@@YA") and names["msvc"].endswith("@Z")
+        assert names["itanium"].startswith(f"_Z{len(name)}{name}")
 
 
 @pytest.mark.parametrize("draft_max", [1, 2, 4])
