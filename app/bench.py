@@ -10,11 +10,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from .core.chat import check_messages
-from .core.compare import CompareResult, compare_greedy
-from .core.engine import Engine
-from .core.errors import QuickdraftError
-from .core.params import DrafterKind, SpeculationParams
+from app.core.chat.prompt import check_messages
+from app.core.compare import CompareResult, compare_greedy
+from app.core.engine import Engine
+from app.core.errors import QuickdraftError
+from app.core.params import DrafterKind, SpeculationParams
 
 
 @dataclass
@@ -174,7 +174,7 @@ def make_llama_baseline(model_path: str, n_ctx: int, n_threads: int | None, n_gp
     import llama_cpp
     from llama_cpp import Llama
 
-    from .core.llama import default_threads
+    from app.core.llama.binding import default_threads
 
     llm = Llama(model_path=model_path, n_ctx=n_ctx, n_threads=n_threads or default_threads(),
                 n_threads_batch=n_threads or default_threads(), n_gpu_layers=n_gpu_layers, verbose=False)

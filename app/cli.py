@@ -18,9 +18,10 @@ import sys
 import threading
 from pathlib import Path
 
-from . import __version__
-from .core.params import DrafterKind, PolicyName
-from .paths import DATA_DIR_ENV
+from app import __version__
+from app.cli_engine import load_engine, model_params
+from app.core.params import DrafterKind, PolicyName
+from app.paths import DATA_DIR_ENV
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
-    from .core.errors import InvalidParameterError, QuickdraftError
+    from app.core.errors import InvalidParameterError, QuickdraftError
 
     try:
         return args.handler(args)
@@ -110,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also time llama-cpp-python's own Llama greedy loop on the main model")
     bench.set_defaults(handler=cmd_bench)
 
-    from .info_cli import add_info_parser
+    from app.info_cli import add_info_parser
 
     add_info_parser(sub, _gpu_layer_args)
 
@@ -161,7 +162,7 @@ def _gpu_layer_args(p: argparse.ArgumentParser) -> None:
 
 
 def _gpu_layers(text: str):
-    from .core.params import parse_gpu_layers
+    from app.core.params import parse_gpu_layers
 
     try:
         return parse_gpu_layers(text)
@@ -170,7 +171,7 @@ def _gpu_layers(text: str):
 
 
 def _add_serve(sub) -> None:
-    from .server.cli import add_serve_args
+    from app.server.cli import add_serve_args
 
     serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server on the pair (127.0.0.1:8080)")
     _model_args(serve)
@@ -179,10 +180,10 @@ def _add_serve(sub) -> None:
 
 
 def cmd_serve(args) -> int:
-    from .server.cli import serve
+    from app.server.cli import serve
 
     def load():  # on the server's engine thread; the auto policy learns the machine's costs as it answers
-        return _load_engine(args)
+        return load_engine(args)
 
     return serve(args, load, _speculation(args), _drafter(args))
 
@@ -197,22 +198,22 @@ def _remote_args(p: argparse.ArgumentParser) -> None:
 
 def _generation_engine(args):
     """The remote server with --remote, else the local pair."""
-    from .core.errors import QuickdraftError
+    from app.core.errors import QuickdraftError
 
     if args.remote and args.main:
         raise QuickdraftError("give either a main model (-m) or a server (--remote), not both")
     if args.remote:
-        from .core.remote import RemoteEngine
+        from app.core.remote.client import RemoteEngine
 
         return RemoteEngine(args.remote, args.api_key, args.remote_model)
     if not args.main:
         raise QuickdraftError("give a main model (-m FILE.gguf) or a server (--remote URL)")
-    return _load_engine(args)
+    return load_engine(args)
 
 
 def _add_models(sub) -> None:
     try:
-        from .models.cli import add_models_parser
+        from app.models.cli import add_models_parser
     except ImportError:
         return
     add_models_parser(sub)
@@ -224,55 +225,23 @@ def _drafter(args) -> DrafterKind:
     return DrafterKind.LOOKUP_MODEL if args.draft else DrafterKind.LOOKUP
 
 
-def _needs_profile(args) -> bool:
-    """The auto policy drafts by the machine's cost profile, made before the first generation."""
-    return PolicyName(args.policy) is PolicyName.AUTO and _drafter(args) is not DrafterKind.NONE
-
-
-def _load_engine(args):
-    from .core.costmodel import ProfileStore
-    from .core.engine import Engine
-    from .paths import app_paths
-
-    main, draft = _model_params(args)
-    engine = Engine.load(main, draft, profile_store=ProfileStore(app_paths().profiles_dir))
-    for warning in engine.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    return engine
-
-
-def _model_params(args):
-    from .core.errors import InvalidParameterError
-    from .core.params import ModelParams
-
-    device = args.device or "auto"
-    main = ModelParams(args.main, n_gpu_layers=args.gpu_layers, n_ctx=args.ctx, n_threads=args.threads, device=device)
-    if not args.draft:
-        return main, None
-    try:
-        return main, ModelParams(args.draft, n_gpu_layers=args.gpu_layers_draft, n_ctx=args.ctx_draft or args.ctx,
-                                 n_threads=args.threads_draft or args.threads, device=device)
-    except InvalidParameterError as exc:
-        raise InvalidParameterError(f"draft {exc.name}", exc.problem) from None
-
-
 def _baseline_layers(params) -> int:
     """llama-cpp-python's own loop offloads to every GPU it sees: none where our pair runs on the CPU."""
     return 0 if params.device == "cpu" else params.n_gpu_layers
 
 
 def _speculation(args):
-    from .core.params import SpeculationParams
+    from app.core.params import SpeculationParams
 
     return SpeculationParams(draft_max=args.draft_max, draft_min=args.draft_min, p_min=args.draft_p_min,
                              policy=args.policy)
 
 
 def _messages(args) -> list[dict]:
-    from .core.chat import check_messages
+    from app.core.chat.prompt import check_messages
 
     if args.messages:
-        from .core.errors import QuickdraftError
+        from app.core.errors import QuickdraftError
 
         try:
             data = json.loads(Path(args.messages).read_text(encoding="utf-8"))
@@ -284,15 +253,15 @@ def _messages(args) -> list[dict]:
 
 
 def cmd_generate(args) -> int:
-    from .core.events import Summary, TokenPiece
-    from .core.params import SamplingParams
+    from app.core.speculation.events import Summary, TokenPiece
+    from app.core.params import SamplingParams
 
     sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                               seed=None if args.seed == -1 else args.seed, max_tokens=args.n_predict,
                               stop=tuple(args.stop))
     speculation, messages = _speculation(args), _messages(args)
     if not args.remote:
-        _model_params(args)   # every value is checked before a model loads
+        model_params(args)   # every value is checked before a model loads
     engine = _generation_engine(args)
     cancel = threading.Event()
     summary = None
@@ -314,7 +283,7 @@ def cmd_generate(args) -> int:
     for warning in summary.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:
-        from .info_cli import system_summary
+        from app.info_cli import system_summary
 
         extra = {} if args.remote else {"placement": placement, "backend": system_summary()}
         print(json.dumps({**summary.to_dict(), **extra}, indent=2))
@@ -357,15 +326,15 @@ def _stopped(s) -> str:
 
 
 def cmd_bench(args) -> int:
-    from .bench import BenchReport, bench_prompt, format_table, load_prompts, make_llama_baseline
+    from app.bench import BenchReport, bench_prompt, format_table, load_prompts, make_llama_baseline
 
     _check_bench_args(args)
     prompts = load_prompts(args.prompts)[: args.limit]
     speculation = _speculation(args)
-    engine = _load_engine(args)
+    engine = load_engine(args)
     baseline = (make_llama_baseline(args.main, args.ctx, args.threads, _baseline_layers(engine.main_params))
                 if args.llama_baseline else None)
-    from .info_cli import system_summary
+    from app.info_cli import system_summary
 
     report = BenchReport(settings={
         "main": args.main, "draft": args.draft, "n_predict": args.n_predict, "draft_max": args.draft_max,
@@ -392,21 +361,21 @@ def cmd_bench(args) -> int:
 
 
 def _check_bench_args(args) -> None:
-    from .core.errors import InvalidParameterError
-    from .core.params import SamplingParams
+    from app.core.errors import InvalidParameterError
+    from app.core.params import SamplingParams
 
     SamplingParams(max_tokens=args.n_predict)
     if args.repeat < 1:
         raise InvalidParameterError("repeat", f"must be at least 1 (got {args.repeat})")
     if args.limit is not None and args.limit < 1:
         raise InvalidParameterError("limit", f"must be at least 1 (got {args.limit})")
-    _model_params(args)
+    model_params(args)
 
 
 def cmd_calibrate(args) -> int:
     """An explicit measurement; the auto policy does not need one (it learns as it answers)."""
     _speculation(args)
-    engine = _load_engine(args)
+    engine = load_engine(args)
     try:
         print(f"calibrating this machine for the auto policy (batches of 1..{args.draft_max + 1})...", file=sys.stderr)
         profile = engine.cost_profile(args.draft_max + 1, recalibrate=True)
@@ -424,7 +393,7 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_check_pair(args) -> int:
-    from .core.gguf_info import check_pair, read_gguf_info
+    from app.core.gguf.info import check_pair, read_gguf_info
 
     main_info, draft_info = read_gguf_info(args.main), read_gguf_info(args.draft)
     result = check_pair(main_info, draft_info)

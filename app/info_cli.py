@@ -20,7 +20,7 @@ def add_info_parser(sub, gpu_layer_args) -> None:
 
 
 def cmd_info(args) -> int:
-    from .core.devices import choose_device, system_info
+    from app.core.llama.devices import choose_device, system_info
 
     system = system_info()
     if args.brief:
@@ -56,13 +56,13 @@ def _system_json(system, chosen) -> dict:
 
 
 def _mtp_availability() -> str:
-    from .core import mtp
+    from app.core.llama import mtp
 
     return mtp.availability()
 
 
 def system_summary() -> str:
-    from .core.devices import system_info
+    from app.core.llama.devices import system_info
 
     return system_info().summary()
 
@@ -92,7 +92,7 @@ def _print_system(system, chosen, wanted: str) -> None:
 
 
 def _file_info(path: str) -> dict:
-    from .core.gguf_info import MTP_DRAFTER_ARCHITECTURES, read_gguf_info
+    from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, read_gguf_info
 
     info = read_gguf_info(path)
     data = {k: v for k, v in vars(info).items() if k not in ("tokens", "chat_template", "tensor_bytes")}
@@ -129,11 +129,11 @@ def _mtp_row(info: dict) -> str:
 
 
 def _loaded_placement(args) -> dict[str, str]:
-    from .cli import _load_engine
+    from app.cli_engine import load_engine
 
     args.ctx_draft = None
     args.threads = args.threads_draft = None
-    engine = _load_engine(args)
+    engine = load_engine(args)
     try:
         return {name: where.describe() for name, where in engine.placement().items()}
     finally:

@@ -4,7 +4,7 @@
     python packaging/smoke_test.py /usr/bin/quickdraft --keep smoke-out
     xvfb-run -a python packaging/smoke_test.py dist/quickdraft/quickdraft --platform xcb
 
-Runs from the source tree's Python (it writes the tiny GGUF models with app.core.tiny_gguf); the
+Runs from the source tree's Python (it writes the tiny GGUF models with app.core.gguf.tiny); the
 FROZEN app loads them. The app gets a fresh data dir (--data-dir) with fast settings (one thread,
 greedy, a fixed draft of 4), and its self-test hook (app/gui/smoke.py, switched on by
 QUICKDRAFT_SMOKE) loads the pair, sends a message through the window, and reports what the window
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.core.params import DrafterKind  # noqa: E402
-from app.core.tiny_gguf import TinySpec, write_tiny_model  # noqa: E402
+from app.core.gguf.tiny import TinySpec, write_tiny_model  # noqa: E402
 from app.paths import DATA_DIR_ENV, app_paths  # noqa: E402
 from app.storage.settings import Settings, SettingsStore  # noqa: E402
 

@@ -31,9 +31,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.core.engine import Engine  # noqa: E402
-from app.core.events import Round, Summary  # noqa: E402
+from app.core.speculation.events import Round, Summary  # noqa: E402
 from app.core.params import ModelParams, SamplingParams, SpeculationParams  # noqa: E402
-from app.core.sampling import Sampler, top_probability  # noqa: E402
+from app.core.speculation.sampling import Sampler, top_probability  # noqa: E402
 
 PROMPTS = [
     "Write a Python function that returns the n-th Fibonacci number, with a docstring.",
@@ -99,7 +99,7 @@ def measure(engine: Engine, label: str, drafter: str, n_predict: int, draft_max:
 
 def micro_benchmarks(n_vocab: int = QWEN_VOCAB, repeat: int = 300) -> dict[str, float]:
     """Milliseconds per call of the pieces whose cost grows with the vocabulary."""
-    from app.core.llama import logits_view
+    from app.core.llama.binding import logits_view
 
     rng = np.random.default_rng(0)
     rows = (rng.standard_normal((5, n_vocab)) * 3).astype(np.float32)
@@ -124,7 +124,7 @@ def micro_benchmarks(n_vocab: int = QWEN_VOCAB, repeat: int = 300) -> dict[str, 
 
 
 def tiny_pairs(folder: Path) -> list[tuple[str, Path, Path]]:
-    from app.core.tiny_gguf import TinySpec, write_tiny_model
+    from app.core.gguf.tiny import TinySpec, write_tiny_model
 
     pairs = []
     for label, vocab in (("tiny, 270 tokens", 0), ("tiny, 152k tokens", QWEN_VOCAB)):

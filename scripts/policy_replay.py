@@ -3,7 +3,7 @@
 `record` decodes each prompt greedily with the main model alone, one token at a time, and notes for
 every answer position the main model's top probability, and the draft model's greedy token and top
 probability there (the draft reads the main model's answer, as it does while its drafts are being
-accepted). `replay` runs the real drafters and policy (app.core.drafters, app.core.policy) over those
+accepted). `replay` runs the real drafters and policy (app.core.speculation.drafters, app.core.speculation.policy) over those
 answers with a cost profile (`quickdraft calibrate` writes one under the cache dir), charging each
 round the profile's times: drafting, the draft model's catch-up on tokens it skipped, verification.
 It prints the speedup per prompt against the main model alone under the same profile. A profile from
@@ -60,19 +60,20 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.bench import load_prompts  # noqa: E402
-from app.core.costmodel import CostModel, CostProfile, round_robin_medians  # noqa: E402
-from app.core.drafters import (Draft, DraftModelDrafter, Drafter, LookupThenModelDrafter,  # noqa: E402
+from app.core.speculation.costmodel import CostModel, CostProfile, round_robin_medians  # noqa: E402
+from app.core.speculation.drafters import (Draft, DraftModelDrafter, Drafter, LookupThenModelDrafter,  # noqa: E402
                                PromptLookupDrafter)
 from app.core.params import DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams  # noqa: E402
-from app.core.policy import LOOKUP, MODEL, AcceptanceModel, LookupMatch, make_policy  # noqa: E402
-from app.core.sampling import Sampler, top_probability  # noqa: E402
+from app.core.speculation.acceptance import LOOKUP, MODEL, AcceptanceModel, LookupMatch  # noqa: E402
+from app.core.speculation.policy import make_policy
+from app.core.speculation.sampling import Sampler, top_probability  # noqa: E402
 
 
 # -- record -----------------------------------------------------------------------------------------
 
 def record(args: argparse.Namespace) -> int:
-    from app.core.chat import prompt_tokens
-    from app.core.llama import LlamaModel, LlamaSession
+    from app.core.chat.prompt import prompt_tokens
+    from app.core.llama.binding import LlamaModel, LlamaSession
 
     main_model = LlamaModel(ModelParams(args.main))
     main = LlamaSession(main_model, args.ctx, args.threads)

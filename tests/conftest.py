@@ -10,7 +10,7 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from app.core.tiny_gguf import TinySpec, write_tiny_model  # noqa: E402
+from app.core.gguf.tiny import TinySpec, write_tiny_model  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,12 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from .errors import QuickdraftError
-from .events import Summary
-from .params import DrafterKind, SamplingParams, SpeculationParams
+from app.core.errors import QuickdraftError
+from app.core.speculation.events import Summary
+from app.core.params import DrafterKind, SamplingParams, SpeculationParams
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from app.core.engine import Engine
 
 
 @dataclass(frozen=True)

@@ -14,20 +14,26 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from . import devices, llama, mtp
-from .chat import Message, Prompt, check_messages, prompt_tokens
-from .batch_prior import main_batch_shape
-from .costmodel import CALIBRATION_TEXT, CostModel, CostProfile, ProfileStore, calibrate, profile_key
-from .drafters import DraftModelDrafter, Drafter, LookupThenModelDrafter, MTPDrafter, PromptLookupDrafter
-from .errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
-from .events import Event, Round, StopReason, Summary
-from .lm import prefill
-from .gguf_info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, check_pair, read_gguf_info
-from .params import AUTO, DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams
-from .placement import LayerPlacement, footprint, plan_gpu_layers, resolved
-from .policy import AcceptanceModel, AutoPolicy, DraftPolicy, FixedPolicy, make_policy
-from .ram import total_memory_bytes
-from .speculative import SpeculativeGeneration
+from app.core.llama import devices
+
+from app.core.llama import binding as llama
+
+from app.core.llama import mtp
+from app.core.chat.prompt import Message, Prompt, check_messages, prompt_tokens
+from app.core.speculation.batch_prior import main_batch_shape
+from app.core.speculation.costmodel import CALIBRATION_TEXT, CostModel, CostProfile, ProfileStore, calibrate, profile_key
+from app.core.speculation.drafters import DraftModelDrafter, Drafter, LookupThenModelDrafter, MTPDrafter, PromptLookupDrafter
+from app.core.errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
+from app.core.speculation.events import Event, Round, StopReason, Summary
+from app.core.lm import prefill
+from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, check_pair, read_gguf_info
+from app.core.params import AUTO, DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams
+from app.core.llama.placement import LayerPlacement, footprint, plan_gpu_layers, resolved
+from app.core.speculation.acceptance import AcceptanceModel
+from app.core.speculation.policy import AutoPolicy, make_policy
+from app.core.speculation.policy_base import DraftPolicy, FixedPolicy
+from app.core.llama.ram import total_memory_bytes
+from app.core.speculation.loop import SpeculativeGeneration
 
 
 @dataclass(frozen=True)
@@ -206,7 +212,7 @@ class Engine:
     def cost_model(self, n_max: int) -> CostModel:
         """What this machine's batches cost, learned while the engine answers: kept while the pair
         is loaded, started from the stored profile for this key (warm) or from a prior (cold) whose
-        shape follows the main model and where llama.cpp put its layers (app/core/batch_prior.py: a
+        shape follows the main model and where llama.cpp put its layers (app/core/speculation/batch_prior.py: a
         mixture of experts' batch costs more than one step even on a GPU)."""
         key = self.profile_key(n_max)
         if self._costs is None or self._costs.key != key:

@@ -11,7 +11,7 @@ import numbers
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .errors import InvalidParameterError
+from app.core.errors import InvalidParameterError
 
 DRAFT_MAX_LIMIT = 256        # more than any useful draft; each round's batch holds draft_max + 1 tokens
 SEED_LIMIT = 2**64           # numpy's generator takes seeds in [0, 2**64)
@@ -56,7 +56,7 @@ class DrafterKind(Choice):
 
 
 class PolicyName(Choice):
-    """How many tokens to draft each round (app/core/policy.py)."""
+    """How many tokens to draft each round (app/core/speculation/policy.py)."""
 
     AUTO = "auto", "auto (measured cost model)"       # what the machine's cost profile says pays best
     FIXED = "fixed", "fixed: always draft max"

@@ -34,7 +34,7 @@ def run(argv: list[str] | None = None) -> int:
 
     from app.gui.main_window import MainWindow
     from app.gui.smoke import maybe_start_smoke
-    from app.gui.theme import STYLE_SHEET
+    from app.gui.widgets.theme import STYLE_SHEET
     from app.paths import app_paths, resources_dir
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
@@ -60,7 +60,7 @@ def open_model_manager_alone(paths, **dialog_options):
     models, so the next start of the chat opens with it."""
     from dataclasses import replace
 
-    from app.gui.model_manager import ModelManagerDialog
+    from app.gui.models.manager import ModelManagerDialog
     from app.storage.settings import SettingsStore
 
     dialog = ModelManagerDialog(paths, **dialog_options)

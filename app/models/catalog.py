@@ -26,8 +26,8 @@ from pathlib import Path
 from app.core.errors import QuickdraftError
 from app.paths import resources_dir
 
-from .download import local_path
-from .registry import InstalledModel
+from app.models.download import local_path
+from app.models.registry import InstalledModel
 
 GB = 1_000_000_000
 
@@ -37,9 +37,9 @@ SUITS = ("cpu", "gpu", "moe")              # runs well on a CPU, on a GPU; the m
 NEEDS = ("mtp", "mtp-drafter", "rollback")  # a main's own MTP heads; a separate MTP drafter file; recurrent rollback
 
 # What the app's engine can do beyond drafting with a separate model: it rolls back hybrid and recurrent
-# models exactly (app/core/llama.py: llama.cpp's snapshots, else a saved state), drafts with a main
+# models exactly (app/core/llama/binding.py: llama.cpp's snapshots, else a saved state), drafts with a main
 # model's own MTP heads (--drafter mtp) and with a separate MTP drafter file (Gemma 4's assistant, the
-# pair's draft: app/core/mtp.py's AssistantHead).
+# pair's draft: app/core/llama/mtp.py's AssistantHead).
 ENGINE_SUPPORTS: frozenset[str] = frozenset({"rollback", "mtp", "mtp-drafter"})
 
 NEED_PHRASES = {"mtp": "needs MTP drafting", "mtp-drafter": "needs MTP drafting with a drafter file",

@@ -88,7 +88,7 @@ def _search(args) -> int:
 
 
 def _files(args) -> int:
-    from .diskspace import format_bytes
+    from app.models.diskspace import format_bytes
 
     client = _client(args)
     models = client.list_models(args.repo, args.revision)
@@ -104,7 +104,7 @@ def _files(args) -> int:
 
 
 def _download(args) -> int:
-    from .catalog import find_pair, load_catalog
+    from app.models.catalog import find_pair, load_catalog
 
     client = _client(args)
     if args.pair:
@@ -126,8 +126,8 @@ def _download(args) -> int:
 
 
 def _download_one(client, model) -> Path:
-    from .download import download_model, local_path, pending_downloads
-    from .diskspace import format_bytes
+    from app.models.download import download_model, local_path, pending_downloads
+    from app.models.diskspace import format_bytes
 
     models_dir = _paths().models_dir
     existing = local_path(models_dir, model.repo_id, model.filename)
@@ -156,7 +156,7 @@ class _ProgressLine:
 
 
 def _import(args) -> int:
-    from .registry import ModelRegistry, find_hf_cache_models
+    from app.models.registry import ModelRegistry, find_hf_cache_models
 
     registry = ModelRegistry(_paths().models_dir)
     if not args.paths and not args.hf_cache:
@@ -175,9 +175,9 @@ def _import(args) -> int:
 
 
 def _list(args) -> int:
-    from .diskspace import format_bytes, format_params
-    from .memory import estimate_memory, judge_fit, machine_memory
-    from .registry import ModelRegistry
+    from app.models.diskspace import format_bytes, format_params
+    from app.models.memory import estimate_memory, judge_fit, machine_memory
+    from app.models.registry import ModelRegistry
 
     registry = ModelRegistry(_paths().models_dir)
     models = registry.list()
@@ -205,8 +205,8 @@ def _list(args) -> int:
 
 
 def _print_paused_downloads(models_dir: Path) -> None:
-    from .diskspace import format_bytes
-    from .download import pending_downloads
+    from app.models.diskspace import format_bytes
+    from app.models.download import pending_downloads
 
     for p in pending_downloads(models_dir):
         print(f"paused download: {p.model.repo_id} {p.model.filename} at {format_bytes(p.done)} of "
@@ -215,7 +215,7 @@ def _print_paused_downloads(models_dir: Path) -> None:
 
 
 def _rm(args) -> int:
-    from .registry import ModelRegistry
+    from app.models.registry import ModelRegistry
 
     registry = ModelRegistry(_paths().models_dir)
     model = registry.find(args.model)
@@ -233,10 +233,10 @@ def _rm(args) -> int:
 def _pairs(args) -> int:
     if not args.main:
         return _catalog()
-    from .diskspace import format_bytes
-    from .memory import estimate_memory, judge_fit, machine_memory
-    from .pairing import rank_drafts
-    from .registry import ModelRegistry
+    from app.models.diskspace import format_bytes
+    from app.models.memory import estimate_memory, judge_fit, machine_memory
+    from app.models.pairing import rank_drafts
+    from app.models.registry import ModelRegistry
 
     registry = ModelRegistry(_paths().models_dir)
     main = registry.find(args.main)
@@ -261,9 +261,9 @@ def _pairs(args) -> int:
 
 
 def _catalog() -> int:
-    from .catalog import load_catalog
-    from .memory import judge_fit, machine_memory
-    from .registry import ModelRegistry
+    from app.models.catalog import load_catalog
+    from app.models.memory import judge_fit, machine_memory
+    from app.models.registry import ModelRegistry
 
     machine = machine_memory()
     models_dir = _paths().models_dir
@@ -286,7 +286,7 @@ _ACTIONS = {"search": _search, "files": _files, "download": _download, "import":
 # --- helpers -------------------------------------------------------------------------------------------
 
 def _client(args):
-    from .hub import HubClient
+    from app.models.hub import HubClient
 
     return HubClient(endpoint=getattr(args, "endpoint", None), token=getattr(args, "token", None))
 

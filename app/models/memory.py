@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from app.core.gguf_info import GGUFInfo
-from app.core.placement import footprint, usable_bytes
-from app.core.ram import ram
+from app.core.gguf.info import GGUFInfo
+from app.core.llama.placement import footprint, usable_bytes
+from app.core.llama.ram import ram
 
-from .diskspace import format_bytes
+from app.models.diskspace import format_bytes
 
 FITS_FRACTION = 0.6                         # of total RAM: comfortable next to the OS and other apps
 TIGHT_FRACTION = 0.9
@@ -64,7 +64,7 @@ class Fit:
 
 def estimate_memory(info: GGUFInfo, n_ctx: int, weights_bytes: int | None = None) -> MemoryEstimate:
     """Memory to run ``info`` with ``n_ctx`` tokens of context (F16 KV cache), with the compute buffer
-    the engine's GPU-layer planner counts (app.core.placement)."""
+    the engine's GPU-layer planner counts (app.core.llama.placement)."""
     ctx = min(n_ctx, info.context_length) if info.context_length else n_ctx
     weights = weights_bytes if weights_bytes is not None else info.file_size
     return MemoryEstimate(weights, info.kv_bytes_per_token() * ctx, footprint(info, ctx).compute_bytes, ctx)
@@ -115,7 +115,7 @@ def _gpus() -> tuple:
     """The GPU the models would go on (auto): the pair runs on one device, and one card seen by two
     backends (CUDA0 and Vulkan0) must not count twice."""
     try:
-        from app.core.devices import preferred_gpu, system_info
+        from app.core.llama.devices import preferred_gpu, system_info
 
         best = preferred_gpu(system_info().gpus)
     except Exception:  # llama.cpp missing or its library failed to load: no GPU to count on

@@ -6,10 +6,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.gguf_info import GGUFInfo, PairCheck, check_pair
+from app.core.gguf.info import GGUFInfo, PairCheck, check_pair
 
-from .hub import QUANT_RE, SPLIT_RE
-from .registry import InstalledModel
+from app.models.hub import QUANT_RE, SPLIT_RE
+from app.models.registry import InstalledModel
 
 _SIZE_RE = re.compile(r"(?:^|[-_ .])(\d+x)?\d+(?:\.\d+)?[bmk](?=$|[-_ .])", re.IGNORECASE)
 _NOISE_WORDS = {"instruct", "it", "chat", "base", "gguf", "hf", "pt", "model"}

@@ -16,10 +16,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from app.core.errors import ModelFileError, QuickdraftError
-from app.core.gguf_info import GGUFInfo, read_gguf_info
+from app.core.gguf.info import GGUFInfo, read_gguf_info
 
-from .diskspace import check_disk_space, file_size
-from .hub import SPLIT_RE
+from app.models.diskspace import check_disk_space, file_size
+from app.models.hub import SPLIT_RE
 
 REGISTRY_FILE = "registry.json"
 IMPORT_DIR = "imported"

@@ -19,12 +19,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from app.core.events import Started, Summary, TokenPiece
-from app.core.stats import GenerationStats
+from app.core.speculation.events import Started, Summary, TokenPiece
+from app.core.speculation.stats import GenerationStats
 
-from .api import ApiError, GenerationRequest, parse_chat, parse_completion
-from .responses import FINISH_REASONS, ResponseShape, live_timings, sse, summary_timings
-from .worker import Failed, Job, JobQueue
+from app.server.api import ApiError, GenerationRequest, parse_chat, parse_completion
+from app.server.responses import FINISH_REASONS, ResponseShape, live_timings, sse, summary_timings
+from app.server.worker import Failed, Job, JobQueue
 
 MAX_BODY_BYTES = 8 << 20
 PUBLIC_PATHS = {"/health", "/v1/health"}

@@ -24,8 +24,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
 def serve(args, load_engine: Callable[[], object], speculation, drafter: str) -> int:
     from app.core.errors import QuickdraftError
 
-    from .run import LocalServer
-    from .worker import EngineWorker
+    from app.server.run import LocalServer
+    from app.server.worker import EngineWorker
 
     if not 0 <= args.port <= 65535:
         raise QuickdraftError(f"--port must be between 0 and 65535, not {args.port}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from app.core.events import Summary
+from app.core.speculation.events import Summary
 
 PREFIX = "llamacpp:"
 OWN_PREFIX = "quickdraft:"   # counters llama-server does not have

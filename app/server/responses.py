@@ -6,8 +6,8 @@ import json
 import time
 import uuid
 
-from app.core.events import StopReason, Summary
-from app.core.stats import GenerationStats
+from app.core.speculation.events import StopReason, Summary
+from app.core.speculation.stats import GenerationStats
 
 FINISH_REASONS = {StopReason.EOG: "stop", StopReason.STOP_STRING: "stop", StopReason.CANCEL: "stop",
                   StopReason.LENGTH: "length", StopReason.CONTEXT: "length"}

@@ -10,8 +10,8 @@ import uvicorn
 
 from app.core.errors import QuickdraftError
 
-from .app import create_app
-from .worker import JobQueue
+from app.server.app import create_app
+from app.server.worker import JobQueue
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Callable
 
 from app.core.errors import PromptTooLongError, QuickdraftError
-from app.core.events import Summary
+from app.core.speculation.events import Summary
 from app.core.params import DrafterKind, SpeculationParams
-from app.core.speculative import check_prompt_fits
+from app.core.speculation.loop import check_prompt_fits
 
-from .api import ApiError, GenerationRequest
-from .metrics import ServerMetrics
+from app.server.api import ApiError, GenerationRequest
+from app.server.metrics import ServerMetrics
 
 RECENT_JOBS = 8   # how many recent generations the Retry-After estimate averages
 

@@ -13,7 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.core.llama import LlamaModel, LlamaSession  # noqa: E402
+from app.core.llama.binding import LlamaModel, LlamaSession  # noqa: E402
 from app.core.params import ModelParams  # noqa: E402
 from policy_replay import draft_batch_times  # noqa: E402
 

@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.core.tiny_gguf import add_vocabulary, vocabulary  # noqa: E402
+from app.core.gguf.tiny_vocab import add_vocabulary, vocabulary  # noqa: E402
 
 QK_K = 256
 

@@ -78,7 +78,7 @@ def test_gpu_layers_asked_for_on_the_cpu_are_said_to_stay_there(tiny_models, tmp
 
 
 def test_info_on_a_file_says_its_memory_and_whether_it_can_draft_for_itself(tmp_path):
-    from app.core.tiny_gguf import TinySpec, write_tiny_model
+    from app.core.gguf.tiny import TinySpec, write_tiny_model
 
     qwen35 = write_tiny_model(tmp_path / "qwen35.gguf", TinySpec(architecture="qwen35", name="tiny-qwen35"))
     text = quickdraft("info", str(qwen35), tmp_path=tmp_path).stdout

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.tiny_gguf import TinySpec, write_tiny_model
+from app.core.gguf.tiny import TinySpec, write_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 

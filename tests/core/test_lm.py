@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from app.core.lm import common_prefix_length
-from app.core.sampling import softmax, top_probability
+from app.core.speculation.sampling import softmax, top_probability
 
 
 def naive_prefix(a, b) -> int:

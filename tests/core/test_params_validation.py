@@ -10,7 +10,7 @@ import pytest
 
 from app.core.errors import InvalidParameterError, QuickdraftError
 from app.core.params import DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams
-from app.core.sampling import Sampler
+from app.core.speculation.sampling import Sampler
 
 
 @pytest.mark.parametrize("kwargs, name", [

@@ -119,6 +119,6 @@ def test_the_frozen_app_chats_on_lavapipe_through_its_window():
 
 
 def tiny_models_layers(path: Path) -> int:
-    from app.core.gguf_info import read_gguf_info
+    from app.core.gguf.info import read_gguf_info
 
     return read_gguf_info(path).n_layers + 1  # llama.cpp counts the output layer too

@@ -11,9 +11,9 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from app.core.tiny_gguf import TinySpec, write_tiny_model  # noqa: E402
+from app.core.gguf.tiny import TinySpec, write_tiny_model  # noqa: E402
 from app.gui.main_window import MainWindow  # noqa: E402
-from app.gui.theme import STYLE_SHEET  # noqa: E402
+from app.gui.widgets.theme import STYLE_SHEET  # noqa: E402
 from app.models.memory import MachineMemory  # noqa: E402
 from app.paths import app_paths  # noqa: E402
 from app.storage.settings import Settings, SettingsStore  # noqa: E402

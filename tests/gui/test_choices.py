@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from app.core.params import DrafterKind, PolicyName
-from app.gui.model_bar import ModelBar
-from app.gui.settings_panel import SettingsPanel
+from app.gui.models.model_bar import ModelBar
+from app.gui.panels.settings_panel import SettingsPanel
 from app.storage.settings import Settings
 
 

@@ -26,7 +26,7 @@ def paced(monkeypatch, seconds_per_token: float) -> None:
     """The engine yields its tokens no faster than a real model would: the tiny one makes 600 in
     50 ms on a fast machine, less than one repaint of the window."""
     from app.core.engine import Engine
-    from app.core.events import TokenPiece
+    from app.core.speculation.events import TokenPiece
 
     generate = Engine.generate
 
@@ -356,7 +356,7 @@ def test_a_pair_that_drafts_with_its_own_mtp_heads_loads_alone_and_drafts_with_t
     """What the catalog's "Use pair" and the first-run panel do for a Qwen3.6 MTP pair: the main
     model alone, drafting with its MTP heads, answering what it answers alone."""
     from app.core.params import DrafterKind
-    from app.core.tiny_gguf import TinySpec, write_tiny_model
+    from app.core.gguf.tiny import TinySpec, write_tiny_model
 
     qwen35 = write_tiny_model(tmp_path / "models" / "qwen35.gguf", TinySpec(architecture="qwen35", name="tiny-qwen35"))
     window = make_window()
@@ -372,7 +372,7 @@ def test_a_pair_that_drafts_with_its_own_mtp_heads_loads_alone_and_drafts_with_t
 def test_a_pair_with_an_mtp_drafter_file_drafts_with_it(make_window, qtbot, tmp_path):
     """What "Use pair" does for a Gemma 4 pair: the main and its MTP drafter, drafting with MTP."""
     from app.core.params import DrafterKind
-    from app.core.tiny_gguf import TinySpec, write_tiny_model
+    from app.core.gguf.tiny import TinySpec, write_tiny_model
 
     gemma = write_tiny_model(tmp_path / "models" / "gemma4.gguf", TinySpec(architecture="gemma4", name="tiny-gemma4"))
     assistant = write_tiny_model(tmp_path / "models" / "gemma4-assistant.gguf",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from app.core.tiny_gguf import CHATML_TEMPLATE, TinySpec, write_tiny_model
+from app.core.gguf.tiny import CHATML_TEMPLATE, TinySpec, write_tiny_model
 from app.gui.main_window import MainWindow
 from app.paths import app_paths
 from app.storage.settings import GPU_LAYER_FIELDS, LIMITS
@@ -80,8 +80,8 @@ def test_a_read_only_data_dir(make_window, tmp_path):
 
 
 def crafted_damage() -> dict:
-    from app.core import gguf_reader as g
-    from tests.core.gguf_craft import Crafted, Tensor
+    from app.core.gguf import reader as g
+    from tests.core.gguf.craft import Crafted, Tensor
 
     return {"version-99": Crafted(version=99), "unknown-tensor-type": Crafted(tensors=[Tensor(type=200)]),
             "alignment-0": Crafted().set("general.alignment", g.UINT32, 0),
@@ -158,7 +158,7 @@ def test_html_in_a_model_name_is_shown_as_text(make_window, gui_models, tmp_path
 
 
 def test_a_chat_template_too_costly_to_render_is_named_in_the_banner(make_window, qtbot, tmp_path, monkeypatch):
-    from app.core import chat
+    from app.core.chat import prompt as chat
 
     monkeypatch.setattr(chat, "RENDER_TIME_LIMIT_S", 0.2)
     slow = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}" + CHATML_TEMPLATE

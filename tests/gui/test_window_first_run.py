@@ -3,10 +3,10 @@ panel); once a model is installed or loaded, the chat comes back."""
 
 from __future__ import annotations
 
-from app.core.tiny_gguf import TinySpec, write_tiny_model
+from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.models.registry import ModelRegistry
 
-from .conftest import LOAD_TIMEOUT_MS
+from tests.gui.conftest import LOAD_TIMEOUT_MS
 
 
 def test_nothing_installed_shows_the_next_step_instead_of_an_empty_chat(make_window, tmp_path):

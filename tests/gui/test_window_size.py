@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QApplication
 
-from app.core.tiny_gguf import TinySpec, write_tiny_model
+from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.gui.main_window import MainWindow
 from app.paths import app_paths
 from app.storage.settings import SettingsStore

@@ -6,7 +6,7 @@ import pytest
 
 from app.models.hub import HubClient
 
-from .fakehub import FakeHub, serve_for_a_test
+from tests.models.fakehub import FakeHub, serve_for_a_test
 
 
 @pytest.fixture

@@ -223,7 +223,7 @@ It has a byte-level vocabulary.
 
 
 def tiny_bytes(tmp_dir, file_name: str, **spec) -> bytes:
-    from app.core.tiny_gguf import TinySpec, write_tiny_model
+    from app.core.gguf.tiny import TinySpec, write_tiny_model
 
     return write_tiny_model(tmp_dir / file_name, TinySpec(**spec)).read_bytes()
 

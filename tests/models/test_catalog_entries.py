@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.gui.model_manager.catalog_tab import CatalogTab, installed_state, pair_choice
+from app.gui.models.manager.catalog_tab import CatalogTab, installed_state, pair_choice
 from app.models.catalog import (DRAFTERS, ENGINE_SUPPORTS, MODEL_KINDS, SUITS, CatalogError, CatalogModel,
                                 CatalogPair, default_catalog_path, describe_suits, find_pair, load_catalog)
 from app.models.download import local_path

@@ -8,11 +8,11 @@ import pathlib
 import pytest
 
 from app.cli import main as quickdraft
-from app.core import gguf_reader as g
+from app.core.gguf import reader as g
 from app.core.errors import ModelFileError
-from app.core.tiny_gguf import write_tiny_model
+from app.core.gguf.tiny import write_tiny_model
 from app.models.registry import ModelRegistry
-from tests.core.gguf_craft import Crafted, Tensor
+from tests.core.gguf.craft import Crafted, Tensor
 
 DAMAGED = {
     "v99.gguf": Crafted(version=99),

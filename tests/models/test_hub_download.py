@@ -11,7 +11,7 @@ from collections import namedtuple
 
 import pytest
 
-from app.core.gguf_info import read_gguf_info
+from app.core.gguf.info import read_gguf_info
 from app.models import diskspace
 from app.models.download import (
     CancelToken, DownloadCancelled, DownloadError, DownloadManager, NotEnoughSpaceError, download_model,
@@ -20,7 +20,7 @@ from app.models.download import (
 from app.models.hub import HubClient, HubError, quantization_from_name
 from app.models.registry import ModelRegistry
 
-from .fakehub import DRAFT_FILE, GATED_REPO, MAIN_FILE, OTHER_REPO, SPLIT_REPO, TINY_REPO
+from tests.models.fakehub import DRAFT_FILE, GATED_REPO, MAIN_FILE, OTHER_REPO, SPLIT_REPO, TINY_REPO
 
 
 def _wait_for(condition, timeout: float = 10.0) -> bool:

@@ -6,11 +6,11 @@ import argparse
 
 import pytest
 
-from app.core.tiny_gguf import TinySpec, write_tiny_model
+from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.models.cli import add_models_parser, run_models_command
 from app.paths import DATA_DIR_ENV, app_paths
 
-from .fakehub import DRAFT_FILE, MAIN_FILE, TINY_REPO
+from tests.models.fakehub import DRAFT_FILE, MAIN_FILE, TINY_REPO
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from types import ModuleType
 import pytest
 
 from app import __version__
-from app.core.tiny_gguf import TinySpec, write_tiny_model
+from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.gui import smoke
 from app.paths import app_paths
 from app.storage.settings import Settings, SettingsStore

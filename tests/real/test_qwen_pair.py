@@ -10,7 +10,7 @@ from app.core.engine import Engine
 from app.core.errors import IncompatibleDraftError
 from app.core.params import ModelParams, SamplingParams, SpeculationParams
 
-from ..conftest import real_model_dir
+from tests.conftest import real_model_dir
 
 MODELS = real_model_dir()
 pytestmark = [pytest.mark.real_models,

@@ -21,7 +21,7 @@ def script(*args: str, timeout: int = 600) -> str:
 def test_a_qwen_shaped_model_loads_and_generates(tmp_path):
     out = script("scripts/gpu/make_shapes.py", str(tmp_path), "--shapes", "tiny")
     path = Path(out.split("\t")[1])
-    from app.core.gguf_info import read_gguf_info
+    from app.core.gguf.info import read_gguf_info
 
     info = read_gguf_info(path)
     assert (info.architecture, info.quantization, info.vocab_size, info.n_layers) == ("qwen2", "Q4_K_M", 151_936, 4)
@@ -119,7 +119,7 @@ def test_trace_rates_count_each_drafted_token_up_to_the_first_wrong_one():
     sys.path.insert(0, str(ROOT / "scripts"))
     from policy_replay import TraceRates
 
-    from app.core.policy import LOOKUP, MODEL, LookupMatch
+    from app.core.speculation.acceptance import LOOKUP, MODEL, LookupMatch
 
     # answer 5 6 7 1: at 1 token the prompt's "5" proposes 6 7 8 9 (two right), at 2 tokens "5 6"
     # proposes 7 8 9 (one right), at 3 tokens "5 6 7" proposes 8 9 (none right)
@@ -185,7 +185,7 @@ def test_the_replayed_machines_noise_keeps_its_mean_and_spares_the_references():
     sys.path.insert(0, str(ROOT / "scripts"))
     from policy_replay import Machine
 
-    from app.core.costmodel import CostProfile
+    from app.core.speculation.costmodel import CostProfile
 
     profile = CostProfile(key={}, main_batch_s=[0.02, 0.03])
     machine = Machine(profile, 1000, noise=0.15, seed=1)

@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from .conftest import greedy_text
+from tests.server.conftest import greedy_text
 
 MESSAGES = [{"role": "user", "content": "the cat is on the mat and the dog is in the house"}]
 GREEDY = {"temperature": 0, "max_tokens": 40}

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from .conftest import greedy_text, serving
+from tests.server.conftest import greedy_text, serving
 
 MESSAGES = [{"role": "user", "content": "the cat is on the mat and the dog is in the house"}]
 # the tiny main model answers this greedily with 460 to 1,900 tokens before its end token (which

@@ -5,11 +5,11 @@ HTTP streaming, resume and SHA-256 check (blocking, in a worker thread); ``manag
 and ``DownloadManager``, several downloads at once, cancellable.
 """
 
-from ..diskspace import NotEnoughSpaceError, check_disk_space, format_bytes
-from .manager import DownloadJob, DownloadManager, download_model
-from .partial import (PENDING_SUFFIX, PARTIAL_SUFFIX, DownloadError, PendingDownload, discard_pending, download_key,
+from app.models.diskspace import NotEnoughSpaceError, check_disk_space, format_bytes
+from app.models.download.manager import DownloadJob, DownloadManager, download_model
+from app.models.download.partial import (PENDING_SUFFIX, PARTIAL_SUFFIX, DownloadError, PendingDownload, discard_pending, download_key,
                       local_path, partial_path, pending_downloads, pending_path, read_pending)
-from .transfer import CancelToken, DownloadCancelled, Progress, ProgressCallback, download_model_blocking
+from app.models.download.transfer import CancelToken, DownloadCancelled, Progress, ProgressCallback, download_model_blocking
 
 __all__ = [
     "PARTIAL_SUFFIX", "PENDING_SUFFIX", "CancelToken", "DownloadCancelled", "DownloadError", "DownloadJob",

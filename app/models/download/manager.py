@@ -13,9 +13,9 @@ from pathlib import Path
 
 from app.core.errors import QuickdraftError
 
-from ..hub import HubClient, HubError, RemoteModel
-from .partial import download_key
-from .transfer import CancelToken, DownloadCancelled, Progress, ProgressCallback, Meter, download_model_blocking
+from app.models.hub import HubClient, HubError, RemoteModel
+from app.models.download.partial import download_key
+from app.models.download.transfer import CancelToken, DownloadCancelled, Progress, ProgressCallback, Meter, download_model_blocking
 
 TICK_S = 0.5
 

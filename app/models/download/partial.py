@@ -13,8 +13,8 @@ from pathlib import Path
 
 from app.core.errors import QuickdraftError
 
-from ..diskspace import file_size
-from ..hub import FilePart, RemoteModel, is_safe_hub_path
+from app.models.diskspace import file_size
+from app.models.hub import FilePart, RemoteModel, is_safe_hub_path
 
 PARTIAL_SUFFIX = ".incomplete"
 PENDING_SUFFIX = ".download.json"

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from app.core.errors import QuickdraftError
 
-from ..diskspace import NotEnoughSpaceError, check_disk_space, file_size, format_bytes, format_duration
-from ..hub import FilePart, HubClient, RemoteModel, hub_errors
-from ..registry import ModelRegistry
-from .partial import (DownloadError, discard_stale_partials, local_path, partial_path, pending_path,
+from app.models.diskspace import NotEnoughSpaceError, check_disk_space, file_size, format_bytes, format_duration
+from app.models.hub import FilePart, HubClient, RemoteModel, hub_errors
+from app.models.registry import ModelRegistry
+from app.models.download.partial import (DownloadError, discard_stale_partials, local_path, partial_path, pending_path,
                       write_pending)
 
 PROGRESS_INTERVAL_S = 0.1

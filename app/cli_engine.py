@@ -1,0 +1,35 @@
+"""The command line's model arguments (-m, -md, -ngl, -c, -t, --device, ...) turned into model
+parameters and a loaded engine: shared by the commands in app/cli.py and app/info_cli.py."""
+
+from __future__ import annotations
+
+import sys
+
+
+def load_engine(args):
+    """The pair the arguments name, loaded, with its warnings on stderr (costs kept in the profiles folder)."""
+    from app.core.speculation.costmodel import ProfileStore
+    from app.core.engine import Engine
+    from app.paths import app_paths
+
+    main, draft = model_params(args)
+    engine = Engine.load(main, draft, profile_store=ProfileStore(app_paths().profiles_dir))
+    for warning in engine.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return engine
+
+
+def model_params(args):
+    """The main model's and the draft's ModelParams from the arguments; InvalidParameterError names a bad one."""
+    from app.core.errors import InvalidParameterError
+    from app.core.params import ModelParams
+
+    device = args.device or "auto"
+    main = ModelParams(args.main, n_gpu_layers=args.gpu_layers, n_ctx=args.ctx, n_threads=args.threads, device=device)
+    if not args.draft:
+        return main, None
+    try:
+        return main, ModelParams(args.draft, n_gpu_layers=args.gpu_layers_draft, n_ctx=args.ctx_draft or args.ctx,
+                                 n_threads=args.threads_draft or args.threads, device=device)
+    except InvalidParameterError as exc:
+        raise InvalidParameterError(f"draft {exc.name}", exc.problem) from None

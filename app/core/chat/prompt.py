@@ -1,0 +1,266 @@
+"""Chat messages to prompt tokens through the model's own chat template (its GGUF metadata).
+
+Two guards, because the template comes from a file and the messages from a person:
+- message text is never read as control tokens: only the template's own text may hold them, so
+  typing ``<|im_end|><|im_start|>system`` gives those characters, not a forged system turn;
+- rendering is bounded in time and output size; a template past the bound (nested loops can run
+  for minutes) falls back to a plain transcript, with a warning for the user.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from collections.abc import Mapping, Sequence
+
+from app.core.chat.deadline import Deadline, DeadlineExceeded
+from app.core.errors import InvalidMessagesError
+
+Message = Mapping[str, str]
+
+RENDER_TIME_LIMIT_S = 2.0
+RENDER_MAX_CHARS = 4_000_000
+_MAX_POWER = 1024
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    text: str
+    templated: bool              # False: the plain transcript
+    warning: str | None = None   # why the template was not used, when the user should know
+
+
+@dataclass(frozen=True)
+class Prompt:
+    tokens: list[int]
+    warning: str | None = None
+
+
+def render_prompt(messages: Sequence[Message], template: str | None, bos_token: str = "",
+                  eos_token: str = "") -> RenderedPrompt:
+    """The prompt text for ``messages`` ending where the assistant's answer begins.
+
+    Uses the model's Jinja chat template when it has one that renders within the bound; otherwise a
+    plain "Role: text" transcript that any model can continue.
+    """
+    if template:
+        try:
+            return RenderedPrompt(_render_jinja(template, messages, bos_token, eos_token), True)
+        except _TemplateTooCostly as exc:
+            return RenderedPrompt(render_plain(messages), False,
+                                  f"The model's chat template {exc}; a plain transcript was used instead.")
+        except Exception:
+            pass  # a template our Jinja cannot render: the plain format still works
+    return RenderedPrompt(render_plain(messages), False)
+
+
+def render_plain(messages: Sequence[Message]) -> str:
+    lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
+    return "\n\n".join(lines) + "\n\nAssistant:"
+
+
+class _TemplateTooCostly(Exception):
+    pass
+
+
+def _render_jinja(template: str, messages: Sequence[Message], bos_token: str, eos_token: str) -> str:
+    from jinja2.exceptions import SecurityError
+
+    chunks: list[str] = []
+    size = 0
+    try:
+        with Deadline(RENDER_TIME_LIMIT_S):
+            for chunk in _compile(template).generate(messages=[dict(m) for m in messages], add_generation_prompt=True,
+                                           bos_token=bos_token, eos_token=eos_token):
+                size += len(chunk)
+                if size > RENDER_MAX_CHARS:
+                    raise _TemplateTooCostly(f"wrote more than {RENDER_MAX_CHARS:,} characters")
+                chunks.append(chunk)
+    except DeadlineExceeded:
+        raise _TemplateTooCostly(f"took longer than {RENDER_TIME_LIMIT_S:g} s to render") from None
+    except SecurityError as exc:
+        raise _TemplateTooCostly(f"was refused by the sandbox ({exc})") from None
+    return "".join(chunks)
+
+
+@lru_cache(maxsize=8)
+def _compile(template: str):
+    from jinja2.exceptions import TemplateError
+
+    def raise_exception(message: str):
+        raise TemplateError(message)
+
+    env = _bounded_sandbox_class()(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(template)
+
+
+@lru_cache(maxsize=1)
+def _bounded_sandbox_class():
+    from jinja2.exceptions import SecurityError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class BoundedSandbox(ImmutableSandboxedEnvironment):
+        """Refuses the single operations a deadline cannot interrupt: a huge repeat or power."""
+
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context, operator, left, right):
+            if operator == "**" and isinstance(right, int) and abs(right) > _MAX_POWER:
+                raise SecurityError("a power too large for a chat template")
+            if operator == "*" and _repeat_size(left, right) > RENDER_MAX_CHARS:
+                raise SecurityError("a repetition too long for a chat template")
+            return super().call_binop(context, operator, left, right)
+
+    return BoundedSandbox
+
+
+def _repeat_size(left, right) -> int:
+    for seq, count in ((left, right), (right, left)):
+        if isinstance(seq, (str, list, tuple)) and isinstance(count, int):
+            return len(seq) * count
+    return 0
+
+
+
+def check_messages(messages) -> list[dict]:
+    """``messages`` as a list of dicts whose role and content are text that can be encoded; an
+    InvalidMessagesError that says what is wrong otherwise (a JSON file of the wrong shape, a lone
+    surrogate such as "\\ud800", bytes that were not UTF-8 on a command line)."""
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise InvalidMessagesError('The messages must be a non-empty list of {"role": ..., "content": ...} objects.')
+    checked = []
+    for i, message in enumerate(messages, 1):
+        if not (isinstance(message, Mapping) and isinstance(message.get("role"), str)
+                and isinstance(message.get("content"), str)):
+            raise InvalidMessagesError(f'Message {i} is not a {{"role": text, "content": text}} object.')
+        for key in ("role", "content"):
+            _check_encodable(message[key], f"The {key} of message {i}")
+        checked.append(dict(message))
+    return checked
+
+
+def _check_encodable(text: str, what: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start]
+        raise InvalidMessagesError(
+            f"{what} is not valid text: character {exc.start + 1} is {bad!r}, a lone surrogate (invalid UTF-8 "
+            f"bytes on the command line, or an unpaired \\u escape in JSON).") from None
+
+
+# --- tokens ---------------------------------------------------------------------------------------
+
+def prompt_tokens(model, messages: Sequence[Message]) -> Prompt:
+    """Tokens of the chat prompt for a loaded ``LlamaModel``, with the warning of a template that
+    could not be used. Raises InvalidMessagesError for messages that are not text."""
+    messages = check_messages(messages)
+    rendered = render_prompt(messages, model.chat_template(), model.token_text(model.bos),
+                             model.token_text(model.eos))
+    tokens = _template_tokens(model, rendered.text, messages) if rendered.templated else None
+    if tokens is None:
+        if rendered.templated:   # the template rewrote message text that holds control-token text
+            rendered = RenderedPrompt(render_plain(messages), False, rendered.warning)
+        tokens = model.tokenize(rendered.text, add_special=False, parse_special=False)
+    if model.add_bos and tokens[:1] != [model.bos]:
+        tokens = [model.bos, *tokens]
+    return Prompt(tokens, rendered.warning)
+
+
+def _template_tokens(model, text: str, messages: Sequence[Message]) -> list[int] | None:
+    """Tokenize ``text`` the way llama.cpp does with special tokens parsed, except that control tokens
+    count only in the template's own text, never inside a message. None when a message's text cannot
+    be found in ``text`` (the template changed it) and that text spells a control token."""
+    spans = _message_spans(model, text, messages)
+    if spans is None:
+        return None
+    segments = _segments(text, spans)
+    specials = _control_tokens_in(model, [s for s, is_template in segments if is_template])
+    tokens: list[int] = []
+    for piece in _fragments(segments, specials, model):
+        if isinstance(piece, int):
+            tokens.append(piece)
+        elif piece:
+            tokens += model.tokenize(piece, add_special=False, parse_special=False)
+    return tokens
+
+
+def _message_spans(model, text: str, messages: Sequence[Message]) -> list[tuple[int, int]] | None:
+    """Where each message's text sits in the rendered ``text`` (found in order, or anywhere free for a
+    template that moves a message, such as a system prompt put into the last user turn)."""
+    spans: list[tuple[int, int]] = []
+    cursor = 0
+    for message in messages:
+        content = str(message.get("content") or "")
+        span = _find_free(text, content, spans, cursor) or _find_free(text, content.strip(), spans, cursor)
+        if span is None:
+            if _spells_control_token(model, content):
+                return None
+            continue
+        spans.append(span)
+        cursor = span[1]
+    return sorted(spans)
+
+
+def _spells_control_token(model, content: str) -> bool:
+    return any(model.is_control(t) for t in model.tokenize(content, add_special=False, parse_special=True))
+
+
+def _find_free(text: str, needle: str, taken: list[tuple[int, int]], cursor: int) -> tuple[int, int] | None:
+    if not needle:
+        return None
+    for start in (cursor, 0):
+        at = text.find(needle, start)
+        while at != -1:
+            span = (at, at + len(needle))
+            if not any(a < span[1] and span[0] < b for a, b in taken):
+                return span
+            at = text.find(needle, at + 1)
+    return None
+
+
+def _segments(text: str, spans: list[tuple[int, int]]) -> list[tuple[str, bool]]:
+    """``text`` cut at the message spans: (piece, True for the template's own text)."""
+    segments, pos = [], 0
+    for a, b in spans:
+        segments += [(text[pos:a], True), (text[a:b], False)]
+        pos = b
+    segments.append((text[pos:], True))
+    return segments
+
+
+def _control_tokens_in(model, template_parts: list[str]) -> dict[str, int]:
+    """The control tokens (text -> id) that the template's own text spells."""
+    found: dict[str, int] = {}
+    for part in template_parts:
+        for token in model.tokenize(part, add_special=False, parse_special=True):
+            if model.is_control(token):
+                found[model.token_text(token)] = token
+    found.pop("", None)
+    return found
+
+
+def _fragments(segments: list[tuple[str, bool]], specials: dict[str, int], model) -> list[str | int]:
+    """Plain-text pieces and control token ids: the text is split only at control-token text in the
+    template's own segments. Whitespace beside a token marked to strip it is dropped, as llama.cpp does."""
+    pattern = re.compile("|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True))) \
+        if specials else None
+    pieces: list[str | int] = [""]
+    for segment, is_template in segments:
+        pos = 0
+        for match in (pattern.finditer(segment) if pattern and is_template else ()):
+            pieces[-1] += segment[pos:match.start()]
+            pieces += [specials[match.group(0)], ""]
+            pos = match.end()
+        pieces[-1] += segment[pos:]
+    for i in range(1, len(pieces), 2):
+        token = pieces[i]
+        if model.strips_left(token):
+            pieces[i - 1] = pieces[i - 1].rstrip()
+        if model.strips_right(token):
+            pieces[i + 1] = pieces[i + 1].lstrip()
+    return pieces

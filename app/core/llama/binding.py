@@ -1,0 +1,382 @@
+"""A thin typed wrapper over llama-cpp-python's low-level API.
+
+With library.py (llama.cpp started once, its log), mtp.py, recurrent.py and devices.py, the only code
+that touches ``llama_cpp`` (besides the benchmark's baseline). It loads a model and a
+context, decodes batches with logits for chosen positions, hands logits rows out as numpy views,
+trims the KV cache, tokenizes and turns tokens back into bytes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from app.core.llama import library
+from app.core.llama.devices import DeviceList, choose_device, free_bytes
+from app.core.llama.library import lib
+from app.core.gguf.info import read_gguf_info
+from app.core.llama.placement import parse_placement, plan_gpu_layers
+from app.core.llama.recurrent import LATEST, PROMPT, SavedState, SavedStates
+from app.core.errors import DecodeError, InvalidMessagesError, ModelLoadError
+from app.core.params import AUTO, ModelParams
+
+def default_threads() -> int:
+    """Physical cores are what matter for decoding; os.cpu_count() counts hyper-threads."""
+    n = os.cpu_count() or 1
+    return n if n <= 4 else max(4, n // 2)
+
+
+# What a model keeps of the past: keys and values per token (attention: any suffix can be dropped),
+# a recurrent state that folds every token in (recurrent), or both (hybrid).
+ATTENTION, RECURRENT, HYBRID = "attention", "recurrent", "hybrid"
+# Recurrent-state snapshots asked of llama.cpp per sequence (n_rs_seq), for the architectures that keep
+# them: a rejected draft of up to this many tokens is undone inside the batch that verified it.
+ROLLBACK_TOKENS = 16
+
+
+class LlamaModel:
+    """Weights and vocabulary of one GGUF model."""
+
+    def __init__(self, params: ModelParams):
+        library.ensure_backend()
+        llama_cpp = lib()
+        self.params = params
+        self.path = str(params.path)
+        mparams = llama_cpp.llama_model_default_params()
+        device = _device(params)
+        mparams.n_gpu_layers = _layers_to_offload(params, device)
+        mparams.use_mmap = params.use_mmap
+        mparams.load_mtp = params.load_mtp   # MTP (nextn) layers: only when the model drafts for itself
+        device_list = _device_list(device)
+        mparams.devices = device_list.pointer
+        self.device = device
+        library.take_errors()
+        with library.load_log() as log:
+            model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
+        self.placement = dataclasses.replace(parse_placement(log), device=device.name if device else "")
+        if not model:
+            raise ModelLoadError(_load_failure_message(self.path, library.take_errors()))
+        self._model = model
+        self._vocab = llama_cpp.llama_model_get_vocab(model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self.bos = int(llama_cpp.llama_vocab_bos(self._vocab))
+        self.eos = int(llama_cpp.llama_vocab_eos(self._vocab))
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(model))
+        self.memory = (RECURRENT if llama_cpp.llama_model_is_recurrent(model)
+                       else HYBRID if llama_cpp.llama_model_is_hybrid(model) else ATTENTION)
+        self.size_bytes = int(llama_cpp.llama_model_size(model))
+        self.n_params = int(llama_cpp.llama_model_n_params(model))
+        self._pieces: dict[int, bytes] = {}
+        self._eog = np.array([bool(llama_cpp.llama_vocab_is_eog(self._vocab, t)) for t in range(self.n_vocab)])
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).name
+
+    def chat_template(self) -> str | None:
+        raw = lib().llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8", "replace") if raw else None
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        llama_cpp = lib()
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as exc:   # callers check messages first; this guards any other text
+            raise InvalidMessagesError(f"The text is not valid Unicode: character {exc.start + 1} is a lone "
+                                       f"surrogate ({text[exc.start]!r}).") from None
+        capacity = len(data) + 8
+        buf = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, parse_special)
+        return list(buf[:n])
+
+    def is_control(self, token: int) -> bool:
+        """Whether ``token`` is one that tokenizing with ``parse_special`` alone turns text into
+        (control and unknown tokens): message text must never become one."""
+        llama_cpp = lib()
+        return bool(self._attr(token) & (llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN))
+
+    def strips_left(self, token: int) -> bool:
+        return bool(self._attr(token) & lib().LLAMA_TOKEN_ATTR_LSTRIP)
+
+    def strips_right(self, token: int) -> bool:
+        return bool(self._attr(token) & lib().LLAMA_TOKEN_ATTR_RSTRIP)
+
+    def _attr(self, token: int) -> int:
+        if not 0 <= token < self.n_vocab:
+            return 0
+        return int(lib().llama_vocab_get_attr(self._vocab, token))
+
+    def token_text(self, token: int) -> str:
+        """A token's text as the vocabulary spells it (control tokens included); "" for none."""
+        if not 0 <= token < self.n_vocab:
+            return ""
+        raw = lib().llama_vocab_get_text(self._vocab, token)
+        return raw.decode("utf-8", "replace") if raw else ""
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token (control tokens render as nothing)."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            cached = self._pieces[token] = self._token_to_piece(token)
+        return cached
+
+    def _token_to_piece(self, token: int) -> bytes:
+        llama_cpp = lib()
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._eog[token]) if 0 <= token < self.n_vocab else False
+
+    def close(self) -> None:
+        if self._model:
+            lib().llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self):  # pragma: no cover - safety net; Engine closes explicitly
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _device(params: ModelParams):
+    return choose_device(params.device)
+
+
+def _device_list(device):
+    """Only the chosen device (or none): left to itself llama.cpp spreads a model over every GPU it
+    sees, and one card seen by two backends is not always told apart."""
+    return DeviceList(device)
+
+
+def _layers_to_offload(params: ModelParams, device) -> int:
+    layers = params.n_gpu_layers
+    if device is None:
+        return 0
+    if layers == AUTO:  # one model on its own (the engine resolves a pair's layers together)
+        layers = plan_gpu_layers(params, read_gguf_info(params.path), None, None, free_bytes(device)).main_layers
+    return int(layers) if int(layers) >= 0 else 0x7FFFFFFF
+
+
+def _load_failure_message(path: str, log: str) -> str:
+    name = Path(path).name
+    lowered = log.lower()
+    if "unknown model architecture" in lowered:
+        arch = log.split("unknown model architecture:", 1)[-1].strip().split()[0].strip("'\"")
+        return (f"{name} uses the architecture '{arch}', which this version of llama.cpp does not "
+                f"know. Update Quickdraft or choose another model.")
+    if "alloc" in lowered or "memory" in lowered:
+        return f"Not enough memory to load {name}. Offload fewer layers to the GPU or choose a smaller model. ({log})"
+    return f"llama.cpp could not load {name}." + (f" It said: {log}" if log else "")
+
+
+def logits_view(pointer, rows: int, n_vocab: int) -> np.ndarray:
+    """llama.cpp's logits rows as a numpy array without a copy (valid until the next decode)."""
+    return np.ctypeslib.as_array(pointer, shape=(rows, n_vocab))
+
+
+def context_params(n_ctx: int, n_batch: int, n_threads: int):
+    """llama_context_params for one sequence: ``n_batch`` tokens a decode, ``n_threads`` threads."""
+    cparams = lib().llama_context_default_params()
+    cparams.n_ctx = n_ctx
+    cparams.n_batch = cparams.n_ubatch = n_batch
+    cparams.n_seq_max = 1
+    cparams.n_threads = cparams.n_threads_batch = n_threads
+    cparams.no_perf = True
+    return cparams
+
+
+class LlamaSession:
+    """A llama.cpp context (one sequence) whose KV cache holds ``cached``."""
+
+    def __init__(self, model: LlamaModel, n_ctx: int, n_threads: int | None = None, n_batch: int = 512):
+        llama_cpp = lib()
+        self.model = model
+        self.n_vocab = model.n_vocab
+        self.n_threads = n_threads or default_threads()
+        cparams = context_params(n_ctx if n_ctx > 0 else model.n_ctx_train, n_batch, self.n_threads)
+        if model.memory != ATTENTION:
+            cparams.n_rs_seq = ROLLBACK_TOKENS  # llama.cpp keeps it only for architectures that support it
+        library.take_errors()
+        ctx = llama_cpp.llama_init_from_model(model._model, cparams)
+        if not ctx:
+            raise ModelLoadError(
+                f"Could not create a context of {cparams.n_ctx} tokens for {model.name}: "
+                f"lower the context size or offload fewer layers. {library.take_errors()}".rstrip())
+        self._ctx = ctx
+        self.n_ctx = int(llama_cpp.llama_n_ctx(ctx))
+        n_batch = self.n_batch = int(llama_cpp.llama_n_batch(ctx))  # llama.cpp caps it at the context size
+        self._memory = llama_cpp.llama_get_memory(ctx)
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._tokens = np.ctypeslib.as_array(self._batch.token, shape=(n_batch,))
+        self._pos = np.ctypeslib.as_array(self._batch.pos, shape=(n_batch,))
+        self._logits_flags = np.ctypeslib.as_array(self._batch.logits, shape=(n_batch,))
+        np.ctypeslib.as_array(self._batch.n_seq_id, shape=(n_batch,))[:] = 1
+        for i in range(n_batch):
+            self._batch.seq_id[i][0] = 0
+        self._cached: list[int] = []
+        self.decode_s = 0.0  # time spent inside llama_decode, for the host-overhead benchmark
+        self.memory = model.memory
+        self.n_rs_seq = int(llama_cpp.llama_n_rs_seq(ctx))
+        self._rollback_window = 0        # tokens llama.cpp can still take back exactly (see truncate)
+        self._saved = SavedStates(ctx, model.name)   # recurrent states to take the cache back to
+        self._in_single_run = False      # the last eval appended one token after a saved state
+        self._after_prompt = False       # the last eval read a prompt (several tokens, logits of the last)
+        self.rereads = 0                 # times the cache was read again from the start (for tests)
+        # called with (start, n) after each batch decoded (app/core/llama/mtp.py reads hidden states)
+        self.decode_hooks: list[Callable[[int, int], None]] = []
+
+    @property
+    def raw_context(self):
+        """The llama.cpp context (for app/core/llama/mtp.py's staging-API calls)."""
+        return self._ctx
+
+    @property
+    def cached(self) -> list[int]:
+        return self._cached
+
+    def eval(self, tokens: Sequence[int], all_logits: bool = False) -> np.ndarray:
+        if len(self._cached) + len(tokens) > self.n_ctx:
+            raise DecodeError(f"The context of {self.n_ctx} tokens is full.")
+        if self.memory != ATTENTION and not (self._in_single_run and len(tokens) == 1):
+            self._saved.save(PROMPT if self._after_prompt else LATEST, len(self._cached))
+        self._in_single_run = len(tokens) == 1
+        self._after_prompt = len(tokens) > 1 and not all_logits
+        return self._eval(tokens, all_logits)
+
+    def _eval(self, tokens: Sequence[int], all_logits: bool) -> np.ndarray:
+        if len(tokens) <= self.n_batch:
+            return self._decode(tokens, all_logits)
+        rows = []
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start:start + self.n_batch]
+            last = start + self.n_batch >= len(tokens)
+            out = self._decode(chunk, all_logits)
+            if all_logits or last:
+                rows.append(out.copy())
+        return np.concatenate(rows)
+
+    def _decode(self, tokens: Sequence[int], all_logits: bool) -> np.ndarray:
+        llama_cpp = lib()
+        n = len(tokens)
+        start = len(self._cached)
+        self._tokens[:n] = tokens
+        self._pos[:n] = np.arange(start, start + n)
+        self._logits_flags[:n] = 1 if all_logits else 0
+        self._logits_flags[n - 1] = 1
+        self._batch.n_tokens = n
+        t0 = time.perf_counter()
+        rc = llama_cpp.llama_decode(self._ctx, self._batch)
+        self.decode_s += time.perf_counter() - t0
+        if rc != 0:
+            self._after_failed_decode(start)
+            raise DecodeError(f"llama.cpp failed to decode a batch of {n} tokens (code {rc}). {library.take_errors()}".rstrip())
+        self._cached.extend(int(t) for t in tokens)
+        self._rollback_window = min(n - 1, self.n_rs_seq)  # snapshots of this batch's tokens but its first
+        for hook in self.decode_hooks:
+            hook(start, n)
+        n_out = n if all_logits else 1
+        first = 0 if all_logits else n - 1
+        return logits_view(llama_cpp.llama_get_logits_ith(self._ctx, first), n_out, self.n_vocab)
+
+    def truncate(self, n_keep: int) -> None:
+        """Drop every cached position from ``n_keep`` on, exactly, whatever the model's memory.
+
+        Keys and values (attention) drop any suffix. A recurrent state cannot be unwound token by
+        token: llama.cpp takes back at most the last batch's tokens but its first (from its n_rs_seq
+        snapshots, once per batch); past that the latest state saved at or before ``n_keep`` (before
+        the last batch or run of single tokens, or right after the last prompt, where a new chat turn
+        picks up) is put back and the kept tokens after it are decoded again; failing that, the whole
+        cache is read again. Each llama.cpp answer is checked: a refused removal is never ignored."""
+        n_keep = max(0, n_keep)
+        if n_keep >= len(self._cached):
+            return
+        self._in_single_run = self._after_prompt = False
+        saved = self._saved.latest_within(n_keep)
+        if self.memory == ATTENTION:
+            self._remove_from(n_keep)
+        elif len(self._cached) - n_keep <= self._rollback_window and self._seq_rm(n_keep):
+            del self._cached[n_keep:]
+        elif saved is not None:
+            self._put_back(saved, n_keep)
+        else:
+            self._read_again(n_keep)
+        self._rollback_window = 0  # llama.cpp's rollback is single-use until the next decode
+        self._saved.forget_after(n_keep)
+
+    def _seq_rm(self, n_keep: int) -> bool:
+        return bool(lib().llama_memory_seq_rm(self._memory, 0, n_keep, -1))
+
+    def _remove_from(self, n_keep: int) -> None:
+        if not self._seq_rm(n_keep):
+            raise DecodeError(f"llama.cpp could not remove positions {n_keep}.. of {self.model.name}'s cache. "
+                              f"{library.take_errors()}".rstrip())
+        del self._cached[n_keep:]
+
+    def _put_back(self, saved: "SavedState", n_keep: int) -> None:
+        """Put a saved state back, drop the positions after it, decode the kept tokens past it."""
+        kept = self._cached[:n_keep]
+        if not self._saved.put_back(saved):
+            self._read_again(n_keep)
+            return
+        self._remove_from(saved.n_tokens)
+        if len(kept) > saved.n_tokens:
+            self._eval(kept[saved.n_tokens:], all_logits=False)
+
+    def _after_failed_decode(self, start: int) -> None:
+        """A batch llama.cpp could not decode may have left part of itself behind: drop what it may have
+        added to the keys and values; a recurrent state it may have folded in cannot be told apart, so
+        that cache is emptied (the next answer reads its prompt again) instead of being trusted."""
+        self._rollback_window = 0
+        if self.memory == ATTENTION:
+            self._seq_rm(start)
+            return
+        self._saved.clear()
+        self._remove_from(0)
+
+    def _read_again(self, n_keep: int) -> None:
+        """Empty the sequence (always possible) and decode the kept tokens from the start."""
+        kept = self._cached[:n_keep]
+        self._saved.clear()
+        self._remove_from(0)
+        self.rereads += 1
+        if kept:
+            self._eval(kept, all_logits=False)
+
+    def kv_positions(self) -> tuple[int, int]:
+        """(min, max) position llama.cpp holds for the sequence; (-1, -1) when empty. For tests."""
+        llama_cpp = lib()
+        return (int(llama_cpp.llama_memory_seq_pos_min(self._memory, 0)),
+                int(llama_cpp.llama_memory_seq_pos_max(self._memory, 0)))
+
+    def close(self) -> None:
+        llama_cpp = lib()
+        if self._ctx:
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+
+    def __del__(self):  # pragma: no cover
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,222 @@
+"""Drafters propose the tokens the main model verifies."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, Sequence
+
+import numpy as np
+
+from app.core.lm import Session, common_prefix_length, prefill
+from app.core.params import DrafterKind
+from app.core.speculation.acceptance import LOOKUP, MODEL, MTP, LookupMatch
+from app.core.speculation.draft import Draft
+from app.core.speculation.policy_base import Decision, DraftPolicy
+from app.core.speculation.sampling import Sampler
+
+if TYPE_CHECKING:
+    from app.core.llama.mtp import MTPHead
+
+
+
+class Drafter(Protocol):
+    name: str
+
+    def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
+        """Read the prompt before the first round (part of prompt processing)."""
+
+    def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
+        """Propose up to ``max_len`` tokens to follow ``context`` (the whole accepted sequence)."""
+
+    def sync(self, context: Sequence[int]) -> None:
+        """After verification: forget anything that is not a prefix of ``context``."""
+
+
+class DraftModelDrafter:
+    """A second, smaller model drafts a chain of its own most likely tokens (sampled from its
+    distribution when the main model samples, so the acceptance rule can use its probabilities)."""
+
+    name = MODEL
+
+    def __init__(self, session: Session):
+        self.session = session
+
+    def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
+        if policy.may_draft(MODEL) and len(prompt) < self.session.n_ctx:
+            prefill(self.session, prompt)
+
+    def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
+        behind = len(context) - common_prefix_length(self.session.cached, context)
+        max_len = min(max_len, policy.draft_length(MODEL, behind), self.session.n_ctx - len(context))
+        if max_len <= 0:
+            return Draft()  # nothing decoded: a round without drafting costs the draft model nothing
+        return draft_chain(prefill(self.session, context), lambda token: self.session.eval([token])[-1],
+                           MODEL, max_len, policy, sampler)
+
+    def sync(self, context: Sequence[int]) -> None:
+        self.session.truncate(common_prefix_length(self.session.cached, context))
+
+
+def draft_chain(logits: np.ndarray, next_logits, source: str, max_len: int, policy: DraftPolicy,
+                sampler: Sampler) -> Draft:
+    """A chain of a model's picks: each one's logits come from feeding it the pick before
+    (``next_logits(token)``); the policy says when to stop."""
+    out = Draft()
+    while True:
+        pick = sampler.draft_pick(logits)
+        decision = policy.step(len(out), pick.p_top, source)
+        if decision is Decision.STOP:
+            break
+        out.add(pick.token, pick.q, source, pick.p_top)
+        if decision is Decision.LAST or len(out) >= max_len:
+            break
+        logits = next_logits(pick.token)
+    return out
+
+
+class MTPDrafter:
+    """The main model drafts for itself with its MTP (nextn) head: a chain of the head's most likely
+    tokens (sampled from its distribution when the main model samples), each fed back with the head's
+    own hidden state. No second model: the head reads the main model's hidden states as it decodes."""
+
+    name = MTP
+
+    def __init__(self, head: "MTPHead"):
+        self.head = head
+
+    def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
+        if policy.may_draft(MTP) and self.head.can_follow(prompt):
+            self.head.start(prompt)   # read the prompt in the prompt phase, as the draft model does
+
+    def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
+        max_len = min(max_len, policy.draft_length(MTP), self.head.n_ctx - len(context))
+        if max_len <= 0 or not self.head.can_follow(context):
+            return Draft()
+        return draft_chain(self.head.start(context), self.head.step, MTP, max_len, policy, sampler)
+
+    def sync(self, context: Sequence[int]) -> None:
+        if not context:
+            self.head.forget()   # otherwise the next draft drops what the context no longer holds
+
+
+class PromptLookupDrafter:
+    """Drafts by copying: finds an earlier occurrence of the last n tokens, the longest n that has
+    one (``ngram_min`` <= n <= ``ngram_max``), in the prompt and the answer so far, and proposes
+    what followed it. No second model, so its drafts cost next to nothing. The match length is the
+    drafts' score, with where it was found: a long match in the prompt means the answer copies the
+    user's text verbatim (an edit), one in the answer so far is more often a phrase said twice.
+
+    Of several occurrences the latest in the prompt is copied, else the latest in the answer. An
+    edit's answer holds an edited copy of the prompt, so where it repeats a passage it copied
+    before, the prompt says how the passage goes on and the earlier copy may not: on the benchmark's
+    edit answers, the 16 rounds whose 9+ token match was in both went on as the prompt did for all
+    16 drafted tokens, as the answer's copy did for 3.5 on average.
+    """
+
+    name = LOOKUP
+
+    def __init__(self, ngram_max: int = 16, ngram_min: int = 1):
+        self.ngram_max = ngram_max
+        self.ngram_min = ngram_min
+        self._indexed: list[int] = []
+        self._prompt_length = 0
+        # [n]: n-gram -> where its latest occurrence ends, for the occurrences whose continuation
+        # starts in the prompt, and for those in the answer
+        self._prompt_index: list[dict[tuple[int, ...], int]] = [{} for _ in range(ngram_max + 1)]
+        self._answer_index: list[dict[tuple[int, ...], int]] = [{} for _ in range(ngram_max + 1)]
+
+    def find(self, context: Sequence[int], max_len: int) -> tuple[int, list[int]]:
+        """(match length, continuation) of the longest match; (0, []) when there is none."""
+        n, end = self._longest_match(context)
+        return n, list(context[end:end + max_len]) if n else []
+
+    def _longest_match(self, context: Sequence[int]) -> tuple[int, int]:
+        """(length, end) of the occurrence of the longest n-gram ending the context that a draft
+        copies: the latest in the prompt, else the latest in the answer."""
+        self._update_index(context)
+        # An n-gram that occurs has every shorter ending of it occur where it ends (all are indexed),
+        # so whether the last n tokens occur falls from yes to no as n grows: bisect for the longest
+        # (4-5 lookups a round, not one per length down from ngram_max: most rounds match 0-2 tokens)
+        low, high = self.ngram_min - 1, min(self.ngram_max, len(context) - 1)
+        found = 0  # where the longest occurring length found so far (low) ends; none yet: low < ngram_min
+        while low < high:
+            n = (low + high + 1) // 2
+            end = self._occurrence(context, n)
+            if end is None:
+                high = n - 1
+            else:
+                low, found = n, end
+        return (low, found) if low >= max(1, self.ngram_min) else (0, 0)
+
+    def _occurrence(self, context: Sequence[int], n: int) -> int | None:
+        """Where the occurrence of the last ``n`` tokens that a draft copies ends: the latest in the
+        prompt, else the latest in the answer; None if they occur nowhere before."""
+        gram = tuple(context[-n:])
+        end = self._prompt_index[n].get(gram)
+        return self._answer_index[n].get(gram) if end is None else end
+
+    def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
+        self._prompt_length = len(prompt)
+        self._indexed = []  # where the prompt ends decides which occurrences are the prompt's
+        self._update_index(prompt)
+
+    def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
+        max_len = min(max_len, policy.draft_length(LOOKUP))
+        out = Draft()
+        if max_len <= 0:
+            return out
+        n, end = self._longest_match(context)
+        if n == 0:
+            return out
+        match = LookupMatch(n, in_prompt=end < self._prompt_length)
+        for token in context[end:end + max_len]:
+            decision = policy.step(len(out), match, LOOKUP)
+            if decision is Decision.STOP:
+                break
+            out.add(token, None, LOOKUP, match)
+            if decision is Decision.LAST:
+                break
+        return out
+
+    def sync(self, context: Sequence[int]) -> None:
+        pass  # the index follows the context it is given
+
+    def _update_index(self, context: Sequence[int]) -> None:
+        """Index every n-gram that ends before the last token (the last n-gram is the query). A
+        context that extends the one indexed adds its new tokens; any other starts the index over.
+        A generation's context only grows, so that is told by its first token and the last ones
+        indexed, not by comparing all of it: every round, at 4,000 tokens of context, that comparison
+        cost as much as the rest of a round's drafting."""
+        done = len(self._indexed)
+        tail = max(0, done - self.ngram_max)
+        if done > len(context) or self._indexed[tail:] != list(context[tail:done]) or \
+                (done and context[0] != self._indexed[0]):
+            self._indexed, done = [], 0
+            self._prompt_index = [{} for _ in range(self.ngram_max + 1)]
+            self._answer_index = [{} for _ in range(self.ngram_max + 1)]
+        stop = len(context) - 1
+        for end in range(max(done, 1), stop + 1):
+            index = self._prompt_index if end < self._prompt_length else self._answer_index
+            for n in range(1, min(self.ngram_max, end) + 1):
+                index[n][tuple(context[end - n:end])] = end
+        self._indexed.extend(context[done:])
+
+
+class LookupThenModelDrafter:
+    """Prompt lookup first; the draft model when lookup has nothing worth proposing."""
+
+    name = DrafterKind.LOOKUP_MODEL.value
+
+    def __init__(self, lookup: PromptLookupDrafter, model: DraftModelDrafter):
+        self.lookup = lookup
+        self.model = model
+
+    def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
+        self.lookup.prepare(prompt, policy)
+        self.model.prepare(prompt, policy)
+
+    def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
+        draft = self.lookup.draft(context, max_len, policy, sampler)
+        return draft if len(draft) else self.model.draft(context, max_len, policy, sampler)
+
+    def sync(self, context: Sequence[int]) -> None:
+        self.model.sync(context)

@@ -1,0 +1,162 @@
+"""The engine's event stream: what ``Engine.generate()`` yields.
+
+The CLI, the GUI, the benchmark and the tests all consume these same small frozen values. Every
+event carries ``at_s``: when it happened, in seconds since the generation started, on the engine's
+one clock, so every rate computed from events (app/core/speculation/stats.py) is measured on that clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from app.core.speculation import rates
+
+
+class Origin(str, Enum):
+    """Where a token came from."""
+
+    DRAFT = "draft"  # a drafted token the main model accepted
+    MAIN = "main"    # the main model's own token: a correction after a rejection, or a bonus
+
+
+class StopReason(str, Enum):
+    LENGTH = "length"          # max tokens reached
+    EOG = "eog"                # an end-of-generation token
+    STOP_STRING = "stop_string"
+    CONTEXT = "context"        # the context window is full
+    CANCEL = "cancel"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Started:
+    """The first event: the prompt fits and decoding begins. ``cached_tokens`` of the prompt are reused
+    from the KV cache (not decoded again). ``monotonic_start`` is ``time.monotonic()`` at that moment,
+    so a caller in the same process can place the stamps on its own clock."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    monotonic_start: float = 0.0
+    at_s: float = 0.0
+
+    @property
+    def evaluated_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+
+@dataclass(frozen=True)
+class TokenPiece:
+    """Text ready to show. ``text`` holds whole characters only (bytes of a character split across
+    tokens are held back until it is complete), so it may be empty while ``token_ids`` is not."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    origin: Origin
+    at_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Round:
+    """One speculative round: drafted n tokens, the main model accepted k of them, then added one."""
+
+    index: int
+    drafted: int
+    accepted: int
+    draft_s: float
+    verify_s: float
+    generated_total: int   # tokens generated so far, this round included
+    at_s: float = 0.0      # when the round ended, since generation started (prompt processing included)
+    learning: bool = False  # the policy was still learning this machine's costs after this round
+
+
+@dataclass(frozen=True)
+class Summary:
+    prompt_tokens: int            # tokens in the prompt
+    prompt_tokens_evaluated: int  # of those, how many were decoded (the rest came from the cache)
+    generated_tokens: int
+    ttft_s: float                 # time to first token
+    prompt_s: float
+    generation_s: float           # from the first token to the end
+    drafted: int
+    accepted: int
+    main_tokens: int              # tokens the main model produced itself (corrections and bonuses)
+    rounds: int
+    drafting_rounds: int          # rounds that drafted at least one token
+    draft_s: float
+    verify_s: float
+    accepted_by_position: tuple[int, ...] = ()
+    drafted_by_position: tuple[int, ...] = ()
+    stop_reason: StopReason = StopReason.LENGTH
+    error: str | None = None
+    text: str = ""
+    token_ids: tuple[int, ...] = field(default=(), repr=False)
+    warnings: tuple[str, ...] = ()   # for the user: e.g. the chat template was too costly and not used
+    speculation_reported: bool = True  # False: a remote server said nothing about drafting (not zero)
+    at_s: float = 0.0                  # when the generation ended (ttft_s + generation_s for the engine)
+    policy_learning: bool = False      # the auto policy was still learning this machine's costs at the end
+    cost_rounds_observed: int = 0      # rounds of this answer whose times the cost model learned from
+
+    @property
+    def prompt_tps(self) -> float:
+        return rates.per_second(self.prompt_tokens_evaluated, self.prompt_s)
+
+    @property
+    def generation_tps(self) -> float:
+        return rates.generation_tps(self.generated_tokens, self.generation_s)
+
+    @property
+    def total_s(self) -> float:
+        return self.ttft_s + self.generation_s
+
+    @property
+    def acceptance_rate(self) -> float:
+        return rates.ratio(self.accepted, self.drafted)
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Accepted draft tokens per round that drafted."""
+        return rates.ratio(self.accepted, self.drafting_rounds)
+
+    @property
+    def tokens_per_round(self) -> float:
+        return rates.tokens_per_round(self.generated_tokens, self.rounds)
+
+    def acceptance_by_position(self) -> list[float]:
+        return rates.by_position(self.accepted_by_position, self.drafted_by_position)
+
+    def to_dict(self) -> dict:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_tokens_evaluated": self.prompt_tokens_evaluated,
+            "generated_tokens": self.generated_tokens,
+            "ttft_s": self.ttft_s,
+            "prompt_s": self.prompt_s,
+            "generation_s": self.generation_s,
+            "prompt_tps": self.prompt_tps,
+            "generation_tps": self.generation_tps,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "main_tokens": self.main_tokens,
+            "acceptance_rate": self.acceptance_rate,
+            "rounds": self.rounds,
+            "drafting_rounds": self.drafting_rounds,
+            "mean_accepted_length": self.mean_accepted_length,
+            "tokens_per_round": self.tokens_per_round,
+            "draft_s": self.draft_s,
+            "verify_s": self.verify_s,
+            "drafted_by_position": list(self.drafted_by_position),
+            "accepted_by_position": list(self.accepted_by_position),
+            "acceptance_by_position": self.acceptance_by_position(),
+            "stop_reason": self.stop_reason.value,
+            "error": self.error,
+            "text": self.text,
+            "token_ids": list(self.token_ids),
+            "warnings": list(self.warnings),
+            "speculation_reported": self.speculation_reported,
+            "policy_learning": self.policy_learning,
+            "cost_rounds_observed": self.cost_rounds_observed,
+        }
+
+
+Event = Started | TokenPiece | Round | Summary

@@ -1,0 +1,166 @@
+"""The speculative loop: draft -> verify -> accept -> roll back, yielding events.
+
+Invariant between rounds: the main session's cache holds every accepted token but the newest one
+(``context[:-1]``); the newest is decoded at the head of the next verify batch. The drafter keeps
+only a prefix of ``context``. So after every round both caches hold accepted tokens only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Iterator, Sequence
+
+from app.core.speculation.drafters import Draft, Drafter
+from app.core.errors import PromptTooLongError, QuickdraftError
+from app.core.speculation.events import Event, Origin, Round, Started, StopReason, TokenPiece
+from app.core.lm import Session, Vocabulary, common_prefix_length, prefill
+from app.core.params import SamplingParams
+from app.core.speculation.policy_base import DraftPolicy
+from app.core.speculation.sampling import Sampler, top_probability
+from app.core.speculation.stats import GenerationStats
+from app.core.speculation.text import TextAssembler
+
+
+def check_prompt_fits(prompt: Sequence[int], n_ctx: int) -> None:
+    if len(prompt) >= n_ctx:  # at least one position must stay free for the answer
+        raise PromptTooLongError(len(prompt), n_ctx)
+    if not prompt:
+        raise QuickdraftError("The prompt is empty.")
+
+
+class SpeculativeGeneration:
+    """One generation. Iterate ``run()`` for the events: a Started first, a Summary last, each
+    stamped with the seconds since the generation started (one clock, ``time.perf_counter``)."""
+
+    def __init__(self, main: Session, vocab: Vocabulary, drafter: Drafter | None, policy: DraftPolicy,
+                 sampling: SamplingParams, draft_min: int = 0, cancel: threading.Event | None = None):
+        self.main = main
+        self.draft_min = draft_min
+        self.vocab = vocab
+        self.drafter = drafter
+        self.policy = policy
+        self.params = sampling
+        self.sampler = Sampler(sampling)
+        self.cancel = cancel or threading.Event()
+        self.stats = GenerationStats()
+        self._start = 0.0
+        self.text = TextAssembler(sampling.stop)
+        self.context: list[int] = []
+        self.generated: list[int] = []
+        self.ended_by_eog = False
+
+    def run(self, prompt: Sequence[int]) -> Iterator[Event]:
+        check_prompt_fits(prompt, self.main.n_ctx)
+        cached = min(len(prompt) - 1, common_prefix_length(self.main.cached, prompt))
+        started = Started(len(prompt), cached, monotonic_start=time.monotonic())
+        self._start = time.perf_counter()   # at_s = 0.0: the moment ``started`` names
+        self.stats.add(started)
+        yield started
+        self.context = list(prompt)
+        stop: StopReason | None = None
+        error: str | None = None
+        try:
+            first = self.sampler.sample(prefill(self.main, prompt))
+            if self.drafter is not None:  # the prompt phase covers both models, as in llama.cpp
+                self.drafter.prepare(prompt, self.policy)
+            self.stats.first_token(self._now())
+            yield from self._emit([first], n_from_draft=0)
+            stop = self._stop_reason()
+            while stop is None:
+                stop = yield from self._round()
+        except QuickdraftError as exc:
+            stop, error = StopReason.ERROR, str(exc)
+            self._forget_caches()
+        tail = self.text.finish()
+        if tail is not None:
+            yield self._record(tail)
+        yield self.stats.to_summary(generated_tokens=len(self.generated), end_s=self._now(),
+                                    stop_reason=stop or StopReason.LENGTH, error=error,
+                                    text=self.text.text, token_ids=self.generated)
+
+    def _now(self) -> float:
+        return time.perf_counter() - self._start
+
+    def _record(self, event: Event) -> Event:
+        """Stamp an event on this generation's clock and count it."""
+        event = dataclasses.replace(event, at_s=self._now())
+        self.stats.add(event)
+        return event
+
+    def _round(self) -> Iterator[Event]:
+        if self.cancel.is_set():
+            return StopReason.CANCEL
+        t0 = time.perf_counter()
+        draft = self._draft()
+        t1 = time.perf_counter()
+        rows = self.main.eval([self.context[-1], *draft.tokens], all_logits=True)
+        accepted, next_token = self.sampler.verify(rows, draft.tokens, draft.q)
+        confidence = [top_probability(row) for row in rows[:accepted + 1]] \
+            if self.policy.wants_main_confidence() else []
+        # roll back: the main cache keeps the last token and the accepted draft, never the rejected
+        self.main.truncate(len(self.context) + accepted)
+        t2 = time.perf_counter()
+        new_tokens = _cut_after_eog([*draft.tokens[:accepted], next_token], self.vocab)
+        used_drafts = min(accepted, len(new_tokens))
+        self.policy.observe(draft, accepted, draft_s=t1 - t0, main_confidence=confidence,
+                            verify_s=t2 - t1, context=len(self.context) - 1)
+        yield from self._emit(new_tokens, n_from_draft=used_drafts)
+        if self.drafter is not None:
+            self.drafter.sync(self.context)
+        yield self._record(Round(self.stats.rounds, len(draft), used_drafts, t1 - t0, t2 - t1, len(self.generated)))
+        return self._stop_reason()
+
+    def _draft(self) -> Draft:
+        if self.drafter is None:
+            return Draft()
+        remaining = self.params.max_tokens - len(self.generated)
+        room = self.main.n_ctx - len(self.context)   # free positions once the last token is in
+        budget = min(remaining - 1, room - 1)        # the main model always adds one token
+        if budget <= 0:
+            return Draft()
+        draft = self.drafter.draft(self.context, budget, self.policy, self.sampler)
+        draft = draft.cut(self.policy.cut(draft))
+        if len(draft) < self.draft_min:
+            return Draft()  # too short to be worth a batch: the main model decodes alone
+        return draft
+
+    def _emit(self, tokens: list[int], n_from_draft: int) -> Iterator[TokenPiece]:
+        """Append tokens to the answer and yield their text; an end-of-generation token ends it."""
+        for i, token in enumerate(tokens):
+            self.context.append(token)
+            self.generated.append(token)
+            if self.vocab.is_eog(token):
+                self.ended_by_eog = True
+                return
+            if self.text.stopped:
+                continue  # generated past a stop string: counted, not shown
+            origin = Origin.DRAFT if i < n_from_draft else Origin.MAIN
+            piece = self.text.push(token, self.vocab.piece(token), origin)
+            if piece is not None:
+                yield self._record(piece)
+
+    def _stop_reason(self) -> StopReason | None:
+        if self.ended_by_eog:
+            return StopReason.EOG
+        if self.text.stopped:
+            return StopReason.STOP_STRING
+        if len(self.generated) >= self.params.max_tokens:
+            return StopReason.LENGTH
+        if len(self.context) >= self.main.n_ctx:
+            return StopReason.CONTEXT
+        return None
+
+    def _forget_caches(self) -> None:
+        self.main.truncate(0)
+        if self.drafter is not None:
+            self.drafter.sync([])
+
+
+def _cut_after_eog(tokens: list[int], vocab: Vocabulary) -> list[int]:
+    """Tokens after an end-of-generation token in the same round are not part of the answer."""
+    for i, token in enumerate(tokens):
+        if vocab.is_eog(token):
+            return tokens[: i + 1]
+    return tokens

@@ -1,0 +1,93 @@
+"""What every draft policy answers, and the two that need no cost model.
+
+A drafter asks the policy, token by token, whether to go on (``step``); after drafting the policy may
+cut the draft (``cut``); after verification it learns what was accepted (``observe``). The fixed
+policy always drafts the most it may; the p-min policy stops where the draft's confidence falls below
+p_min. The auto policy, which weighs costs, is in policy.py.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Protocol, Sequence
+
+from app.core.params import SpeculationParams
+from app.core.speculation.acceptance import MODEL, MTP, Score
+from app.core.speculation.draft import Draft
+
+
+class Decision(Enum):
+    STOP = "stop"   # drop this token and stop drafting
+    LAST = "last"   # keep this token, then stop (saves the draft step that would follow it)
+    MORE = "more"   # keep this token and draft another
+
+
+class DraftPolicy(Protocol):
+    def may_draft(self, source: str) -> bool:
+        """Whether a drafter of kind ``source`` may ever be asked (so it should read the prompt); the
+        drafters in play ask it while the prompt is read."""
+    def draft_length(self, source: str, behind: int = 0) -> int:
+        """The most tokens a drafter of kind ``source`` may draft this round (0: do not draft);
+        ``behind``: how many tokens it must read first (a draft model that sat out rounds)."""
+
+    def step(self, n: int, score: Score, source: str) -> Decision:
+        """Token ``n`` (0-based) of this round's draft has ``score``: the draft model's top
+        probability, or the prompt-lookup match it continues."""
+
+    def cut(self, draft: "Draft") -> int:
+        """How many of the drafted tokens to send for verification."""
+
+    def wants_main_confidence(self) -> bool:
+        """Whether ``observe`` should be given the main model's confidence in each new token."""
+
+    def observe(self, draft: "Draft", accepted: int, draft_s: float | None = None,
+                main_confidence: Sequence[float] = (), verify_s: float | None = None,
+                context: int | None = None) -> None:
+        """Verification accepted the first ``accepted`` tokens of ``draft``; drafting took
+        ``draft_s`` seconds (None: not measured); ``main_confidence``: the main model's top
+        probability for each token it produced this round (when asked for); ``verify_s``: the
+        main model's batch of ``len(draft) + 1`` tokens took that long, decoded after ``context``
+        tokens (None: not measured)."""
+
+    @property
+    def learning(self) -> bool:
+        """Whether the policy is still learning what this machine's batches cost."""
+
+
+class FixedPolicy:
+    """Always draft ``draft_max`` tokens (llama.cpp's --draft-max)."""
+
+    def __init__(self, params: SpeculationParams):
+        self.params = params
+
+    def may_draft(self, source: str) -> bool:
+        return self.params.draft_max > 0
+
+    def draft_length(self, source: str, behind: int = 0) -> int:
+        return self.params.draft_max
+
+    def step(self, n: int, score: Score, source: str) -> Decision:
+        return Decision.MORE if n + 1 < self.params.draft_max else Decision.LAST
+
+    def cut(self, draft: "Draft") -> int:
+        return len(draft)
+
+    def wants_main_confidence(self) -> bool:
+        return False
+
+    def observe(self, draft: "Draft", accepted: int, draft_s: float | None = None,
+                main_confidence: Sequence[float] = (), verify_s: float | None = None,
+                context: int | None = None) -> None:
+        pass
+
+    learning = False
+
+
+class ConfidencePolicy(FixedPolicy):
+    """Up to ``draft_max`` tokens, stopping where the draft model's top probability falls below
+    ``p_min`` (llama.cpp's --draft-p-min)."""
+
+    def step(self, n: int, score: Score, source: str) -> Decision:
+        if source in (MODEL, MTP) and score < self.params.p_min:
+            return Decision.STOP
+        return super().step(n, score, source)

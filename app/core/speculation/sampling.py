@@ -1,0 +1,167 @@
+"""Logits to probabilities, token choice, and the speculative acceptance rule.
+
+The filters follow llama.cpp's default sampler chain: top-k, top-p and min-p cut the candidates by
+their probabilities at temperature 1, then the temperature reshapes what is left.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from app.core.params import SamplingParams
+
+
+@dataclass(frozen=True)
+class DraftPick:
+    token: int
+    q: np.ndarray | None   # the distribution the token was sampled from; None when chosen greedily
+    p_top: float           # the drafter's top probability: its confidence
+
+
+def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    # the temperature divides only after the maximum is subtracted: a tiny temperature then sends
+    # the other logits to -inf (probability 0) instead of overflowing them all to inf (NaN)
+    with np.errstate(over="ignore"):
+        z = (logits.astype(np.float64) - float(np.max(logits))) / temperature
+    e = np.exp(z)
+    return e / e.sum()
+
+
+_scratch = threading.local()
+
+
+def top_probability(logits: np.ndarray, best: float | None = None) -> float:
+    """max(softmax(logits)) = 1 / sum(exp(logits - max)), exact to float32 rounding (the sum is
+    pairwise, about 1e-7 relative). It runs on every drafted token, so it works in place in a buffer
+    kept per thread: one pass each to subtract, exponentiate and add, in float32, and no allocation
+    (a float64 copy of a 152k-token row cost three times as much). ``best``: the max, when known."""
+    row = logits if logits.dtype == np.float32 else logits.astype(np.float32)
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or buf.shape != row.shape:
+        buf = _scratch.buf = np.empty_like(row)
+    np.subtract(row, row.max() if best is None else best, out=buf)
+    np.exp(buf, out=buf)
+    return float(1.0 / buf.sum(dtype=np.float64))
+
+
+class Sampler:
+    """Chooses tokens for one generation. Owns the random generator, so a seed replays a run."""
+
+    def __init__(self, params: SamplingParams):
+        self.params = params
+        self.rng = np.random.default_rng(params.seed)
+
+    @property
+    def greedy(self) -> bool:
+        return self.params.greedy
+
+    def probs(self, logits: np.ndarray) -> np.ndarray:
+        """The distribution tokens are drawn from: filtered, tempered, over the whole vocabulary."""
+        ids, p = self._filtered(logits)
+        out = np.zeros(logits.shape[-1], dtype=np.float64)
+        out[ids] = p
+        return out
+
+    def _filtered(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        params = self.params
+        if params.top_p < 1.0:
+            ids = self._top_p(self._top_k(logits), logits)
+            ids = self._min_p(ids, logits)
+        else:  # top-k and min-p both keep the highest logits: their order does not matter
+            ids = self._top_k(self._min_p(np.arange(logits.shape[-1]), logits), logits)
+        return ids, softmax(logits[ids], params.temperature)
+
+    def _top_k(self, ids: np.ndarray, logits: np.ndarray | None = None) -> np.ndarray:
+        if logits is None:
+            logits, ids = ids, np.arange(ids.shape[-1])
+        k = self.params.top_k
+        return ids[np.argpartition(logits[ids], -k)[-k:]] if 0 < k < len(ids) else ids
+
+    def _min_p(self, ids: np.ndarray, logits: np.ndarray) -> np.ndarray:
+        if self.params.min_p <= 0.0:
+            return ids
+        # p(x) >= min_p * p(best)  <=>  logit(x) >= logit(best) + ln(min_p)
+        return ids[logits[ids] >= logits[ids].max() + np.log(self.params.min_p)]
+
+    def _top_p(self, ids: np.ndarray, logits: np.ndarray) -> np.ndarray:
+        """The smallest prefix of ``ids`` (by probability among ``ids``) whose mass reaches top_p."""
+        top = float(logits[ids].max())
+        weights = np.exp(logits[ids].astype(np.float64) - top)
+        total = weights.sum()
+        if len(ids) > 4096:  # sort only the head when it holds enough mass, as it nearly always does
+            head = np.argpartition(weights, -4096)[-4096:]
+            if weights[head].sum() >= self.params.top_p * total:
+                ids, weights = ids[head], weights[head]
+        order = np.argsort(-weights, kind="stable")
+        cut = int(np.searchsorted(np.cumsum(weights[order]) / total, self.params.top_p)) + 1
+        return ids[order[:cut]]
+
+    def sample(self, logits: np.ndarray) -> int:
+        """The main model's next token."""
+        if self.greedy:
+            return int(np.argmax(logits))
+        ids, p = self._filtered(logits)
+        return int(ids[self._draw(p)])
+
+    def draft_pick(self, logits: np.ndarray) -> DraftPick:
+        """A drafter's next token: the argmax when greedy, else a sample from the draft's own
+        distribution q, kept for the acceptance rule."""
+        if self.greedy:
+            token = int(np.argmax(logits))
+            return DraftPick(token, None, top_probability(logits, float(logits[token])))
+        q = self.probs(logits)
+        token = self._draw(q)
+        return DraftPick(token, q, float(q.max()))
+
+    def verify(self, rows: np.ndarray, draft_tokens: Sequence[int],
+               draft_q: Sequence[np.ndarray | None]) -> tuple[int, int]:
+        """Check a draft against the main model's logits rows (row i predicts the token after
+        draft position i-1; there are len(draft)+1 rows). Returns (accepted count, next token)."""
+        if self.greedy:
+            return self._verify_greedy(rows, draft_tokens)
+        return self._verify_sampled(rows, draft_tokens, draft_q)
+
+    def _verify_greedy(self, rows: np.ndarray, draft_tokens: Sequence[int]) -> tuple[int, int]:
+        # Greedy: keep drafted tokens while they are the main model's own argmax; the first
+        # disagreement is replaced by the main model's token, and a fully accepted draft earns
+        # the main model's next token for free. The output is exactly greedy main-model decoding.
+        best = np.argmax(rows, axis=1)
+        n = len(draft_tokens)
+        for i in range(n):
+            if best[i] != draft_tokens[i]:
+                return i, int(best[i])
+        return n, int(best[n])
+
+    def _verify_sampled(self, rows: np.ndarray, draft_tokens: Sequence[int],
+                        draft_q: Sequence[np.ndarray | None]) -> tuple[int, int]:
+        # Speculative sampling (Leviathan et al. 2023): accept drafted x with probability
+        # min(1, p(x)/q(x)); on rejection draw from norm(max(0, p - q)). Together these draw
+        # exactly from p, whatever q is. A drafter that proposes deterministically has q = one-hot.
+        for i, x in enumerate(draft_tokens):
+            p = self.probs(rows[i])
+            q = draft_q[i] if i < len(draft_q) else None
+            q_x = float(q[x]) if q is not None else 1.0
+            if self.rng.random() * q_x < p[x]:
+                continue
+            residual = p.copy()
+            if q is not None:
+                residual = np.maximum(residual - q, 0.0)
+            else:
+                residual[x] = 0.0
+            total = residual.sum()
+            if total <= 0.0:  # p == q: a rejection cannot happen, but guard rounding
+                return i, self._draw_full(p)
+            return i, self._draw_full(residual / total)
+        return len(draft_tokens), self.sample(rows[len(draft_tokens)])
+
+    def _draw(self, p: np.ndarray) -> int:
+        cdf = np.cumsum(p)
+        return int(min(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right"), len(p) - 1))
+
+    def _draw_full(self, p: np.ndarray) -> int:
+        nz = np.flatnonzero(p)
+        return int(nz[self._draw(p[nz])])

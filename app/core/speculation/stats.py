@@ -1,0 +1,183 @@
+"""One generation's numbers, computed from its events: the loop builds its Summary with this, and the
+window, the server and the CLI read the same numbers from the same events, so they never disagree.
+
+Plain data: every time comes from the events' own stamps (``at_s``, the engine's clock).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from app.core.speculation import rates
+from app.core.speculation.events import Event, Round, Started, StopReason, Summary, TokenPiece
+
+TPS_WINDOW_S = 0.5       # "tokens/sec now" is measured over this much recent generation
+ROLLING_ROUNDS = 8       # drafting rounds in the rolling acceptance rate
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0            # prompt tokens reused from the KV cache
+    generated: int = 0
+    ttft_s: float | None = None       # when the first token was ready
+    generation_s: float = 0.0         # from the first token to the latest
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0
+    drafting_rounds: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    drafted_by_position: list[int] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)
+    summary: Summary | None = None    # the final record, once it arrived
+    learning: bool = False            # the auto policy is still learning this machine's costs
+    _window: deque = field(default_factory=deque, repr=False)                 # (at_s, generated)
+    _rolling: deque = field(default_factory=lambda: deque(maxlen=ROLLING_ROUNDS), repr=False)
+
+    # --- feeding -------------------------------------------------------------------------------
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, Round):
+            self._add_round(event)
+        elif isinstance(event, TokenPiece):
+            self._add_piece(event)
+        elif isinstance(event, Started):
+            self.prompt_tokens, self.cached_tokens = event.prompt_tokens, event.cached_tokens
+        elif isinstance(event, Summary):
+            self._finish(event)
+
+    def first_token(self, at_s: float) -> None:
+        """The first token is ready (the loop knows before its text can be shown)."""
+        if self.ttft_s is None:
+            self.ttft_s = at_s
+
+    def _token_at(self, at_s: float) -> None:
+        self.first_token(at_s)
+        self.generation_s = max(self.generation_s, at_s - self.ttft_s)
+
+    def _add_piece(self, piece: TokenPiece) -> None:
+        if not piece.token_ids:
+            return
+        if not self.rounds:  # before the first round only pieces tell how many tokens exist
+            self.generated += len(piece.token_ids)
+        self._token_at(piece.at_s)
+
+    def _add_round(self, r: Round) -> None:
+        self.rounds += 1
+        self.learning = r.learning
+        self.generated = max(self.generated, r.generated_total)
+        self.draft_s += r.draft_s
+        self.verify_s += r.verify_s
+        self._token_at(r.at_s)
+        self._window.append((r.at_s, r.generated_total))
+        while len(self._window) > 2 and r.at_s - self._window[1][0] >= TPS_WINDOW_S:
+            self._window.popleft()
+        if r.drafted <= 0:
+            return
+        self.drafting_rounds += 1
+        self.drafted += r.drafted
+        self.accepted += r.accepted
+        _add_ones(self.drafted_by_position, r.drafted)
+        _add_ones(self.accepted_by_position, r.accepted)
+        self._rolling.append((r.drafted, r.accepted))
+
+    def _finish(self, s: Summary) -> None:
+        """The summary is the final word (a remote server's counts may differ from what streamed)."""
+        self.summary = s
+        self.learning = s.policy_learning
+        self.prompt_tokens, self.cached_tokens = s.prompt_tokens, s.prompt_tokens - s.prompt_tokens_evaluated
+        self.generated, self.ttft_s, self.generation_s = s.generated_tokens, s.ttft_s, s.generation_s
+        self.drafted, self.accepted = s.drafted, s.accepted
+        self.rounds, self.drafting_rounds = s.rounds, s.drafting_rounds
+        self.draft_s, self.verify_s = s.draft_s, s.verify_s
+        self.drafted_by_position = list(s.drafted_by_position)
+        self.accepted_by_position = list(s.accepted_by_position)
+
+    # --- the final record ------------------------------------------------------------------------
+
+    def to_summary(self, *, generated_tokens: int, end_s: float, stop_reason: StopReason,
+                   error: str | None = None, text: str = "", token_ids: Sequence[int] = ()) -> Summary:
+        """The Summary of what was added so far; the loop gives what only it knows (tokens never
+        shown, such as an end-of-generation token, and when it ended)."""
+        ttft = self.ttft_s or 0.0
+        return Summary(
+            prompt_tokens=self.prompt_tokens,
+            prompt_tokens_evaluated=self.evaluated_tokens,
+            generated_tokens=generated_tokens,
+            ttft_s=ttft,
+            prompt_s=ttft,
+            generation_s=max(0.0, end_s - ttft),
+            drafted=self.drafted,
+            accepted=self.accepted,
+            main_tokens=generated_tokens - self.accepted,
+            rounds=self.rounds,
+            drafting_rounds=self.drafting_rounds,
+            draft_s=self.draft_s,
+            verify_s=self.verify_s,
+            drafted_by_position=tuple(self.drafted_by_position),
+            accepted_by_position=tuple(self.accepted_by_position),
+            stop_reason=stop_reason,
+            error=error,
+            text=text,
+            token_ids=tuple(token_ids),
+            at_s=end_s,
+        )
+
+    # --- reading -------------------------------------------------------------------------------
+
+    @property
+    def evaluated_tokens(self) -> int:
+        """Prompt tokens decoded (the rest came from the cache)."""
+        return self.prompt_tokens - self.cached_tokens
+
+    @property
+    def main_tokens(self) -> int:
+        """Tokens the main model produced itself: generated = accepted + main tokens."""
+        return self.generated - self.accepted
+
+    @property
+    def prompt_tps(self) -> float:
+        return rates.per_second(self.evaluated_tokens, self.ttft_s or 0.0)
+
+    @property
+    def generation_tps(self) -> float:
+        return rates.generation_tps(self.generated, self.generation_s)
+
+    @property
+    def tps_now(self) -> float:
+        """Tokens per second over the latest rounds (about TPS_WINDOW_S of them)."""
+        if len(self._window) < 2:
+            return 0.0
+        (t0, n0), (t1, n1) = self._window[0], self._window[-1]
+        return rates.per_second(n1 - n0, t1 - t0)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return rates.ratio(self.accepted, self.drafted)
+
+    @property
+    def rolling_acceptance_rate(self) -> float:
+        """Acceptance over the latest ROLLING_ROUNDS rounds that drafted."""
+        return rates.ratio(sum(a for _, a in self._rolling), sum(d for d, _ in self._rolling))
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Accepted draft tokens per round that drafted."""
+        return rates.ratio(self.accepted, self.drafting_rounds)
+
+    @property
+    def tokens_per_round(self) -> float:
+        return rates.tokens_per_round(self.generated, self.rounds)
+
+    def acceptance_by_position(self) -> list[float]:
+        return rates.by_position(self.accepted_by_position, self.drafted_by_position)
+
+
+def _add_ones(by_position: list[int], n: int) -> None:
+    """Count one more at each of the first ``n`` positions."""
+    by_position.extend([0] * (n - len(by_position)))
+    for i in range(n):
+        by_position[i] += 1

@@ -1,0 +1,1 @@
+"""The conversation: its list, the messages as they stream in, the composer."""

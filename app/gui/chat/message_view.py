@@ -1,0 +1,248 @@
+"""The chat view: one framed widget per message, Markdown rendered, growing as the answer streams."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSizeF, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QTextBrowser, QToolButton,
+                               QVBoxLayout, QWidget)
+
+from app.gui.chat import render
+from app.gui.runtime.live_stats import format_footer
+from app.storage.conversations import StoredMessage
+
+ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System"}
+
+
+class MessageBody(QTextBrowser):
+    """A borderless, scroll-less browser as tall as its document. It loads no resource: what it
+    shows comes from models and users, and an image or style sheet there must not read a file."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("messageBody")
+        self.setOpenLinks(False)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.document().setDocumentMargin(2)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit)
+
+    def loadResource(self, kind: int, _name: QUrl):
+        return render.inert_resource(kind)
+
+    def _fit(self, size: QSizeF) -> None:
+        self.setFixedHeight(int(size.height()) + 4)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._fit(self.document().size())
+
+
+class MessageWidget(QFrame):
+    compare_requested = Signal(int)   # message id
+
+    def __init__(self, message_id: int | None, role: str, text: str = "", stats: dict | None = None,
+                 runs: list | tuple = (), colour_tokens: bool = False, parent=None):
+        super().__init__(parent)
+        self.message_id = message_id
+        self.role = role
+        self.text = text
+        self.runs = [list(r) for r in runs]
+        self.stats = dict(stats or {})
+        self.colour_tokens = colour_tokens
+        self.streaming = False
+        self.setObjectName("userMessage" if role == "user" else "assistantMessage")
+        self._build()
+        self._render()
+
+    def _build(self) -> None:
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(14, 10, 14, 10)
+        layout.setSpacing(4)
+        header = QHBoxLayout()
+        role = QLabel(ROLE_NAMES.get(self.role, self.role))
+        role.setObjectName("role")
+        header.addWidget(role)
+        header.addStretch(1)
+        self.compare_button = self._link("Compare", "Regenerate greedily with and without the draft and measure the speedup")
+        self.compare_button.clicked.connect(lambda: self.compare_requested.emit(self.message_id or 0))
+        self.compare_button.setVisible(self.role == "assistant")
+        header.addWidget(self.compare_button)
+        self.copy_button = self._link("Copy", "Copy this message")
+        self.copy_button.clicked.connect(self.copy_text)
+        header.addWidget(self.copy_button)
+        layout.addLayout(header)
+        self.body = MessageBody()
+        self.body.anchorClicked.connect(self._anchor_clicked)
+        layout.addWidget(self.body)
+        self.footer = QLabel()
+        self.footer.setObjectName("footer")
+        self.footer.setWordWrap(True)  # unwrapped, its one line set the message's least width past a narrow chat column
+        layout.addWidget(self.footer)
+
+    @staticmethod
+    def _link(text: str, tip: str) -> QToolButton:
+        button = QToolButton()
+        button.setObjectName("link")
+        button.setText(text)
+        button.setToolTip(tip)
+        button.setCursor(Qt.CursorShape.PointingHandCursor)
+        return button
+
+    # --- content -------------------------------------------------------------------------------
+
+    def set_content(self, text: str, runs: list | tuple | None = None) -> None:
+        self.text = text
+        if runs is not None:
+            self.runs = [list(r) for r in runs]
+        self._render()
+
+    def set_stats(self, stats: dict) -> None:
+        self.stats = dict(stats)
+        self._render_footer()
+
+    def set_colour_tokens(self, on: bool) -> None:
+        if on != self.colour_tokens:
+            self.colour_tokens = on
+            self._render()
+
+    def set_streaming(self, on: bool) -> None:
+        self.streaming = on
+        self.compare_button.setEnabled(not on)
+        self._render_footer()
+
+    def showing_origins(self) -> bool:
+        return self.colour_tokens and bool(self.runs) and self.role == "assistant"
+
+    def _render(self) -> None:
+        if self.showing_origins():
+            html = render.render_runs(self.runs)
+        elif self.text:
+            html = render.render_markdown(self.text)
+        else:
+            html = '<p style="color:#6a737d;">…</p>' if self.streaming or self.role == "assistant" else ""
+        self.body.setHtml(html)
+        self._render_footer()
+
+    def _render_footer(self) -> None:
+        text = "generating…" if self.streaming else format_footer(self.stats)
+        self.footer.setText(text)
+        self.footer.setVisible(bool(text))
+
+    # --- copying -------------------------------------------------------------------------------
+
+    def copy_text(self) -> None:
+        QGuiApplication.clipboard().setText(self.text)
+
+    def _anchor_clicked(self, url: QUrl) -> None:
+        index = render.copy_code_index(url.toString())
+        blocks = render.code_blocks(self.text) if index is not None else []
+        if index is not None and index < len(blocks):
+            QGuiApplication.clipboard().setText(blocks[index])
+
+
+class ChatView(QScrollArea):
+    """Messages top to bottom; follows the end while the user has not scrolled away from it."""
+
+    compare_requested = Signal(int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        container = QWidget()
+        container.setObjectName("central")
+        self._layout = QVBoxLayout(container)
+        self._layout.setContentsMargins(16, 16, 16, 16)
+        self._layout.setSpacing(12)
+        self._layout.addStretch(1)
+        self._placeholder = QLabel("Pick a main model (and a draft) above and press Load,\nthen type below and press Enter.")
+        self._placeholder.setObjectName("status")
+        self._placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._layout.insertWidget(0, self._placeholder)
+        self.setWidget(container)
+        self.colour_tokens = False
+        self._follow = True
+        self.verticalScrollBar().valueChanged.connect(self._remember_follow)
+        self.verticalScrollBar().rangeChanged.connect(self._keep_following)
+
+    def messages(self) -> list[MessageWidget]:
+        return [self._layout.itemAt(i).widget() for i in range(self._layout.count())
+                if isinstance(self._layout.itemAt(i).widget(), MessageWidget)]
+
+    def clear(self) -> None:
+        for widget in self.messages():
+            self._layout.removeWidget(widget)
+            widget.deleteLater()
+        self._placeholder.show()
+
+    def add_message(self, message_id: int | None, role: str, text: str = "", stats: dict | None = None,
+                    runs: list | tuple = ()) -> MessageWidget:
+        widget = MessageWidget(message_id, role, text, stats, runs, self.colour_tokens)
+        widget.compare_requested.connect(self.compare_requested)
+        self._layout.insertWidget(self._layout.count() - 1, widget)
+        self._placeholder.hide()
+        self._follow = True
+        return widget
+
+    def remove_message(self, widget: MessageWidget) -> None:
+        self._layout.removeWidget(widget)
+        widget.deleteLater()
+        if not self.messages():
+            self._placeholder.show()
+
+    def show_messages(self, messages: list[StoredMessage] | tuple[StoredMessage, ...]) -> None:
+        self.clear()
+        for message in messages:
+            self.add_stored(message)
+
+    def add_stored(self, message: StoredMessage) -> MessageWidget:
+        return self.add_message(message.id, message.role, message.content, message.stats, message.pieces)
+
+    def remove_id(self, message_id: int) -> None:
+        widget = self.find(message_id)
+        if widget is not None:
+            self.remove_message(widget)
+
+    def start_answer(self, message_id: int) -> MessageWidget:
+        """An empty assistant message that shows "generating…" until finish_answer."""
+        widget = self.add_message(message_id, "assistant")
+        widget.set_streaming(True)
+        return widget
+
+    def update_answer(self, message_id: int, text: str, runs: list | tuple) -> None:
+        widget = self.find(message_id)
+        if widget is not None and text != widget.text:
+            widget.set_content(text, runs)
+
+    def finish_answer(self, message: StoredMessage) -> None:
+        widget = self.find(message.id)
+        if widget is None:
+            return
+        if message.content != widget.text or [list(r) for r in message.pieces] != widget.runs:
+            widget.set_content(message.content, message.pieces)   # rendering a long answer takes a while
+        widget.set_stats(message.stats)
+        widget.set_streaming(False)
+
+    def update_stats(self, message: StoredMessage) -> None:
+        widget = self.find(message.id)
+        if widget is not None:
+            widget.set_stats(message.stats)
+
+    def find(self, message_id: int) -> MessageWidget | None:
+        return next((w for w in self.messages() if w.message_id == message_id), None)
+
+    def set_colour_tokens(self, on: bool) -> None:
+        self.colour_tokens = on
+        for widget in self.messages():
+            widget.set_colour_tokens(on)
+
+    def _remember_follow(self, value: int) -> None:
+        bar = self.verticalScrollBar()
+        self._follow = value >= bar.maximum() - 24
+
+    def _keep_following(self, _minimum: int, maximum: int) -> None:
+        if self._follow:
+            QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))

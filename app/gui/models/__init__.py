@@ -1,0 +1,1 @@
+"""Choosing what answers: the model bar, the first-run panel, the model manager, remote servers."""

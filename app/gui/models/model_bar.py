@@ -1,0 +1,433 @@
+"""Choose the main model and its draft. Both pickers list every installed model (the models registry:
+the model manager's imports and downloads, ``quickdraft models import|download``), recently opened
+ones first, plus recently opened files kept elsewhere. Only compatible drafts can be chosen; an
+incompatible or unreadable one stays in the list, disabled, with the reason. A damaged file never
+stops the bar."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QStandardItem, QStandardItemModel
+from PySide6.QtWidgets import (QComboBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QProgressBar,
+                               QPushButton, QSizePolicy)
+
+from app.core.errors import QuickdraftError
+from app.core.gguf.info import GGUFInfo, check_pair, read_gguf_info
+from app.core.params import DrafterKind
+from app.gui.widgets.plain import ElidedLabel, plain_tooltip
+from app.models.registry import ModelRegistry
+
+MAX_SCANNED_FILES = 200
+REMOTE_SCHEMES = ("http://", "https://")
+UNREADABLE = (QuickdraftError, OSError)   # what reading a damaged or inaccessible GGUF can raise
+
+
+@dataclass(frozen=True)
+class DraftOption:
+    path: str
+    label: str
+    enabled: bool
+    reason: str = ""      # why it is disabled, or a warning when it is enabled
+
+
+def draft_options(main_path: str, candidates: list[str]) -> list[DraftOption]:
+    """Every candidate draft for ``main_path``, checked with the engine's own compatibility rules."""
+    try:
+        main = read_gguf_info(main_path)
+    except UNREADABLE:
+        return []
+    options = []
+    for path in candidates:
+        if os.path.realpath(path) == os.path.realpath(main_path):  # Path.resolve raises on a symlink loop
+            continue
+        options.append(_option(main, path))
+    return options
+
+
+def _option(main: GGUFInfo, path: str) -> DraftOption:
+    name = Path(path).name
+    try:
+        draft = read_gguf_info(path)
+    except UNREADABLE as exc:
+        return DraftOption(path, f"{name} (unreadable)", False, _reason(exc))
+    pair = check_pair(main, draft)
+    if not pair.compatible:
+        return DraftOption(path, f"{name} (incompatible)", False, "; ".join(pair.reasons))
+    return DraftOption(path, name, True, "; ".join(pair.warnings))
+
+
+def is_remote(choice: str) -> bool:
+    """Whether a main-model choice is a server's URL rather than a file."""
+    return choice.startswith(REMOTE_SCHEMES)
+
+
+def remote_label(url: str) -> str:
+    return f"{urlsplit(url).netloc or url} (server)"
+
+
+def unreadable_reason(path: str) -> str:
+    """Why ``path`` cannot be read as a GGUF model; "" when it can."""
+    try:
+        read_gguf_info(path)
+    except UNREADABLE as exc:
+        return _reason(exc)
+    return ""
+
+
+def not_a_main_reason(path: str) -> str:
+    """Why ``path`` cannot be the main model (unreadable, or an MTP drafter that only drafts); "" when it can."""
+    try:
+        info = read_gguf_info(path)
+    except UNREADABLE as exc:
+        return _reason(exc)
+    if info.is_mtp_drafter:
+        return "an MTP drafter: it only drafts; choose it as the draft of the model it was made for"
+    return ""
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _unique(paths: list[str]) -> list[str]:
+    """``paths`` in order, each once (the same file spelt two ways counts once)."""
+    seen: dict[str, None] = {}
+    for path in paths:
+        seen.setdefault(str(Path(path)), None)
+    return list(seen)
+
+
+def gguf_files_beside(path: str) -> list[str]:
+    """The GGUF files in the folder of ``path`` (not below it: that may be a huge folder such as
+    Downloads), the likeliest drafts for a main model opened from there."""
+    folder = Path(path).parent
+    if not folder.is_dir():
+        return []
+    return sorted(str(p) for p in folder.glob("*.gguf"))[:MAX_SCANNED_FILES]
+
+
+class ModelBar(QFrame):
+    load_requested = Signal(str, str)       # main path, draft path ("" = none)
+    remote_requested = Signal(str)          # a recent server's URL was chosen and Load pressed
+    drafter_changed = Signal(str)
+    problem = Signal(str)                   # something the user picked cannot be used
+
+    def __init__(self, models_dir: Path, parent=None):
+        super().__init__(parent)
+        self.setObjectName("modelBar")
+        self.models_dir = models_dir
+        self.registry = ModelRegistry(models_dir)
+        self.installed: list[str] = []      # the registry's models (paths), read again by refresh()
+        self.recent_main: list[str] = []
+        self.recent_drafts: list[str] = []
+        self.remotes: list[str] = []        # recent OpenAI-compatible servers, listed after the files
+        self.options: list[DraftOption] = []
+        self._build()
+        self.installed = self._read_installed()
+        self._offer_mtp()   # no main model yet: nothing to draft with MTP
+
+    def _build(self) -> None:
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(12, 8, 12, 8)
+        layout.setSpacing(8)
+        self.main_combo = self._combo("Main model: the one whose answers you get")
+        self.main_combo.currentIndexChanged.connect(self._main_changed)
+        self.main_open = QPushButton("Open…")
+        self.main_open.clicked.connect(self.browse_main)
+        self.draft_combo = self._combo("Draft model: proposes tokens the main model verifies")
+        self.draft_open = QPushButton("Open…")
+        self.draft_open.clicked.connect(self.browse_draft)
+        self.drafter = QComboBox()
+        self.drafter.setToolTip("Who drafts: the draft model, prompt lookup (copies text that repeats, free), "
+                                "lookup first then the draft model, or nobody (the main model alone)")
+        for kind in DrafterKind:
+            self.drafter.addItem(kind.label, kind.value)
+        self.drafter.currentIndexChanged.connect(lambda _: self.drafter_changed.emit(self.current_drafter()))
+        self._wanted = DrafterKind.LOOKUP_MODEL   # the drafter last asked for, by the user or the settings
+        self.drafter.activated.connect(lambda _: setattr(self, "_wanted", self.current_drafter()))
+        self.draft_combo.currentIndexChanged.connect(lambda _: self._offer_mtp())   # an MTP drafter file drafts with MTP
+        self.load_button = QPushButton("Load")
+        self.load_button.setObjectName("primary")
+        self.load_button.clicked.connect(self.request_load)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.setFixedWidth(90)
+        self.progress.hide()
+        self.status = ElidedLabel("No model loaded")
+        self.status.setObjectName("status")
+        for widget in (QLabel("Main"), self.main_combo, self.main_open, QLabel("Draft"), self.draft_combo,
+                       self.draft_open, QLabel("Drafting"), self.drafter, self.load_button, self.progress):
+            layout.addWidget(widget)
+        layout.addWidget(self.status, 1)
+
+    @staticmethod
+    def _combo(tip: str) -> QComboBox:
+        combo = QComboBox()
+        combo.setModel(QStandardItemModel(combo))
+        combo.setToolTip(tip)
+        combo.setMinimumWidth(220)
+        combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        combo.setMinimumContentsLength(22)
+        combo.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        return combo
+
+    # --- choices -------------------------------------------------------------------------------
+
+    def set_recent(self, mains: list[str], drafts: list[str]) -> None:
+        """The recently opened files, most recent first: listed before the other installed models."""
+        self.recent_main = [p for p in mains if Path(p).is_file()]
+        self.recent_drafts = [p for p in drafts if Path(p).is_file()]
+        self._fill_main(self.current_main() or self._first_main())
+
+    def set_remotes(self, urls: list[str]) -> None:
+        """Recent servers, listed in the main picker after the model files."""
+        self.remotes = list(urls)
+        self._fill_main(self.current_main() or self._first_main())
+
+    def refresh(self) -> None:
+        """Read the installed models again (after an import, a download or a delete); the chosen
+        main model and draft stay chosen."""
+        self.installed = self._read_installed()
+        draft = self.current_draft()
+        self._fill_main(self.current_main() or self._first_main())
+        index = self.draft_combo.findData(draft) if draft else -1
+        if index >= 0 and self.draft_combo.model().item(index).isEnabled():
+            self.draft_combo.setCurrentIndex(index)
+
+    def _read_installed(self) -> list[str]:
+        try:
+            return [str(m.path) for m in self.registry.list()]
+        except OSError:   # an unreadable models folder lists nothing; the recent files still do
+            return []
+
+    def _first_main(self) -> str:
+        return next((p for p in self._main_paths("") if not not_a_main_reason(p)), "")
+
+    @property
+    def has_models(self) -> bool:
+        """Whether any main model can be picked: False on a first run, before anything is installed."""
+        model = self.main_combo.model()
+        return any(model.item(i).isEnabled() for i in range(model.rowCount()))
+
+    def current_main(self) -> str:
+        return self.main_combo.currentData() or ""
+
+    def current_drafter(self) -> DrafterKind:
+        return DrafterKind(self.drafter.currentData())
+
+    def set_drafter(self, kind: DrafterKind | str) -> None:
+        """Choose who drafts (the settings' choice, at start): MTP waits for a main model that has MTP
+        layers, lookup + draft standing in meanwhile."""
+        self._wanted = DrafterKind(kind)
+        self._select_drafter(self._wanted)
+
+    def _select_drafter(self, kind: DrafterKind) -> None:
+        index = max(0, self.drafter.findData(kind.value))
+        if not self.drafter.model().item(index).isEnabled():   # MTP for a main without MTP layers
+            index = self.drafter.findData(DrafterKind.LOOKUP_MODEL.value)
+        self.drafter.setCurrentIndex(index)
+
+    def current_draft(self) -> str:
+        return self.draft_combo.currentData() or ""
+
+    def set_main(self, path: str) -> None:
+        self._fill_main(path)
+
+    def set_draft(self, path: str) -> bool:
+        """Select ``path`` as the draft; False (and a problem signal) when it cannot draft."""
+        if not path:
+            self.draft_combo.setCurrentIndex(0)
+            return True
+        if path not in [o.path for o in self.options]:
+            self.recent_drafts = [path] + [p for p in self.recent_drafts if p != path]
+            self._fill_drafts()
+        option = next((o for o in self.options if o.path == path), None)
+        if option is None:
+            self.problem.emit(self._no_draft_reason(path))
+            return False
+        if not option.enabled:
+            self.problem.emit(f"{Path(path).name} cannot draft for {Path(self.current_main()).name}: {option.reason}.")
+            return False
+        self.draft_combo.setCurrentIndex(self.draft_combo.findData(path))
+        return True
+
+    def _no_draft_reason(self, path: str) -> str:
+        main = self.current_main()
+        if not main:
+            return "Choose the main model first: drafts are checked against it."
+        itself = f"{Path(path).name} is the main model itself; choose another file as the draft."
+        return unreadable_reason(main) or itself
+
+    def option_for(self, path: str) -> DraftOption | None:
+        return next((o for o in self.options if o.path == path), None)
+
+    def is_draft_item_enabled(self, path: str) -> bool:
+        index = self.draft_combo.findData(path)
+        return index >= 0 and self.draft_combo.model().item(index).isEnabled()
+
+    def request_load(self) -> None:
+        if not self.current_main():
+            self.problem.emit("Choose a main model first (Open… next to Main).")
+            return
+        if is_remote(self.current_main()):
+            self.remote_requested.emit(self.current_main())
+            return
+        self.load_requested.emit(self.current_main(), self.current_draft())
+
+    def _main_paths(self, selected: str) -> list[str]:
+        chosen = [selected] if selected and not is_remote(selected) else []
+        return _unique(chosen + self.recent_main + self.installed)
+
+    def _fill_main(self, selected: str) -> None:
+        paths = self._main_paths(selected)
+        remotes = list(dict.fromkeys(([selected] if is_remote(selected) else []) + self.remotes))
+        self.main_combo.blockSignals(True)
+        self.main_combo.clear()
+        for path in paths:
+            self._add_main_item(path)
+        for url in remotes:
+            self.main_combo.addItem(remote_label(url), url)
+            self.main_combo.setItemData(self.main_combo.count() - 1, plain_tooltip(
+                f"{url}\nAn OpenAI-compatible server: it answers with its own model and drafting"),
+                Qt.ItemDataRole.ToolTipRole)
+        if not paths and not remotes:
+            self.main_combo.setPlaceholderText("Open a GGUF model…")
+        self.main_combo.setCurrentIndex(max(self.main_combo.findData(selected), 0) if paths or remotes else -1)
+        self.main_combo.blockSignals(False)
+        self._main_changed(self.main_combo.currentIndex())
+
+    def _add_main_item(self, path: str) -> None:
+        """The main model; a file that cannot be one (unreadable, an MTP drafter) stays listed with the
+        reason (it may be the one the settings name) but cannot be picked again."""
+        reason = not_a_main_reason(path)
+        label = "(unreadable)" if unreadable_reason(path) else "(draft only)"
+        self.main_combo.addItem(f"{Path(path).name} {label}" if reason else Path(path).name, path)
+        index = self.main_combo.count() - 1
+        self.main_combo.setItemData(index, plain_tooltip(f"{path}\n{reason}" if reason else path),
+                                    Qt.ItemDataRole.ToolTipRole)
+        self.main_combo.model().item(index).setEnabled(not reason)
+
+    def _main_changed(self, _index: int) -> None:
+        self._fill_drafts()
+        self._offer_mtp()
+
+    def main_has_mtp(self) -> bool:
+        """Whether the chosen main model carries MTP layers (it can draft for itself)."""
+        main = self.current_main()
+        return bool(main) and not is_remote(main) and _mtp_layers(main) > 0
+
+    def draft_is_mtp_drafter(self) -> bool:
+        """Whether the chosen draft is an MTP drafter file (Gemma 4's assistant), which drafts with MTP."""
+        draft = self.current_draft()
+        return bool(draft) and _is_mtp_drafter(draft)
+
+    def _offer_mtp(self) -> None:
+        """"MTP heads" only for a main model that carries MTP layers or a draft that is an MTP drafter;
+        otherwise greyed out, saying why (and, if it was chosen, lookup instead). Choosing an MTP
+        drafter as the draft chooses MTP drafting."""
+        item = self.drafter.model().item(self.drafter.findData(DrafterKind.MTP.value))
+        drafter_file = self.draft_is_mtp_drafter()
+        has_mtp = self.main_has_mtp() or drafter_file
+        item.setEnabled(has_mtp)
+        item.setToolTip("" if has_mtp else "The main model has no MTP layers (it cannot draft for itself) and "
+                                           "the draft is not an MTP drafter")
+        # the choice follows the pair; what was asked for (MTP) comes back with one that has MTP
+        wanted = DrafterKind.MTP if has_mtp and (self._wanted is DrafterKind.MTP or drafter_file) else None
+        if not has_mtp and self.current_drafter() is DrafterKind.MTP:
+            wanted = DrafterKind.LOOKUP_MODEL
+        if wanted is not None and wanted is not self.current_drafter():
+            self._select_drafter(wanted)
+
+    def _candidates(self) -> list[str]:
+        """Recent drafts, then the installed models, then the GGUF files next to the main model."""
+        main = self.current_main()
+        beside = gguf_files_beside(main) if main else []
+        return _unique(self.recent_drafts + self.installed + beside)
+
+    def _fill_drafts(self) -> None:
+        previous = self.current_draft()
+        main = self.current_main()
+        self.options = draft_options(main, self._candidates()) if main and not is_remote(main) else []
+        model: QStandardItemModel = self.draft_combo.model()
+        self.draft_combo.blockSignals(True)
+        model.clear()
+        model.appendRow(QStandardItem("No draft model"))
+        for option in self.options:
+            item = QStandardItem(option.label)
+            item.setData(option.path, Qt.ItemDataRole.UserRole)
+            item.setToolTip(plain_tooltip(f"{option.path}\n{option.reason}" if option.reason else option.path))
+            item.setEnabled(option.enabled)
+            model.appendRow(item)
+        index = self.draft_combo.findData(previous) if previous else -1
+        if index < 0 or not model.item(index).isEnabled():
+            index = self._first_enabled_recent()
+        self.draft_combo.setCurrentIndex(max(index, 0))
+        self.draft_combo.blockSignals(False)
+
+    def _first_enabled_recent(self) -> int:
+        for path in self.recent_drafts:
+            index = self.draft_combo.findData(path)
+            if index >= 0 and self.draft_combo.model().item(index).isEnabled():
+                return index
+        return 0
+
+    def browse_main(self) -> None:
+        """Ask for a GGUF file to use as the main model."""
+        path, _ = QFileDialog.getOpenFileName(self, "Open main model", str(self.models_dir), "GGUF models (*.gguf)")
+        if path:
+            self.set_main(path)
+
+    def browse_draft(self) -> None:
+        """Ask for a GGUF file to use as the draft (checked against the main model)."""
+        if not self.current_main():
+            self.problem.emit("Choose the main model first: drafts are checked against it.")
+            return
+        path, _ = QFileDialog.getOpenFileName(self, "Open draft model", str(Path(self.current_main()).parent),
+                                              "GGUF models (*.gguf)")
+        if path:
+            self.set_draft(path)
+
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def set_loading(self, name: str) -> None:
+        self.status.set_full_text(f"Loading {name}…")
+        self.progress.show()
+        self._enable(False)
+
+    def set_loaded(self, main_name: str, draft_name: str | None) -> None:
+        self.progress.hide()
+        self.status.set_full_text(f"Loaded {main_name}" + (f" + draft {draft_name}" if draft_name else " (no draft)"))
+        self._enable(True)
+
+    def set_unloaded(self, message: str = "No model loaded") -> None:
+        self.progress.hide()
+        self.status.set_full_text(message)
+        self._enable(True)
+
+    def set_busy(self, busy: bool) -> None:
+        """While generating, models cannot change."""
+        self._enable(not busy)
+
+    def _enable(self, on: bool) -> None:
+        for widget in (self.main_combo, self.main_open, self.draft_combo, self.draft_open, self.load_button):
+            widget.setEnabled(on)
+
+
+def _is_mtp_drafter(path: str) -> bool:
+    try:
+        return read_gguf_info(path).is_mtp_drafter
+    except UNREADABLE:
+        return False
+
+
+def _mtp_layers(path: str) -> int:
+    try:
+        return read_gguf_info(path).mtp_layers
+    except QuickdraftError:
+        return 0

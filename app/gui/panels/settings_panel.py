@@ -1,0 +1,142 @@
+"""Generation and loading settings as a form; every change is reported as a new Settings value."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QWidget
+
+from app.core.llama.devices import CPU_ONLY, preferred_gpu
+from app.core.params import AUTO, PolicyName
+from app.storage.settings import GPU_LAYER_FIELDS, LIMITS, Settings
+
+AUTO_LAYERS = -2  # the GPU-layer editors' minimum, shown as "auto"
+# field name, label, step, tooltip; the kind and range come from Settings and LIMITS
+FIELDS = [
+    ("temperature", "Temperature", 0.05, "0 = greedy: always the most likely token"),
+    ("top_k", "Top-k", 1, "0 = off"),
+    ("top_p", "Top-p", 0.01, "1 = off"),
+    ("min_p", "Min-p", 0.01, "0 = off"),
+    ("seed", "Seed", 1, "-1 = a new random seed each time"),
+    ("max_tokens", "Max tokens", 64, "The longest answer"),
+    ("draft_max", "Draft max", 1, "Most tokens drafted per round"),
+    ("draft_min", "Draft min", 1, "Shorter drafts are dropped"),
+    ("p_min", "Draft p-min", 0.05, "Stop drafting when the draft is less sure than this"),
+    ("n_ctx", "Context size", 512, "Tokens of context; 0 = the model's own (reload to apply)"),
+    ("main_gpu_layers", "GPU layers (main)", 1,
+     "auto = what fits in free GPU memory after the draft; -1 = all (reload to apply)"),
+    ("draft_gpu_layers", "GPU layers (draft)", 1,
+     "auto = all if they fit (a draft on the CPU rarely pays); -1 = all (reload to apply)"),
+    ("threads", "Threads", 1, "0 = automatic (reload to apply)"),
+]
+SECTIONS = {"temperature": "SAMPLING", "draft_max": "SPECULATION", "n_ctx": "LOADING"}
+# shown instead of the minimum value, which means something special
+SPECIAL = {"top_k": "off", "seed": "random", "n_ctx": "model's own", "main_gpu_layers": "auto",
+           "draft_gpu_layers": "auto", "threads": "auto"}
+
+
+class SettingsPanel(QWidget):
+    changed = Signal(object)   # Settings
+
+    def __init__(self, settings: Settings, parent=None, gpus: tuple | None = None):
+        super().__init__(parent)
+        self._settings = settings
+        self._gpus = gpus
+        self.editors: dict[str, QSpinBox | QDoubleSpinBox] = {}
+        form = QFormLayout(self)
+        form.setContentsMargins(12, 12, 12, 12)
+        form.setVerticalSpacing(6)
+        for name, label, step, tip in FIELDS:
+            if name in SECTIONS:
+                form.addRow(self._section(SECTIONS[name]))
+            low, high = LIMITS[name]
+            kind = type(getattr(Settings(), name))
+            if name in GPU_LAYER_FIELDS:
+                low, kind = AUTO_LAYERS, int
+            editor = self._editor(kind, low, high, step, tip, SPECIAL.get(name, ""))
+            editor.setValue(_editor_value(getattr(settings, name)))
+            editor.valueChanged.connect(lambda value, n=name: self._edited(n, value))
+            self.editors[name] = editor
+            form.addRow(label, editor)
+            if name == "draft_min":
+                form.addRow("Draft length", self._policy_editor(settings.draft_policy))
+            if name == "draft_gpu_layers":
+                form.addRow("Device", self._device_editor(settings.device))
+        note = QLabel("Context, GPU layers, device and threads apply when models are (re)loaded.")
+        note.setObjectName("statName")
+        note.setWordWrap(True)
+        form.addRow(note)
+
+    @staticmethod
+    def _section(title: str) -> QLabel:
+        label = QLabel(title)
+        label.setObjectName("sectionTitle")
+        label.setContentsMargins(0, 8, 0, 0)
+        return label
+
+    @staticmethod
+    def _editor(kind: type, low: float, high: float, step: float, tip: str,
+                special: str) -> QSpinBox | QDoubleSpinBox:
+        editor = QDoubleSpinBox() if kind is float else QSpinBox()
+        if kind is float:
+            editor.setDecimals(2)
+        editor.setRange(low, high)
+        editor.setSingleStep(step)
+        editor.setToolTip(tip)
+        editor.setSpecialValueText(special)
+        return editor
+
+    def _policy_editor(self, current: str) -> QComboBox:
+        self.policy = QComboBox()
+        for policy in PolicyName:
+            self.policy.addItem(policy.label, policy.value)
+        self.policy.setCurrentIndex(max(self.policy.findData(current), 0))
+        self.policy.setToolTip("How many tokens to draft each round")
+        self.policy.currentIndexChanged.connect(lambda _i: self._edited("draft_policy", self.policy.currentData()))
+        return self.policy
+
+    def _device_editor(self, current: str) -> QComboBox:
+        """auto, the CPU alone, or one of the GPUs llama.cpp found (a saved one that is gone is kept,
+        marked, so loading says what is wrong instead of the setting changing silently)."""
+        self.device = QComboBox()
+        gpus = self._found_gpus()
+        best = preferred_gpu(gpus)
+        self.device.addItem(f"auto ({best.name}: {best.description})" if best else "auto (no GPU found: CPU)", AUTO)
+        self.device.addItem("CPU only", CPU_ONLY)
+        for gpu in gpus:
+            self.device.addItem(f"{gpu.name}: {gpu.description}", gpu.name)
+        if self.device.findData(current) < 0:
+            self.device.addItem(f"{current} (not found)", current)
+        self.device.setCurrentIndex(self.device.findData(current))
+        self.device.setToolTip("The GPU both models run on; auto picks a discrete GPU first, then the most free memory")
+        self.device.currentIndexChanged.connect(lambda _i: self._edited("device", self.device.currentData()))
+        return self.device
+
+    def _found_gpus(self) -> tuple:
+        if self._gpus is None:
+            try:
+                from app.core.llama.devices import system_info
+
+                self._gpus = system_info().gpus
+            except Exception:  # llama.cpp's library did not load: the status bar says why
+                self._gpus = ()
+        return self._gpus
+
+    def settings(self) -> Settings:
+        return self._settings
+
+    def set_value(self, name: str, value) -> None:
+        self.editors[name].setValue(_editor_value(value))
+
+    def _edited(self, name: str, value) -> None:
+        if name in GPU_LAYER_FIELDS:
+            value = AUTO if value == AUTO_LAYERS else int(value)
+        else:
+            value = type(getattr(self._settings, name))(value)
+        self._settings = replace(self._settings, **{name: value})
+        self.changed.emit(self._settings)
+
+
+def _editor_value(value):
+    return AUTO_LAYERS if value == AUTO else value

@@ -1,0 +1,132 @@
+"""Live numbers of the running (or last) generation: a grid of tiles, and the tab that holds them
+with the charts."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QVBoxLayout, QWidget
+
+from app.gui.panels.charts import ChartsPanel
+from app.gui.runtime.live_stats import LiveStats
+
+TILES = [
+    ("tps_now", "tok/s now"),
+    ("tps_message", "tok/s message"),
+    ("ttft", "first token"),
+    ("prompt_tps", "prompt tok/s"),
+    ("drafted", "drafted"),
+    ("accepted", "accepted"),
+    ("acceptance", "acceptance"),
+    ("mean_accepted", "accepted / round"),
+]
+DASH = "–"
+LEARNING = "learning this machine's speed…"
+NOT_REPORTED = "not reported"   # a remote server said nothing about drafting
+
+
+def format_duration(seconds: float | None) -> str:
+    """"850 ms" below a second, "104.6 s" from one second on."""
+    if seconds is None:
+        return DASH
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def format_rate(per_second: float) -> str:
+    """Tokens per second: "–" while unknown, one decimal below 10 (a slow rate never reads "0")."""
+    if per_second <= 0:
+        return DASH
+    return f"{per_second:.1f}" if per_second < 10 else f"{per_second:.0f}"
+
+
+class StatsPanel(QWidget):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setHorizontalSpacing(8)
+        grid.setVerticalSpacing(8)
+        self._values: dict[str, QLabel] = {}
+        for i, (key, name) in enumerate(TILES):
+            grid.addWidget(self._tile(key, name), i // 4, i % 4)
+        # while the auto policy learns what batches cost here it drafts cautiously: say so
+        self.learning = QLabel(LEARNING)
+        self.learning.setObjectName("statName")
+        grid.addWidget(self.learning, (len(TILES) + 3) // 4, 0, 1, 4)
+        self.clear()
+
+    def _tile(self, key: str, name: str) -> QFrame:
+        tile = QFrame()
+        tile.setObjectName("panel")
+        layout = QVBoxLayout(tile)
+        layout.setContentsMargins(8, 6, 8, 6)
+        layout.setSpacing(0)
+        value = QLabel(DASH)
+        value.setObjectName("statValue")
+        label = QLabel(name)
+        label.setObjectName("statName")
+        layout.addWidget(value)
+        layout.addWidget(label)
+        self._values[key] = value
+        return tile
+
+    def clear(self) -> None:
+        for label in self._values.values():
+            label.setText(DASH)
+        self.set_learning(False)
+
+    def set_learning(self, learning: bool) -> None:
+        """Show the learning line while the policy is still learning this machine's costs (the
+        stats follow ``Round.learning`` during an answer, ``Summary.policy_learning`` at its end)."""
+        self.learning.setVisible(learning)
+
+    def is_learning_shown(self) -> bool:
+        return not self.learning.isHidden()
+
+    def values(self) -> dict[str, str]:
+        return {key: label.text() for key, label in self._values.items()}
+
+    def update_from(self, stats: LiveStats) -> None:
+        self._show_rates(stats)
+        if stats.summary is not None and not stats.summary.speculation_reported:
+            # a server that says nothing about drafting: say so, rather than show zeros
+            counts = dict.fromkeys(("drafted", "accepted", "acceptance", "mean_accepted"), NOT_REPORTED)
+        else:
+            counts = {
+                "drafted": str(stats.drafted),
+                "accepted": str(stats.accepted),
+                "acceptance": f"{100 * stats.acceptance_rate:.0f}%" if stats.drafted else DASH,
+                "mean_accepted": f"{stats.mean_accepted_length:.2f}" if stats.drafting_rounds else DASH,
+            }
+        for key, text in counts.items():
+            self._values[key].setText(text)
+        self.set_learning(stats.learning)
+
+    def _show_rates(self, stats: LiveStats) -> None:
+        self._values["tps_now"].setText(f"{stats.tps_now:.1f}" if stats.tps_points else DASH)
+        self._values["tps_message"].setText(f"{stats.generation_tps:.1f}" if stats.generation_tps else DASH)
+        self._values["ttft"].setText(format_duration(stats.ttft_s))
+        self._values["prompt_tps"].setText(format_rate(stats.prompt_tps))
+
+
+class SpeculationPanel(QWidget):
+    """The "Speculation" tab: the counters over the charts, both fed from one LiveStats."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.stats = StatsPanel()
+        self.charts = ChartsPanel()
+        title = QLabel("LIVE SPECULATION")
+        title.setObjectName("sectionTitle")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 10, 10, 10)
+        layout.setSpacing(8)
+        layout.addWidget(title)
+        layout.addWidget(self.stats)
+        layout.addWidget(self.charts, 1)
+
+    def clear(self) -> None:
+        self.stats.clear()
+        self.charts.clear()
+
+    def update_from(self, live: LiveStats) -> None:
+        self.stats.update_from(live)
+        self.charts.update_from(live)

@@ -1,0 +1,88 @@
+"""Values and plain functions the ChatController works with: no Qt, no state of their own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from app.core.params import DrafterKind
+from app.gui.runtime.live_stats import LiveStats
+from app.gui.runtime.worker import Batch, CompareResult, GenerateRequest, LoadedInfo
+from app.storage.conversations import ConversationStore, StoredMessage
+from app.storage.settings import Settings
+
+TITLE_CHARS = 48
+NEW_TITLE = "New chat"
+
+
+@dataclass(frozen=True)
+class ShownConversation:
+    conversation_id: int | None     # None: no conversation yet, the first message starts one
+    system_prompt: str
+    messages: tuple[StoredMessage, ...]
+
+
+@dataclass
+class ActiveGeneration:
+    request: GenerateRequest
+    conversation_id: int
+    message_id: int                 # the assistant message being written (or compared)
+    compare: bool = False
+    live: LiveStats = field(default_factory=LiveStats)
+    started_at: float | None = None   # the worker's time.monotonic() when decoding began
+
+    @property
+    def runs(self) -> list[tuple[str, str]]:
+        return [tuple(r) for r in self.live.runs]
+
+
+def feed(live: LiveStats, batch: Batch) -> None:
+    """Add a batch of the worker's events (stamped on the engine's clock) to the live numbers."""
+    for event in batch.events:
+        live.add(event)
+
+
+def prompt_messages(store: ConversationStore, conversation_id: int, upto_id: int | None = None) -> list[dict]:
+    """The chat messages sent to the model: the system prompt, then each message with text, up to
+    (not including) message ``upto_id``."""
+    conv = store.get(conversation_id)
+    messages = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt.strip() else []
+    for m in store.messages(conversation_id):
+        if upto_id is not None and m.id >= upto_id:
+            break
+        if m.content:
+            messages.append({"role": m.role, "content": m.content})
+    return messages
+
+
+def settings_after_load(settings: Settings, info: LoadedInfo, remote_api_key: str = "") -> Settings:
+    """The loaded pair becomes the one opened next time and heads the recent lists; a server heads
+    the recent servers (the next start opens the local pair again: a server may be gone by then)."""
+    if info.remote_url:
+        return replace(settings.with_recent_remote(info.remote_url), remote_api_key=remote_api_key)
+    settings = replace(settings, main_model=info.main_path, draft_model=info.draft_path or "")
+    settings = settings.with_recent_main(info.main_path)
+    return settings.with_recent_draft(info.draft_path) if info.draft_path else settings
+
+
+def drafter_for(kind: str, has_draft: bool) -> DrafterKind:
+    """The chosen drafter; without a draft model loaded, lookup still works and "model" is off."""
+    chosen = DrafterKind(kind)
+    return chosen if has_draft else chosen.without_model()
+
+
+def with_compare(stats: dict, result: CompareResult) -> dict:
+    """A message's stats with a compare's result added."""
+    return dict(stats, speedup=result.speedup, compare_identical=result.identical,
+                compare_speculative_tps=result.speculative.generation_tps,
+                compare_baseline_tps=result.baseline.generation_tps)
+
+
+def compare_notice(result: CompareResult) -> str:
+    same = "the outputs are identical" if result.identical else "the outputs differ"
+    return (f"Compare (greedy): with the draft {result.speculative.generation_tps:.1f} tok/s, main model alone "
+            f"{result.baseline.generation_tps:.1f} tok/s: {result.speedup:.2f}x speedup; {same}.")
+
+
+def title_from(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= TITLE_CHARS else line[:TITLE_CHARS - 1].rstrip() + "…"

@@ -1,0 +1,429 @@
+"""The chat with no widgets: conversations, the prompt, the generation lifecycle, models and settings.
+
+The main window shows what this object signals and calls its methods; the tests drive it alone.
+Requests go to the EngineWorker on its own thread by queued signals. What comes back is buffered
+in a LiveStats and reaches the views on a timer (REPAINT_MS), never once per token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, QTimer, Signal
+
+from app.core.speculation.events import Summary
+from app.core.params import DrafterKind
+from app.gui.runtime.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, compare_notice, drafter_for, feed,
+                                 prompt_messages, settings_after_load, title_from, with_compare)
+from app.gui.runtime.live_stats import message_stats
+from app.gui.runtime.worker import (Batch, CompareResult, EngineWorker, GenerateRequest, LoadedInfo, LoadFailure,
+                            LoadRequest, RemoteRequest, Started)
+from app.paths import AppPaths
+from app.storage.conversations import ConversationStore
+from app.storage.opening import open_storage
+from app.storage.settings import Settings, SettingsStore
+
+REPAINT_MS = 150          # ~7 Hz: counters, charts and the streaming message
+BUSY_WITH_MODELS = "Wait for the current answer or load to finish before changing models."
+
+
+class ChatController(QObject):
+    conversations_changed = Signal(object, object)  # [Conversation] matching the search, the current id or None
+    conversation_shown = Signal(object)           # ShownConversation: show these messages and this prompt
+    message_added = Signal(object)                # StoredMessage: the user's message, saved
+    message_removed = Signal(int)                 # message id (a regenerated answer, an empty partial one)
+    message_updated = Signal(object)              # StoredMessage whose stats changed (a compare)
+    answer_started = Signal(int)                  # the assistant message id that is about to stream
+    answer_updated = Signal(int, object)          # message id, LiveStats: on the repaint timer only
+    answer_finished = Signal(object)              # StoredMessage: the answer as saved, whole or partial
+    generating_changed = Signal(bool)
+    busy_changed = Signal(bool)                   # generating or loading: nothing else may start
+    notice = Signal(str, str)                     # text, kind: "error", "warning" or "info"
+    notice_cleared = Signal(str)                  # clear the notice shown if it is of this kind
+    model_loading = Signal(str)                   # the main model's file name
+    models_loaded = Signal(object)                # LoadedInfo: after a load, or again when a failed one kept it
+    models_unloaded = Signal()
+    colour_tokens_changed = Signal(bool)
+
+    _load = Signal(object)          # LoadRequest, to the worker
+    _connect_remote = Signal(object)  # RemoteRequest, to the worker
+    _generate = Signal(object)      # GenerateRequest, to the worker
+    _finish = Signal()              # to the worker: free the models and end the thread
+
+    def __init__(self, paths: AppPaths, settings_store: SettingsStore | None = None,
+                 conversations: ConversationStore | None = None, parent: QObject | None = None):
+        super().__init__(parent)
+        self.paths = paths
+        storage = open_storage(paths, settings_store, conversations)
+        self.settings_store = storage.settings_store
+        self.settings: Settings = storage.settings
+        self.store = storage.conversations
+        self.problems = storage.problems   # what opening the files took, for the first notice
+        self.conversation_id: int | None = None
+        self.search = ""
+        self.loaded: LoadedInfo | None = None
+        self.loading = False
+        self.active: ActiveGeneration | None = None
+        self.last_generation: ActiveGeneration | None = None
+        self.last_compare: CompareResult | None = None
+        self.closed = False
+        self._remote_key = ""      # the API key of the server being connected to
+        self._new_chat_prompt = self.settings.default_system_prompt
+        self._repaint_timer = QTimer(self)
+        self._repaint_timer.setInterval(REPAINT_MS)
+        self._repaint_timer.timeout.connect(self._emit_progress)
+        self._start_worker()
+
+    def _start_worker(self) -> None:
+        self.thread = QThread(self)
+        self.thread.setObjectName("engine-worker")
+        self.worker = EngineWorker(self.paths.profiles_dir)
+        self.worker.moveToThread(self.thread)
+        self._load.connect(self.worker.load, Qt.ConnectionType.QueuedConnection)
+        self._connect_remote.connect(self.worker.connect_remote, Qt.ConnectionType.QueuedConnection)
+        self._generate.connect(self.worker.generate, Qt.ConnectionType.QueuedConnection)
+        self._finish.connect(self.worker.finish, Qt.ConnectionType.QueuedConnection)
+        self.worker.loaded.connect(self._on_loaded)
+        self.worker.load_failed.connect(self._on_load_failed)
+        self.worker.started.connect(self._on_started)
+        self.worker.batch.connect(self._on_batch)
+        self.worker.finished.connect(self._on_finished)
+        self.worker.compared.connect(self._on_compared)
+        self.worker.failed.connect(self._on_failed)
+        self.worker.idle.connect(self._on_idle)
+        self.thread.start()
+
+    def start(self) -> None:
+        """Signal the state the app opened with, once the views are connected."""
+        self.colour_tokens_changed.emit(self.settings.colour_tokens)
+        conversations = self.store.conversations()
+        if conversations:
+            self.select_conversation(conversations[0].id)
+        else:
+            self._show_no_conversation()
+        if self.problems:
+            self.notice.emit("\n".join(self.problems), "warning")
+
+    # --- state ---------------------------------------------------------------------------------
+
+    @property
+    def is_generating(self) -> bool:
+        return self.active is not None
+
+    @property
+    def is_busy(self) -> bool:
+        return self.active is not None or self.loading
+
+    def saved_pair(self) -> tuple[str, str | None] | None:
+        """The pair the settings name, when its main model file is still there."""
+        main = self.settings.main_model
+        return (main, self.settings.draft_model or None) if main and Path(main).is_file() else None
+
+    # --- conversations -------------------------------------------------------------------------
+
+    def new_conversation(self, system_prompt: str | None = None) -> int:
+        prompt = self.settings.default_system_prompt if system_prompt is None else system_prompt
+        conv = self.store.create(NEW_TITLE, prompt)
+        self.select_conversation(conv.id)
+        return conv.id
+
+    def select_conversation(self, conversation_id: int) -> bool:
+        """Show a conversation; refused while answering (the answer belongs to the one shown)."""
+        conv = self.store.get(conversation_id)
+        if self.is_generating or conv is None:
+            return False
+        self.conversation_id = conversation_id
+        self.conversation_shown.emit(ShownConversation(conv.id, conv.system_prompt,
+                                                       tuple(self.store.messages(conv.id))))
+        self._refresh_list()
+        return True
+
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        self.store.rename(conversation_id, title.strip() or "Untitled")
+        self._refresh_list()
+
+    def delete_conversation(self, conversation_id: int) -> bool:
+        if self.active is not None and self.active.conversation_id == conversation_id:
+            self.notice.emit("Stop the answer before deleting its conversation.", "error")
+            return False
+        self.store.delete(conversation_id)
+        if conversation_id == self.conversation_id:
+            remaining = self.store.conversations()
+            if remaining:
+                return self.select_conversation(remaining[0].id)
+            self._show_no_conversation()
+        self._refresh_list()
+        return True
+
+    def set_search(self, text: str) -> None:
+        self.search = text.strip()
+        self._refresh_list()
+
+    def set_system_prompt(self, text: str) -> None:
+        """The shown conversation's system prompt; with none yet, the prompt the first message uses."""
+        if self.conversation_id is None:
+            self._new_chat_prompt = text
+        else:
+            self.store.set_system_prompt(self.conversation_id, text)
+
+    def prompt_messages(self, conversation_id: int, upto_id: int | None = None) -> list[dict]:
+        """What the model is sent for this conversation (up to, not including, ``upto_id``)."""
+        return prompt_messages(self.store, conversation_id, upto_id)
+
+    def _show_no_conversation(self) -> None:
+        self.conversation_id = None
+        self._new_chat_prompt = self.settings.default_system_prompt
+        self.conversation_shown.emit(ShownConversation(None, self._new_chat_prompt, ()))
+
+    def _refresh_list(self) -> None:
+        self.conversations_changed.emit(self.store.conversations(self.search), self.conversation_id)
+
+    # --- generation ----------------------------------------------------------------------------
+
+    def send_message(self, text: str) -> bool:
+        """Save ``text`` as the user's message and start answering it. False when it cannot start
+        (the reason is in a notice; nothing is saved)."""
+        text = text.strip()
+        if not text or not self._ready_to_generate():
+            return False
+        if self.conversation_id is None:
+            self.new_conversation(self._new_chat_prompt)
+        conv = self.store.get(self.conversation_id)
+        if conv.title == NEW_TITLE and not self.store.messages(conv.id):
+            self.store.rename(conv.id, title_from(text))
+        self.message_added.emit(self.store.add_message(conv.id, "user", text))
+        self._refresh_list()
+        self._start_answer()
+        return True
+
+    def stop(self) -> None:
+        if self.active is not None:
+            self.active.request.cancel.set()
+
+    def regenerate(self) -> bool:
+        """Replace the last answer with a new one (or answer a last message that has none)."""
+        if self.conversation_id is None or not self._ready_to_generate():
+            return False
+        messages = self.store.messages(self.conversation_id)
+        if not messages:
+            return False
+        if messages[-1].role == "assistant":
+            self.store.delete_message(messages[-1].id)
+            self.message_removed.emit(messages[-1].id)
+        self._start_answer()
+        return True
+
+    def compare(self, message_id: int) -> bool:
+        """Answer again greedily with and without the draft; report the speedup and whether the
+        two outputs are identical. The answer kept is the one shown; its stats gain the speedup."""
+        if not self._ready_to_generate():
+            return False
+        if self.loaded is None or self.loaded.draft_path is None:
+            self.notice.emit("Load a draft model to compare speculative decoding with the main model alone.", "error")
+            return False
+        stored = self.store.message(message_id)
+        if stored is None or stored.role != "assistant":
+            return False
+        history = self.prompt_messages(stored.conversation_id, upto_id=message_id)
+        request = GenerateRequest(tuple(history), self.settings.sampling(), self.settings.speculation(),
+                                  DrafterKind.MODEL, compare=True)
+        self.last_compare = None
+        self._begin(ActiveGeneration(request, stored.conversation_id, message_id, compare=True))
+        self.notice.emit("Comparing: greedy with the draft, then the main model alone…", "info")
+        return True
+
+    def _ready_to_generate(self) -> bool:
+        if self.is_generating:
+            return False
+        problem = ("The models are still loading." if self.loading else
+                   "No model is loaded. Choose a main model in the bar above and press Load."
+                   if self.loaded is None else self.settings.generation_problem())
+        if problem:
+            self.notice.emit(problem, "error")
+        return not problem
+
+    def drafter(self) -> DrafterKind:
+        """Who drafts, given what is loaded."""
+        return drafter_for(self.settings.drafter, self.loaded is not None and self.loaded.draft_path is not None)
+
+    def _start_answer(self) -> None:
+        # the request first: if it cannot be made, no empty answer is saved or left "generating…"
+        request = GenerateRequest(tuple(self.prompt_messages(self.conversation_id)), self.settings.sampling(),
+                                  self.settings.speculation(), self.drafter())
+        message = self.store.add_message(self.conversation_id, "assistant", "")
+        self.answer_started.emit(message.id)
+        self._begin(ActiveGeneration(request, self.conversation_id, message.id))
+
+    def _begin(self, active: ActiveGeneration) -> None:
+        self.active = active
+        self.notice_cleared.emit("error")
+        self.generating_changed.emit(True)
+        self.busy_changed.emit(True)
+        self._repaint_timer.start()
+        self._generate.emit(active.request)
+
+    def _on_started(self, started: Started) -> None:
+        if self.active is not None:
+            self.active.live.add(started)
+            self.active.started_at = started.monotonic_start
+
+    def _on_batch(self, batch: Batch) -> None:
+        if self.active is not None and not self.active.compare:
+            feed(self.active.live, batch)
+
+    def _on_finished(self, summary: Summary) -> None:
+        active = self.active
+        if active is None:
+            return
+        active.live.add(summary)
+        loaded = self.loaded
+        stats = message_stats(summary, active.request.drafter, loaded.main_name if loaded else "",
+                              loaded.draft_name if loaded else None)
+        text = summary.text or active.live.text
+        self.store.update_message(active.message_id, text, stats, active.runs)
+        if summary.error:
+            self.notice.emit(summary.error, "error")
+        elif summary.warnings:
+            self.notice.emit("; ".join(summary.warnings), "warning")
+
+    def _on_compared(self, result: CompareResult) -> None:
+        self.last_compare = result
+        stored = self.store.message(self.active.message_id) if self.active is not None else None
+        if stored is None:
+            return
+        self.store.update_message(stored.id, stored.content, with_compare(stored.stats, result))
+        self.message_updated.emit(self.store.message(stored.id))
+        self.notice.emit(compare_notice(result), "info")
+
+    def _on_failed(self, message: str) -> None:
+        self._save_partial()
+        self.notice.emit(message, "error")
+
+    def _on_idle(self) -> None:
+        active = self.active
+        if active is None:
+            return
+        if active.compare and self.last_compare is None:
+            self.notice_cleared.emit("info")   # the "Comparing…" line of a compare that was stopped
+        self._emit_progress()                   # the final numbers
+        self._repaint_timer.stop()
+        self.last_generation, self.active = active, None
+        if not active.compare:
+            stored = self.store.message(active.message_id)
+            if stored is None:
+                self.message_removed.emit(active.message_id)
+            else:
+                self.answer_finished.emit(stored)
+        self.generating_changed.emit(False)
+        self.busy_changed.emit(self.is_busy)
+        self._refresh_list()
+
+    def _save_partial(self) -> None:
+        """Keep what was generated so far; an answer with no text at all is removed."""
+        active = self.active
+        if active is None or active.compare:
+            return
+        text = active.live.text
+        if text:
+            self.store.update_message(active.message_id, text, {}, active.runs)
+        else:
+            self.store.delete_message(active.message_id)
+
+    def _emit_progress(self) -> None:
+        active = self.active
+        if active is not None and not active.compare:
+            self.answer_updated.emit(active.message_id, active.live)
+
+    # --- models --------------------------------------------------------------------------------
+
+    def can_change_models(self) -> bool:
+        """False, with the reason in a notice, while an answer or a load is under way."""
+        if self.is_busy:
+            self.notice.emit(BUSY_WITH_MODELS, "error")
+        return not self.is_busy
+
+    def load_pair(self, main_path: str, draft_path: str | None = None) -> bool:
+        """Load a main model and (optionally, "" or None for none) its draft on the worker."""
+        if not self.can_change_models():
+            return False
+        request = LoadRequest(self.settings.main_params(main_path),
+                              self.settings.draft_params(draft_path) if draft_path else None)
+        self.loading = True
+        self.model_loading.emit(Path(main_path).name)
+        self.busy_changed.emit(True)
+        self._load.emit(request)
+        return True
+
+    def connect_remote(self, request: RemoteRequest) -> bool:
+        """Chat through an OpenAI-compatible server instead of local models."""
+        if not self.can_change_models():
+            return False
+        self.loading = True
+        self._remote_key = request.api_key or ""
+        self.model_loading.emit(request.url)
+        self.busy_changed.emit(True)
+        self._connect_remote.emit(request)
+        return True
+
+    def _on_loaded(self, info: LoadedInfo) -> None:
+        self.loading = False
+        self.loaded = info
+        self.models_loaded.emit(info)
+        self.busy_changed.emit(self.is_busy)
+        self.save_settings(settings_after_load(self.settings, info, self._remote_key))
+        if info.warnings:
+            self.notice.emit("Loaded with a warning: " + "; ".join(info.warnings) + ".", "warning")
+        else:
+            self.notice_cleared.emit("error")
+
+    def _on_load_failed(self, failure: LoadFailure) -> None:
+        self.loading = False
+        if not failure.previous_kept:
+            self.loaded = None
+        if self.loaded is None:
+            self.models_unloaded.emit()
+        else:
+            self.models_loaded.emit(self.loaded)
+        self.busy_changed.emit(self.is_busy)
+        self.notice.emit(failure.message, "error")
+
+    # --- settings ------------------------------------------------------------------------------
+
+    def save_settings(self, settings: Settings) -> None:
+        self.settings = settings
+        try:
+            self.settings_store.save(settings)
+        except OSError as exc:
+            self.notice.emit(f"Settings could not be saved: {exc}", "warning")
+
+    def update_settings(self, **changes) -> None:
+        self.save_settings(replace(self.settings, **changes))
+
+    def set_drafter(self, kind: str) -> None:
+        if kind != self.settings.drafter:
+            self.update_settings(drafter=kind)
+
+    def set_colour_tokens(self, on: bool) -> None:
+        if on != self.settings.colour_tokens:
+            self.update_settings(colour_tokens=on)
+            self.colour_tokens_changed.emit(on)
+
+    # --- quitting ------------------------------------------------------------------------------
+
+    def shut_down(self) -> None:
+        """Cancel, let the worker end its current step and stop its thread, then take in what it
+        sent meanwhile and save a partial answer. The GUI thread blocks on the worker's thread
+        rather than spinning an event loop: on Python 3.11 each PySide call that returns nothing
+        may cost a reference to None."""
+        if self.closed:
+            return
+        self.closed = True
+        self.stop()
+        self._repaint_timer.stop()
+        self._finish.emit()   # queued behind the step the worker is in: a load cannot be cut short
+        self.thread.wait()
+        QCoreApplication.sendPostedEvents()   # its last batches, summary and idle, in order
+        self._save_partial()
+        self.store.close()
+

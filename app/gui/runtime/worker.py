@@ -1,0 +1,303 @@
+"""The one thread that owns the Engine: loads, generates, unloads, and reports through signals.
+
+The GUI sends requests by queued signals; this object lives on its own QThread, so its slots run
+there. Token pieces and rounds are sent in batches (every BATCH_S of the engine's clock) to keep the
+GUI thread free; every event keeps the engine's own time stamp (``at_s``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, Signal, Slot
+
+from app.core.compare import CompareResult, compare_greedy
+from app.core.speculation.costmodel import ProfileStore
+from app.core.engine import Engine, read_pair
+from app.core.errors import QuickdraftError
+from app.core.speculation.events import Round, Started, Summary, TokenPiece
+from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
+from app.core.remote.client import RemoteEngine
+from app.server.worker import Failed, HostedJobs, Job
+
+log = logging.getLogger(__name__)
+BATCH_S = 0.05
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    main: ModelParams
+    draft: ModelParams | None
+
+
+@dataclass(frozen=True)
+class LoadedInfo:
+    main_path: str
+    draft_path: str | None
+    main_name: str
+    draft_name: str | None
+    warnings: tuple[str, ...]
+    placement: tuple[str, ...] = ()   # where each model's layers went, a line each
+    remote_url: str | None = None     # chatting through this server instead of local models
+
+
+@dataclass(frozen=True)
+class RemoteRequest:
+    """Chat through an OpenAI-compatible server instead of local models."""
+
+    url: str
+    api_key: str | None = None
+    model: str | None = None          # None: the first model the server lists
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """Serve the loaded pair over HTTP (the window's "Local server"); see app/server."""
+
+    host: str
+    port: int
+    api_key: str | None
+    speculation: SpeculationParams
+    drafter: DrafterKind | str
+
+
+@dataclass(frozen=True)
+class ServerState:
+    url: str | None                   # where it listens; None: not serving
+    message: str = ""                 # why it stopped or could not start
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    message: str
+    previous_kept: bool               # the pair loaded before is still loaded
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    messages: tuple[dict, ...]
+    sampling: SamplingParams
+    speculation: SpeculationParams
+    drafter: DrafterKind | str        # a DrafterKind or its value
+    cancel: threading.Event = field(default_factory=threading.Event, compare=False)
+    compare: bool = False             # greedy speculative run, then greedy main-only run
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Events in order, each stamped with its seconds since the generation started (``at_s``)."""
+
+    events: tuple[TokenPiece | Round, ...]
+
+
+@dataclass(frozen=True)
+class ServedEvents:
+    """What one of the server's clients is being answered, for the window's speculation panel:
+    ``started`` opens a request, batches follow, ``summary`` (or ``error``) closes it."""
+
+    started: Started | None = None
+    batch: Batch | None = None
+    summary: Summary | None = None
+    error: str | None = None
+
+
+class EngineWorker(QObject):
+    # Signal(object), the payload's type beside it: declared as Signal(Batch) and the like, PySide6
+    # converts each payload on the way and the GUI thread stalled 100-250 ms while an answer streamed
+    loading = Signal(str)              # what is being loaded
+    loaded = Signal(object)            # LoadedInfo
+    load_failed = Signal(object)       # LoadFailure
+    started = Signal(object)           # app.core.speculation.events.Started, the engine's first event
+    batch = Signal(object)             # Batch
+    finished = Signal(object)          # Summary
+    compared = Signal(object)          # app.core.compare.CompareResult
+    failed = Signal(str)               # a generation could not run; the message is for the user
+    idle = Signal()                    # a generate request has ended, however it ended
+    server_state = Signal(object)      # ServerState
+    served = Signal(object)            # ServedEvents: the server's clients' answers, as they run
+    _jobs_waiting = Signal()           # the HTTP thread queued a job: serve it on this thread
+
+    def __init__(self, profiles_dir: str | Path | None = None):
+        super().__init__()
+        self._engine: Engine | RemoteEngine | None = None
+        self._profiles = ProfileStore(profiles_dir) if profiles_dir else None
+        self._hosted: HostedJobs | None = None
+        self._server = None                # app.server.run.LocalServer while serving
+        self._served: _Batcher | None = None
+        self._jobs_waiting.connect(self._serve_jobs, Qt.ConnectionType.QueuedConnection)
+
+    @Slot(object)
+    def load(self, request: LoadRequest) -> None:
+        try:
+            self.loading.emit(Path(request.main.path).name)
+            # a bad file or pair is refused before the working pair is unloaded
+            read_pair(request.main.path, request.draft.path if request.draft else None)
+            self._close_engine()
+            engine = Engine.load(request.main, request.draft, profile_store=self._profiles)
+        except QuickdraftError as exc:
+            self._load_failed(str(exc))
+        except Exception as exc:  # llama.cpp can fail in ways the engine does not name
+            log.exception("loading failed")
+            self._load_failed(f"The model could not be loaded: {exc}")
+        else:
+            self._engine = engine
+            if self._hosted is not None:
+                self._hosted.lend(engine)
+            self.loaded.emit(LoadedInfo(
+                request.main.path, request.draft.path if request.draft else None,
+                engine.main_info.display_name, engine.draft_info.display_name if engine.draft_info else None,
+                engine.warnings, tuple(f"{name}: {where.describe()}" for name, where in engine.placement().items())))
+
+    @Slot(object)
+    def connect_remote(self, request: RemoteRequest) -> None:
+        """Use an OpenAI-compatible server's model instead of local ones."""
+        self.loading.emit(request.url)
+        engine = RemoteEngine(request.url, request.api_key, request.model)
+        try:
+            name = engine.display_name   # asks the server for its models: fails here if unreachable
+        except QuickdraftError as exc:
+            engine.close()
+            self.load_failed.emit(LoadFailure(str(exc), self._engine is not None))
+            return
+        self._stop_server("The local server serves local models only; it stopped when the window "
+                          "connected to a remote server.")
+        self._close_engine()
+        self._engine = engine
+        self.loaded.emit(LoadedInfo(request.url, None, name, None, (), (f"remote: {engine.url}",),
+                                    remote_url=request.url))
+
+    def _load_failed(self, message: str) -> None:
+        if self._engine is None:
+            self._stop_server("The local server stopped: no model is loaded.")
+        self.load_failed.emit(LoadFailure(message, self._engine is not None))
+
+    @Slot(object)
+    def generate(self, request: GenerateRequest) -> None:
+        try:
+            if self._engine is None:
+                raise QuickdraftError("No model is loaded. Choose a main model first.")
+            if request.compare:
+                self._compare(self._engine, request)
+            else:
+                self.finished.emit(self._stream(self._engine, request))
+        except QuickdraftError as exc:
+            self.failed.emit(str(exc))
+        except MemoryError:
+            self.failed.emit("Out of memory while generating. Try a smaller context size or model.")
+        except Exception as exc:
+            log.exception("generation failed")
+            self.failed.emit(f"Generation failed: {exc}")
+        finally:
+            self.idle.emit()
+
+    @Slot()
+    def finish(self) -> None:
+        """The last request: free the models and end this worker's thread (the window waits on it)."""
+        self._stop_server("The application is quitting.")
+        self._close_engine()
+        self.thread().quit()
+
+    # --- the local server: its clients share this thread's engine with the window -----------------
+
+    @Slot(object)
+    def start_server(self, request: ServeRequest) -> None:
+        if self._server is not None:
+            self.server_state.emit(ServerState(self._server.url))
+            return
+        if not isinstance(self._engine, Engine):
+            self.server_state.emit(ServerState(None, "Load a local model first: the server serves the loaded pair."))
+            return
+        from app.server.run import LocalServer  # uvicorn and starlette: only when serving
+
+        hosted = HostedJobs(self._engine, self._jobs_waiting.emit, request.speculation, request.drafter,
+                            observe=self._observe_served)
+        try:
+            server = LocalServer(hosted, request.host, request.port, request.api_key or None)
+            server.start()
+        except QuickdraftError as exc:
+            hosted.stop()
+            self.server_state.emit(ServerState(None, f"The local server could not start: {exc}."))
+            return
+        self._hosted, self._server = hosted, server
+        self.server_state.emit(ServerState(server.url))
+
+    @Slot()
+    def stop_server(self) -> None:
+        self._stop_server("")
+
+    def _stop_server(self, message: str) -> None:
+        if self._server is None:
+            return
+        self._hosted.stop()
+        self._server.stop()
+        self._hosted = self._server = None
+        self.server_state.emit(ServerState(None, message))
+
+    @Slot()
+    def _serve_jobs(self) -> None:
+        if self._hosted is not None:
+            self._hosted.serve_next()
+
+    def _observe_served(self, job: Job, item: object) -> None:
+        """Every item the server's jobs are sent, on this thread: passed on to the window in batches."""
+        if isinstance(item, Started):
+            self._served = _Batcher(lambda batch: self.served.emit(ServedEvents(batch=batch)))
+            self.served.emit(ServedEvents(started=item))
+        elif self._served is not None and isinstance(item, (Summary, Failed)):
+            self._served.flush()
+            self._served = None
+            self.served.emit(ServedEvents(summary=item) if isinstance(item, Summary)
+                             else ServedEvents(error=item.error.message))
+        elif self._served is not None:
+            self._served.add(item)
+
+    def _close_engine(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+
+    def _stream(self, engine: Engine, request: GenerateRequest) -> Summary:
+        """Run one generation, sending Started and then batches of events; returns its Summary."""
+        batches = _Batcher(self.batch.emit)
+        for event in engine.generate(list(request.messages), sampling=request.sampling,
+                                     speculation=request.speculation, drafter=request.drafter,
+                                     cancel=request.cancel):
+            if isinstance(event, Started):
+                self.started.emit(event)
+            elif isinstance(event, Summary):
+                batches.flush()
+                return event
+            else:
+                batches.add(event)
+        raise QuickdraftError("The generation ended without a summary.")
+
+    def _compare(self, engine: Engine, request: GenerateRequest) -> None:
+        tokens = engine.prompt(list(request.messages)).tokens
+        result = compare_greedy(engine, tokens, request.drafter, request.sampling.max_tokens,
+                                request.speculation, request.cancel)
+        if result is not None:
+            self.compared.emit(result)
+
+
+class _Batcher:
+    """Token pieces and rounds on their way to the GUI thread, in batches of BATCH_S of the engine's
+    clock (each event keeps its own stamp): the window's answers and the server's clients' alike."""
+
+    def __init__(self, emit):
+        self._emit = emit            # called with a Batch
+        self._events: list[TokenPiece | Round] = []
+        self._sent_s = 0.0
+
+    def add(self, event: TokenPiece | Round) -> None:
+        self._events.append(event)
+        if event.at_s - self._sent_s >= BATCH_S:
+            self.flush()
+            self._sent_s = event.at_s
+
+    def flush(self) -> None:
+        if self._events:
+            self._emit(Batch(tuple(self._events)))
+        self._events = []

@@ -1,0 +1,84 @@
+"""Chat rendering is bounded, and chat messages are checked before anything renders them."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from app.core.chat import prompt as chat
+from app.core.chat.prompt import check_messages, render_prompt
+from app.core.chat.deadline import Deadline, DeadlineExceeded
+from app.core.errors import InvalidMessagesError
+
+NESTED_LOOPS = ("{% for a in range(100000) %}{% for b in range(100000) %}{% for m in messages %}"
+                "{{ m.content }}{% endfor %}{% endfor %}{% endfor %}")
+SILENT_LOOPS = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}x"
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture
+def short_limit(monkeypatch):
+    monkeypatch.setattr(chat, "RENDER_TIME_LIMIT_S", 0.3)
+
+
+@pytest.mark.parametrize("template", [NESTED_LOOPS, SILENT_LOOPS])
+def test_a_template_that_renders_for_minutes_falls_back_with_a_warning(short_limit, template):
+    start = time.perf_counter()
+    rendered = render_prompt(MESSAGES, template)
+    assert time.perf_counter() - start < 3
+    assert not rendered.templated and rendered.text == chat.render_plain(MESSAGES)
+    assert "took longer than 0.3 s" in rendered.warning
+
+
+def test_the_bound_holds_in_a_worker_thread(short_limit):
+    results = []
+    thread = threading.Thread(target=lambda: results.append(render_prompt(MESSAGES, SILENT_LOOPS)))
+    start = time.perf_counter()
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive() and time.perf_counter() - start < 3
+    assert results[0].warning
+
+
+@pytest.mark.parametrize("template, reason", [
+    ("{{ 'x' * 100000000 }}", "a repetition too long"),     # one huge repeat is refused, not allocated
+    ("{{ 2 ** 100000000 }}", "a power too large"),
+    ("{% for a in range(100000) %}{{ 'y' * 100 }}{% endfor %}", "wrote more than 4,000,000 characters"),
+    ("{{ messages.__class__.__mro__ }}", "refused by the sandbox"),
+])
+def test_costly_or_hostile_templates_fall_back_with_a_warning(template, reason):
+    rendered = render_prompt(MESSAGES, template)
+    assert not rendered.templated and reason in rendered.warning
+
+
+def test_an_ordinary_template_renders_without_warning():
+    rendered = render_prompt(MESSAGES, "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}")
+    assert rendered.templated and rendered.text == "[user]hi" and rendered.warning is None
+
+
+def test_a_deadline_that_was_not_reached_leaves_nothing_behind():
+    with Deadline(0.05):
+        pass
+    time.sleep(0.1)                 # a late timer must not raise here
+    with pytest.raises(DeadlineExceeded):
+        with Deadline(0.05):
+            while True:
+                pass
+
+
+@pytest.mark.parametrize("messages, message", [
+    ({"role": "user"}, "non-empty list"),
+    ([], "non-empty list"),
+    ("hello", "non-empty list"),
+    ([{"role": "user"}], "Message 1 is not"),
+    ([{"role": "user", "content": 5}], "Message 1 is not"),
+    (["hi"], "Message 1 is not"),
+    ([{"role": "user", "content": "ok"}, {"role": None, "content": "x"}], "Message 2 is not"),
+    ([{"role": "user", "content": "a\ud800b"}], "content of message 1 is not valid text: character 2"),
+    ([{"role": "user", "content": "caf\udce9"}], "lone surrogate"),
+])
+def test_malformed_messages_are_one_clear_error(messages, message):
+    with pytest.raises(InvalidMessagesError, match=message):
+        check_messages(messages)

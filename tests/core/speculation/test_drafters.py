@@ -1,0 +1,127 @@
+"""Drafters: prompt lookup, and which drafter each DrafterKind makes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from app.core.speculation.drafters import DraftModelDrafter, LookupThenModelDrafter, PromptLookupDrafter
+from app.core.engine import Engine
+from app.core.params import DrafterKind, ModelParams, SpeculationParams
+from app.core.speculation.acceptance import LookupMatch
+from app.core.speculation.policy_base import FixedPolicy
+
+FIXED = FixedPolicy(SpeculationParams(policy="fixed", draft_max=8))
+
+
+def test_lookup_tells_a_match_in_the_prompt_from_one_in_the_answer():
+    prompt = [5, 6, 7, 8, 9]
+    lookup = PromptLookupDrafter(ngram_max=3)
+    lookup.prepare(prompt, FIXED)
+    draft = lookup.draft(prompt + [1, 5, 6], 4, FIXED, None)
+    assert draft.tokens[:1] == [7] and draft.scores[0] == LookupMatch(2, in_prompt=True)
+    draft = lookup.draft(prompt + [1, 2, 3, 1, 2], 4, FIXED, None)
+    assert draft.tokens[:1] == [3] and draft.scores[0] == LookupMatch(2, in_prompt=False)
+
+
+def test_lookup_copies_the_prompt_where_the_answer_repeats_a_passage_it_has_changed():
+    """An edit's answer copied the passage 5 6 7 8 and changed what followed it (9 -> 2); where the
+    passage comes again, the prompt's text is the one to copy, and the match counts as the prompt's."""
+    prompt = [1, 5, 6, 7, 8, 9, 10, 11]
+    lookup = PromptLookupDrafter(ngram_max=4)
+    lookup.prepare(prompt, FIXED)
+    draft = lookup.draft(prompt + [5, 6, 7, 8, 2, 3, 5, 6, 7, 8], 3, FIXED, None)
+    assert draft.tokens == [9, 10, 11] and draft.scores[0] == LookupMatch(4, in_prompt=True)
+    draft = lookup.draft(prompt + [4, 2, 3, 4, 2], 2, FIXED, None)  # only in the answer: its latest
+    assert draft.tokens == [3, 4] and draft.scores[0] == LookupMatch(2, in_prompt=False)
+
+
+def test_lookup_reads_each_prompt_afresh():
+    """A drafter given a longer prompt (the next turn holds the last answer) counts all of it as the prompt."""
+    lookup = PromptLookupDrafter(ngram_max=2)
+    lookup.prepare([1, 2, 3], FIXED)
+    lookup.draft([1, 2, 3, 7, 8, 9, 4], 2, FIXED, None)
+    lookup.prepare([1, 2, 3, 7, 8, 9, 4, 5], FIXED)
+    draft = lookup.draft([1, 2, 3, 7, 8, 9, 4, 5, 7, 8, 6, 7, 8], 1, FIXED, None)
+    assert draft.tokens == [9] and draft.scores[0] == LookupMatch(2, in_prompt=True)
+
+
+def test_lookup_starts_its_index_over_for_a_context_that_does_not_extend_the_last():
+    lookup = PromptLookupDrafter(ngram_max=2)
+    assert lookup.find([1, 2, 3, 4, 1, 2], 2) == (2, [3, 4])
+    assert lookup.find([1, 2, 5, 6, 7, 4, 1, 2], 2) == (2, [5, 6])   # changed inside, as long or longer
+    assert lookup.find([9, 2, 5, 6, 7, 4, 1, 2, 9, 2], 1) == (2, [5])  # changed at the start
+    assert lookup.find([9, 2, 5, 6, 7, 4, 1, 2, 9, 2, 5, 8, 1, 2], 2) == (2, [9, 2])  # extended: the latest
+
+
+def test_lookup_finds_the_continuation_of_a_repeated_text():
+    text = [5, 6, 7, 8, 9, 10, 11, 3, 4, 5, 6, 7]
+    lookup = PromptLookupDrafter(ngram_max=3)
+    n, continuation = lookup.find(text, 4)
+    assert (n, continuation) == (3, [8, 9, 10, 11])
+    n, continuation = lookup.find(text + [8, 9], 2)   # the index grows with the context
+    assert (n, continuation) == (3, [10, 11])
+    assert lookup.find([1, 2, 3], 4) == (0, [])       # nothing repeats
+    assert lookup.find([9, 9, 1, 2], 3)[0] == 0
+    n, continuation = lookup.find([1, 2, 1, 9, 1], 3)  # the latest match wins
+    assert (n, continuation) == (1, [9, 1])
+
+
+def _longest_match_by_scanning(context: list[int], prompt_length: int, ngram_max: int, ngram_min: int):
+    """What the lookup drafter is specified to copy, found the slow way: the longest n-gram ending
+    the context that occurs earlier, and of its occurrences the latest whose continuation starts in
+    the prompt, else the latest in the answer."""
+    for n in range(min(ngram_max, len(context) - 1), ngram_min - 1, -1):
+        ends = [end for end in range(n, len(context)) if context[end - n:end] == context[-n:]]
+        if ends:
+            in_prompt = [end for end in ends if end < prompt_length]
+            return n, max(in_prompt) if in_prompt else max(ends)
+    return 0, 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lookup_finds_the_longest_match_it_is_specified_to_find(seed):
+    """The drafter bisects for the longest match over an index that grows with the answer; on random
+    texts over small vocabularies (many repeats, of every length) it agrees with a scan of the text."""
+    rng = random.Random(seed)
+    for _ in range(20):
+        ngram_max, ngram_min = rng.choice([2, 4, 16]), rng.choice([1, 1, 2])
+        vocabulary = rng.choice([2, 3, 6])
+        prompt = [rng.randrange(vocabulary) for _ in range(rng.randrange(0, 30))]
+        lookup = PromptLookupDrafter(ngram_max, ngram_min)
+        lookup.prepare(prompt, FIXED)
+        context = list(prompt)
+        for _ in range(30):
+            context.append(rng.randrange(vocabulary))
+            n, end = _longest_match_by_scanning(context, len(prompt), ngram_max, ngram_min)
+            assert lookup.find(context, 3) == (n, context[end:end + 3] if n else [])
+
+
+@pytest.fixture(scope="module")
+def pair_and_main(tiny_models):
+    pair = Engine.load(ModelParams(str(tiny_models.main), n_ctx=128), ModelParams(str(tiny_models.same), n_ctx=128))
+    alone = Engine.load(ModelParams(str(tiny_models.main), n_ctx=128))
+    yield pair, alone
+    pair.close()
+    alone.close()
+
+
+@pytest.mark.parametrize("kind,with_draft,without_draft", [
+    (DrafterKind.LOOKUP_MODEL, LookupThenModelDrafter, PromptLookupDrafter),
+    (DrafterKind.MODEL, DraftModelDrafter, type(None)),
+    (DrafterKind.LOOKUP, PromptLookupDrafter, PromptLookupDrafter),
+    (DrafterKind.NONE, type(None), type(None)),
+])
+def test_each_kind_makes_its_drafter_and_falls_back_without_a_draft_model(pair_and_main, kind, with_draft,
+                                                                          without_draft):
+    pair, alone = pair_and_main
+    assert type(pair._drafter(kind)) is with_draft
+    assert type(alone._drafter(kind)) is without_draft
+    assert kind.without_model().uses_model is False
+
+
+def test_a_drafter_names_its_kind():
+    assert PromptLookupDrafter.name == DrafterKind.LOOKUP
+    assert DraftModelDrafter.name == DrafterKind.MODEL
+    assert LookupThenModelDrafter.name == DrafterKind.LOOKUP_MODEL

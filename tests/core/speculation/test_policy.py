@@ -1,0 +1,281 @@
+"""The cost model, the auto draft length and prompt lookup."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.core.speculation.costmodel import CostProfile, ProfileStore
+from app.core.speculation.drafters import Draft, DraftModelDrafter, LookupThenModelDrafter, PromptLookupDrafter
+from app.core.speculation.events import Round
+from app.core.params import SamplingParams, SpeculationParams
+from app.core.speculation.acceptance import LOOKUP, MODEL, LookupMatch
+from app.core.speculation.policy import AutoPolicy
+from app.core.speculation.policy_base import Decision
+from app.core.speculation.loop import SpeculativeGeneration
+
+from tests.core.speculation.reference_model import ReferenceModel, ReferenceSession
+
+STEP = 0.040
+AUTO = SpeculationParams(draft_max=8, policy="auto")
+
+
+def profile(batch_times, draft_step=0.0):
+    return CostProfile(key={}, main_batch_s=list(batch_times), draft_step_s=draft_step)
+
+
+LINEAR = profile([STEP * n for n in range(1, 10)], draft_step=0.5 * STEP)   # a batch costs n steps
+FREE = profile([STEP] * 9, draft_step=0.02 * STEP)                          # a batch costs one step
+
+
+def test_no_drafting_when_verification_costs_as_much_as_sequential_steps():
+    policy = AutoPolicy(AUTO, LINEAR)
+    assert policy.draft_length(MODEL) == 0        # the draft model can never pay here
+    assert policy.draft_length(LOOKUP) == 8       # lookup is free to try, but...
+    assert policy.step(0, LookupMatch(4), LOOKUP) is Decision.STOP  # ...not even a long match pays
+
+
+def test_long_drafts_when_verification_is_free():
+    policy = AutoPolicy(AUTO, FREE)
+    assert policy.draft_length(MODEL) == 8
+    decisions = [policy.step(n, 0.95, MODEL) for n in range(8)]
+    assert decisions[:7] == [Decision.MORE] * 7 and decisions[7] is Decision.LAST
+
+
+def test_an_unsure_draft_token_is_cut():
+    policy = AutoPolicy(AUTO, profile([STEP * (1 + 0.1 * n) for n in range(9)], draft_step=0.1 * STEP))
+    for _ in range(20):  # unsure tokens have been rejected before; sure ones accepted
+        policy.acceptance.update(MODEL, 0, 0.01, False)
+        policy.acceptance.update(MODEL, 0, 0.95, True)
+    policy.draft_length(MODEL)
+    assert policy.step(0, 0.95, MODEL) is not Decision.STOP
+    assert policy.step(1, 0.01, MODEL) is Decision.STOP
+    draft = Draft([5, 6], [None, None], [MODEL, MODEL], [0.95, 0.01])
+    assert policy.cut(draft) == 1
+
+
+def test_acceptance_is_learned_from_what_verification_accepts():
+    policy = AutoPolicy(AUTO, FREE)
+    before = policy.acceptance.chance(MODEL, 0, 0.95)
+    for _ in range(50):  # an over-confident draft: says 95%, is never accepted
+        policy.draft_length(MODEL)
+        policy.observe(Draft([1], [None], [MODEL], [0.95]), accepted=0)
+    after = policy.acceptance.chance(MODEL, 0, 0.95)
+    assert before > 0.9
+    assert after < 0.2  # the prior keeps it off zero, so it is probed again later
+
+
+def test_short_lookup_matches_must_earn_their_place():
+    policy = AutoPolicy(AUTO, profile([STEP * (1 + 0.5 * (n - 1)) for n in range(1, 10)]))
+    assert policy.acceptance.chance(LOOKUP, 0, LookupMatch(1)) < policy.acceptance.chance(LOOKUP, 0, LookupMatch(4))
+    policy.draft_length(LOOKUP)
+    assert policy.step(0, LookupMatch(1), LOOKUP) is Decision.STOP     # a 1-token match is a poor bet here
+    policy.draft_length(LOOKUP)
+    assert policy.step(0, LookupMatch(4), LOOKUP) is not Decision.STOP  # a 4-token match is a good one
+
+
+def test_a_draft_model_that_loses_is_asked_rarely_but_probes_again():
+    main = ReferenceModel(n_vocab=12, seed=0)
+    drafter = DraftModelDrafter(ReferenceSession(ReferenceModel(n_vocab=12, seed=9)))  # mostly wrong
+    pays_if_right = profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)], draft_step=0.3 * STEP)
+    gen = SpeculativeGeneration(ReferenceSession(main), main, drafter, AutoPolicy(AUTO, pays_if_right),
+                                SamplingParams(max_tokens=400))
+    rounds = [e for e in gen.run([1, 2, 3]) if isinstance(e, Round)]
+    drafting = sum(r.drafted > 0 for r in rounds)
+    assert 3 <= drafting <= 0.15 * len(rounds)
+
+
+def _rounds_drafted_when_every_draft_is_rejected(policy, source, score, rounds, draft_s):
+    """Run ``rounds`` rounds in which each one-token draft is rejected; count the rounds that drafted."""
+    drafted = 0
+    for _ in range(rounds):
+        if policy.draft_length(source) == 0:
+            policy.observe(Draft(), 0)
+            continue
+        drafted += 1
+        policy.step(0, score, source)
+        policy.observe(Draft([1], [None], [source], [score]), accepted=0, draft_s=draft_s)
+    return drafted
+
+
+def test_a_draft_model_whose_probes_lose_is_parked_for_the_rest_of_the_answer():
+    pays_if_right = profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)], draft_step=0.3 * STEP)
+    acceptance = None
+    rounds_drafted = []
+    for answer in range(2):
+        policy = AutoPolicy(AUTO, pays_if_right, acceptance)
+        acceptance = policy.acceptance  # kept across a conversation, as the engine does
+        # each probe fed the draft model the skipped tokens (2 steps) and its token was rejected
+        rounds_drafted.append(_rounds_drafted_when_every_draft_is_rejected(policy, MODEL, 0.95, 200, 2 * STEP))
+    assert all(1 <= n <= 4 for n in rounds_drafted)  # parked within the answer, tried again in the next
+
+
+def test_a_draft_model_sits_out_while_the_main_model_is_unsure():
+    pays_if_right = profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)], draft_step=0.3 * STEP)
+    policy = AutoPolicy(AUTO, pays_if_right)
+    assert policy.may_draft(MODEL) and policy.wants_main_confidence()  # as a draft model drafter asks
+    assert policy.draft_length(MODEL) > 0                    # nothing known yet: it may try
+    policy.observe(Draft(), 0, main_confidence=[0.4, 0.5, 0.3])
+    assert [policy.draft_length(MODEL) for _ in range(5)] == [0] * 5
+    assert policy.draft_length(LOOKUP) > 0                   # lookup costs nothing: not gated
+    policy.observe(Draft(), 0, main_confidence=[0.99] * 8)   # the text became easy
+    assert policy.draft_length(MODEL) > 0
+
+
+def test_a_draft_model_too_far_behind_to_catch_up_is_parked():
+    pays_if_right = profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)], draft_step=0.3 * STEP)
+    policy = AutoPolicy(AUTO, pays_if_right)
+    assert policy.draft_length(MODEL, behind=2) > 0          # a short catch-up is worth a round
+    assert policy.draft_length(MODEL, behind=200) == 0       # reading 200 skipped tokens is not
+    assert policy.draft_length(MODEL, behind=0) == 0         # and it only falls further behind
+    assert not policy.wants_main_confidence()
+
+
+def test_a_long_match_in_the_prompt_is_copied_one_in_the_answer_is_not():
+    # a CPU where a batch costs nearly one step per token up to 8, then 9..16 cost about the same
+    steps = [1, 1.95, 2.7, 3.3, 4.0, 4.7, 5.6, 7.2, 7.9, 8.5, 8.5, 8.5, 8.5, 8.5, 8.5, 8.5, 10.1]
+    policy = AutoPolicy(SpeculationParams(draft_max=16, policy="auto"), profile([STEP * s for s in steps]))
+    copying = LookupMatch(16, in_prompt=True)   # the answer copies the user's code, as an edit does
+    repeating = LookupMatch(16, in_prompt=False)  # a phrase the answer said before
+    policy.draft_length(LOOKUP)
+    assert policy.step(0, repeating, LOOKUP) is Decision.STOP
+    policy.draft_length(LOOKUP)
+    decisions = []
+    while not decisions or decisions[-1] is Decision.MORE:
+        decisions.append(policy.step(len(decisions), copying, LOOKUP))
+    assert len(decisions) == 15 and decisions[-1] is Decision.LAST
+
+
+def test_lookup_is_never_parked_it_costs_nothing_to_probe():
+    policy = AutoPolicy(AUTO, profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)]))
+    drafted = _rounds_drafted_when_every_draft_is_rejected(policy, LOOKUP, LookupMatch(13), 300, 0.0)
+    assert 5 <= drafted <= 20   # backs off to one probe in 64 rounds, but keeps probing
+
+
+@pytest.mark.parametrize("kind", ["lookup", "lookup+model", "model"])
+def test_auto_policy_output_is_the_main_models(kind):
+    main = ReferenceModel(n_vocab=6, seed=4, sharpness=4.0)  # small vocabulary: repeats, so lookup matches
+    model = DraftModelDrafter(ReferenceSession(ReferenceModel(n_vocab=6, seed=4, sharpness=4.0)))
+    drafter = {"lookup": PromptLookupDrafter(), "model": model,
+               "lookup+model": LookupThenModelDrafter(PromptLookupDrafter(), model)}[kind]
+    gen = SpeculativeGeneration(ReferenceSession(main), main, drafter,
+                                AutoPolicy(AUTO, profile([STEP * (1 + 0.1 * n) for n in range(9)], 0.1 * STEP)),
+                                SamplingParams(max_tokens=120))
+    summary = list(gen.run([0, 1, 2]))[-1]
+    ctx = [0, 1, 2]
+    for _ in range(120):
+        ctx.append(int(np.argmax(main.logits(ctx))))
+    assert list(summary.token_ids) == ctx[3:]
+    assert summary.accepted > 30
+
+
+def test_the_loop_tells_the_policy_how_sure_the_main_model_was():
+    main = ReferenceModel(n_vocab=12, seed=0)
+    seen = []
+
+    class Recording(AutoPolicy):
+        def observe(self, draft, accepted, draft_s=None, main_confidence=(), **measured):
+            seen.append((accepted, list(main_confidence)))
+            super().observe(draft, accepted, draft_s, main_confidence, **measured)
+
+    pays_if_right = profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)], draft_step=0.3 * STEP)
+    drafter = DraftModelDrafter(ReferenceSession(ReferenceModel(n_vocab=12, seed=0)))  # the same model
+    gen = SpeculativeGeneration(ReferenceSession(main), main, drafter, Recording(AUTO, pays_if_right),
+                                SamplingParams(max_tokens=40))
+    list(gen.run([1, 2, 3]))
+    assert seen and all(len(confidence) == accepted + 1 for accepted, confidence in seen)
+    assert all(0.0 < p <= 1.0 for _, confidence in seen for p in confidence)
+    assert sum(accepted for accepted, _ in seen) > 10
+
+
+def test_the_main_models_confidence_is_read_only_for_a_draft_model():
+    """It only decides whether to ask a draft model: with lookup alone, where the draft model would
+    pay, the loop reads none (a softmax over a 152k vocabulary per verified token for nothing)."""
+    main = ReferenceModel(n_vocab=12, seed=0)
+    pays_if_right = profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)], draft_step=0.3 * STEP)
+    confidences = []
+
+    class Recording(AutoPolicy):
+        def observe(self, draft, accepted, draft_s=None, main_confidence=(), **measured):
+            confidences.extend(main_confidence)
+            super().observe(draft, accepted, draft_s, main_confidence, **measured)
+
+    policy = Recording(AUTO, pays_if_right)
+    list(SpeculativeGeneration(ReferenceSession(main), main, PromptLookupDrafter(), policy,
+                               SamplingParams(max_tokens=40)).run([1, 2, 3, 1, 2]))
+    assert confidences == []
+    assert policy.may_draft(MODEL) and policy.wants_main_confidence()  # a draft model drafter in play
+
+
+def test_profile_is_saved_reused_and_invalidated(tmp_path, tiny_models):
+    from app.core.engine import Engine
+    from app.core.params import ModelParams
+
+    store = ProfileStore(tmp_path / "profiles")
+    engine = Engine.load(ModelParams(str(tiny_models.main), n_ctx=256, n_threads=1),
+                         ModelParams(str(tiny_models.other), n_ctx=256, n_threads=1), profile_store=store)
+    first = engine.cost_profile(5, recalibrate=True)   # measured only when asked (quickdraft calibrate)
+    assert first.n_max == 5 and first.draft_step_s > 0 and all(t > 0 for t in first.main_batch_s)
+    assert len(list(store.directory.glob("*.json"))) == 1
+    engine.close()
+
+    again = Engine.load(ModelParams(str(tiny_models.main), n_ctx=256, n_threads=1),
+                        ModelParams(str(tiny_models.other), n_ctx=256, n_threads=1), profile_store=store)
+    assert again.cost_profile(5).main_batch_s == pytest.approx(first.main_batch_s, rel=0.01)  # reused
+    assert again.cost_profile(5, recalibrate=True).measured_at >= first.measured_at
+    again.close()
+
+    other_threads = Engine.load(ModelParams(str(tiny_models.main), n_ctx=256, n_threads=2),
+                                ModelParams(str(tiny_models.other), n_ctx=256, n_threads=1), profile_store=store)
+    assert store.load(other_threads.profile_key(5)) is None              # settings changed: not valid
+    other_threads.cost_profile(5, recalibrate=True)
+    assert len(list(store.directory.glob("*.json"))) == 2
+    other_threads.close()
+
+
+def test_a_corrupt_profile_is_measured_again(tmp_path):
+    store = ProfileStore(tmp_path)
+    key = {"main": "x"}
+    store.save(profile([0.1, 0.2]).__class__(key=key, main_batch_s=[0.1, 0.2]))
+    assert store.load(key).main_batch_s == [0.1, 0.2]
+    store.path_for(key).write_text("{not json")
+    assert store.load(key) is None
+
+
+def test_a_jumpy_profile_is_looked_across_when_copying_pays():
+    # measured on a 2-core CPU: batches of 9..16 cost about the same (llama.cpp switches kernels)
+    jumpy = profile([0.042, 0.079, 0.109, 0.142, 0.176, 0.231, 0.288, 0.400, 0.400, 0.400, 0.405, 0.405,
+                     0.433, 0.433, 0.433, 0.433, 0.514])
+    policy = AutoPolicy(SpeculationParams(draft_max=16, policy="auto"), jumpy)
+    for _ in range(40):  # a copy that goes on: long matches and their continuations are accepted
+        policy.acceptance.update(LOOKUP, 0, LookupMatch(4), True)
+        policy.acceptance.update(LOOKUP, 1, LookupMatch(4), True)
+    assert policy.draft_length(LOOKUP) == 16
+    decisions = []
+    while not decisions or decisions[-1] is Decision.MORE:
+        decisions.append(policy.step(len(decisions), LookupMatch(4), LOOKUP))
+    assert decisions[-1] is Decision.LAST
+    assert len(decisions) == 15   # past the expensive middle, and 15 + 1 fits the cheap batch of 16
+    draft = Draft(list(range(16)), [None] * 16, [LOOKUP] * 16, [LookupMatch(4)] * 16)
+    assert policy.cut(draft) >= 15
+
+
+def test_a_round_without_a_draft_reads_no_costs(monkeypatch):
+    """The cost model is read when a draft is weighed, not after every round: a round where lookup
+    proposes nothing and no draft model is timed reads none of its profiles (each reading costs
+    a tenth of a millisecond on a 2-core CPU right after a decode), and the next draft reads them at
+    the context reached."""
+    from app.core.speculation.costmodel import CostModel
+
+    costs = CostModel({}, 9)
+    policy = AutoPolicy(SpeculationParams(draft_max=8), costs)
+    reads = []
+    real = costs.profile
+    monkeypatch.setattr(costs, "profile", lambda context=256, unmeasured="estimate":
+                        reads.append((context, unmeasured)) or real(context, unmeasured))
+    for i in range(20):
+        assert policy.draft_length(LOOKUP) == 8 and not policy.wants_main_confidence()
+        policy.observe(Draft(), 0, draft_s=1e-5, verify_s=0.02, context=100 + i)
+    assert reads == []
+    policy.step(0, LookupMatch(16, in_prompt=True), LOOKUP)
+    assert reads and {context for context, _ in reads} == {120}

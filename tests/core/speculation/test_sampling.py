@@ -1,0 +1,46 @@
+import itertools
+
+import numpy as np
+import pytest
+
+from app.core.params import SamplingParams
+from app.core.speculation.sampling import Sampler
+
+
+def reference_probs(logits, temperature, top_k, top_p, min_p):
+    """llama.cpp's chain written plainly: top-k, top-p, min-p on temperature-1 probabilities,
+    then the temperature over what is left."""
+    logits = logits.astype(np.float64)
+    order = np.argsort(-logits, kind="stable")
+    if top_k > 0:
+        order = order[:top_k]
+    p = np.exp(logits[order] - logits[order].max())
+    p /= p.sum()
+    if top_p < 1.0:
+        cut = int(np.searchsorted(np.cumsum(p), top_p)) + 1
+        order, p = order[:cut], p[:cut]
+    if min_p > 0:
+        order = order[p >= min_p * p[0]]
+    out = np.zeros_like(logits, dtype=np.float64)
+    z = logits[order] / temperature
+    e = np.exp(z - z.max())
+    out[order] = e / e.sum()
+    return out
+
+
+@pytest.mark.parametrize("top_k,top_p,min_p", list(itertools.product([0, 1, 5, 40], [1.0, 0.9, 0.5], [0.0, 0.05, 0.3])))
+def test_filters_match_a_plain_implementation(top_k, top_p, min_p):
+    rng = np.random.default_rng(top_k * 100 + int(top_p * 10) + int(min_p * 100))
+    for scale in (0.5, 3.0):
+        logits = (rng.standard_normal(6000) * scale).astype(np.float32)
+        sampler = Sampler(SamplingParams(temperature=0.7, top_k=top_k, top_p=top_p, min_p=min_p))
+        np.testing.assert_allclose(sampler.probs(logits), reference_probs(logits, 0.7, top_k, top_p, min_p),
+                                   atol=1e-6)
+
+
+def test_greedy_picks_the_argmax_and_a_seed_replays():
+    logits = np.array([0.1, 2.0, 1.9, -1.0], dtype=np.float32)
+    assert Sampler(SamplingParams(temperature=0)).sample(logits) == 1
+    draws = [Sampler(SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0, seed=5)).sample(logits)
+             for _ in range(3)]
+    assert len(set(draws)) == 1

@@ -1,0 +1,118 @@
+"""Message widgets: copying, code blocks, token colouring."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QUrl
+from PySide6.QtGui import QGuiApplication
+
+from app.gui.chat.message_view import ChatView
+
+ANSWER = "Use this:\n\n```python\nprint('hi')\n```\n\nand this:\n\n```sh\nls -la\n```\n"
+
+
+def test_copy_buttons_copy_the_message_and_each_code_block(qtbot):
+    view = ChatView()
+    qtbot.addWidget(view)
+    widget = view.add_message(1, "assistant", ANSWER, {"generation_tps": 10.0, "generated_tokens": 5})
+    widget.copy_button.click()
+    assert QGuiApplication.clipboard().text() == ANSWER
+    widget.body.anchorClicked.emit(QUrl("copy-code:1"))
+    assert QGuiApplication.clipboard().text() == "ls -la"
+    widget.body.anchorClicked.emit(QUrl("copy-code:0"))
+    assert QGuiApplication.clipboard().text() == "print('hi')"
+    assert widget.footer.text() == "10.0 tok/s · 5 tokens"
+
+
+def test_a_long_code_line_and_footer_stay_inside_a_narrow_chat_column(qtbot):
+    """Seen in the app at 1000 px wide with the speculation panel open: the footer's one line made
+    the message wider than the chat column (its Copy button off screen, the footer cut) and a long
+    code line was cut at the column's edge. Both wrap now."""
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.resize(300, 600)
+    view.show()
+    code = "```python\nitems[name] = items[name] + quantity  # a line far longer than the column is wide\n```"
+    widget = view.add_message(1, "assistant", code, {"generated_tokens": 137, "generation_tps": 52.9,
+                                                     "drafted": 126, "accepted": 111})
+    qtbot.waitUntil(lambda: widget.body.document().size().height() > 0)
+    column = view.viewport().width()
+    assert widget.width() <= column
+    assert widget.copy_button.mapTo(view.viewport(), widget.copy_button.rect().topRight()).x() <= column
+    assert widget.body.document().idealWidth() <= widget.body.viewport().width()
+    assert "accepted 111 (88%)" in widget.footer.text()
+
+
+def test_colouring_needs_stored_pieces_and_can_be_turned_off(qtbot):
+    view = ChatView()
+    qtbot.addWidget(view)
+    coloured = view.add_message(1, "assistant", "ab", runs=[("a", "draft"), ("b", "main")])
+    plain = view.add_message(2, "assistant", "old answer without pieces")
+    user = view.add_message(3, "user", "question", runs=[("question", "main")])
+    view.set_colour_tokens(True)
+    assert coloured.showing_origins() and not plain.showing_origins() and not user.showing_origins()
+    assert "old answer without pieces" in plain.body.toPlainText()
+    view.set_colour_tokens(False)
+    assert not coloured.showing_origins() and coloured.body.toPlainText().strip() == "ab"
+
+
+def test_compare_link_reports_its_message(qtbot):
+    view = ChatView()
+    qtbot.addWidget(view)
+    widget = view.add_message(42, "assistant", "answer")
+    with qtbot.waitSignal(view.compare_requested) as signal:
+        widget.compare_button.click()
+    assert signal.args == [42]
+    assert not view.add_message(43, "user", "q").compare_button.isVisibleTo(view)
+
+
+def _png(path):
+    from PySide6.QtGui import QImage
+
+    image = QImage(4, 4, QImage.Format.Format_RGB32)
+    image.fill(0xff0000)
+    assert image.save(str(path))
+    return path
+
+
+def test_an_image_in_model_text_is_a_link_and_no_file_is_read(qtbot, tmp_path):
+    from PySide6.QtGui import QTextDocument
+
+    picture = _png(tmp_path / "picture.png")
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.resize(600, 400)
+    view.show()
+    # the report's ![z](/dev/zero) read memory until the process died; a real picture shows it safely
+    text = f"Look: ![a red square]({picture}) and ![]({picture}) then ![z]({tmp_path}/elsewhere.png)"
+    widget = view.add_message(1, "assistant", text)
+    qtbot.waitExposed(view)
+    shown = widget.body.toPlainText()
+    assert shown.startswith("Look: a red square and") and shown.rstrip().endswith("then z")
+    assert "<img" not in widget.body.toHtml() and f'href="{tmp_path}/elsewhere.png"' in widget.body.toHtml()
+    # even HTML that names the file directly gets a blank pixel, never the file's pixels
+    widget.body.setHtml(f'<img src="{picture}"><img src="{QUrl.fromLocalFile(str(picture)).toString()}">')
+    for url in (QUrl(str(picture)), QUrl.fromLocalFile(str(picture))):
+        image = widget.body.document().resource(QTextDocument.ResourceType.ImageResource, url)
+        assert image.width() == 1 and image.pixelColor(0, 0).alpha() == 0
+
+
+def test_raw_html_in_model_text_is_shown_as_text(qtbot, tmp_path):
+    picture = _png(tmp_path / "picture.png")
+    view = ChatView()
+    qtbot.addWidget(view)
+    text = f'before <img src="{picture}"> <b>bold</b> <link rel="stylesheet" href="{picture}"> after'
+    widget = view.add_message(1, "assistant", text)
+    shown = widget.body.toPlainText()
+    assert f'<img src="{picture}">' in shown and "<b>bold</b>" in shown and shown.rstrip().endswith("after")
+
+
+def test_copy_code_links_written_by_the_model_do_nothing(qtbot):
+    view = ChatView()
+    qtbot.addWidget(view)
+    widget = view.add_message(1, "assistant", "[click](copy-code:abc) [neg](copy-code:-1)\n\n```sh\nls\n```\n")
+    QGuiApplication.clipboard().setText("unchanged")
+    for link in ("copy-code:abc", "copy-code:-1", "copy-code:", "copy-code:99999999999999999999", "copy-code:7"):
+        widget.body.anchorClicked.emit(QUrl(link))
+        assert QGuiApplication.clipboard().text() == "unchanged"
+    widget.body.anchorClicked.emit(QUrl("copy-code:0"))
+    assert QGuiApplication.clipboard().text() == "ls"

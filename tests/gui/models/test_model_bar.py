@@ -1,0 +1,154 @@
+"""The model bar lists every installed model (the registry) in both pickers, recent files first,
+without the user ever opening them; incompatible drafts stay listed, disabled, with the reason."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtWidgets import QFileDialog
+
+from app.core.gguf.tiny import TinySpec, write_tiny_model
+from app.gui.models.model_bar import ModelBar
+from app.models.registry import ModelRegistry
+
+
+@pytest.fixture
+def models_dir(tmp_path):
+    return tmp_path / "data" / "models"
+
+
+@pytest.fixture
+def installed(models_dir, tmp_path):
+    """A main model, a smaller same-vocabulary draft and a model with another vocabulary, imported
+    through the registry as `quickdraft models import` does."""
+    src = tmp_path / "src"
+    registry = ModelRegistry(models_dir)
+    main = registry.import_file(write_tiny_model(src / "chat-main.gguf", TinySpec(seed=0, n_layer=4)))
+    draft = registry.import_file(write_tiny_model(src / "chat-draft.gguf", TinySpec(seed=1)))
+    other = registry.import_file(write_tiny_model(src / "other-vocab.gguf", TinySpec(seed=2, other_vocab=True)))
+    return str(main.path), str(draft.path), str(other.path)
+
+
+def make_bar(qtbot, models_dir) -> ModelBar:
+    bar = ModelBar(models_dir)
+    qtbot.addWidget(bar)
+    return bar
+
+
+def main_items(bar: ModelBar) -> list[str]:
+    return [bar.main_combo.itemData(i) for i in range(bar.main_combo.count())]
+
+
+def draft_items(bar: ModelBar) -> list[str]:
+    return [bar.draft_combo.itemData(i) for i in range(1, bar.draft_combo.count())]
+
+
+def test_installed_models_appear_in_both_pickers_without_being_opened(qtbot, models_dir, installed):
+    main, draft, other = installed
+    bar = make_bar(qtbot, models_dir)
+    bar.set_recent([], [])
+    assert sorted(main_items(bar)) == sorted(installed)
+    assert bar.has_models
+    bar.set_main(main)
+    assert sorted(draft_items(bar)) == sorted([draft, other])
+    assert bar.is_draft_item_enabled(draft)
+    assert not bar.is_draft_item_enabled(other)
+    assert "vocabular" in bar.option_for(other).reason
+    assert "incompatible" in bar.option_for(other).label
+    assert not bar.set_draft(other) and bar.set_draft(draft)
+    assert bar.current_draft() == draft
+
+
+def test_recent_files_come_first_then_the_installed_models(qtbot, models_dir, installed, tmp_path):
+    main, draft, other = installed
+    elsewhere = str(write_tiny_model(tmp_path / "elsewhere" / "opened-once.gguf", TinySpec(seed=0)))
+    bar = make_bar(qtbot, models_dir)
+    bar.set_recent([elsewhere, draft], [])
+    assert main_items(bar)[:2] == [elsewhere, draft], "recent ones first, most recent at the top"
+    assert sorted(main_items(bar)[2:]) == sorted([main, other])
+    assert bar.current_main() == elsewhere
+    assert sorted(draft_items(bar)) == sorted(installed), "every installed model is a draft candidate"
+
+
+def test_refresh_lists_models_installed_after_the_bar_was_built(qtbot, models_dir, tmp_path):
+    bar = make_bar(qtbot, models_dir)
+    bar.set_recent([], [])
+    assert main_items(bar) == [] and not bar.has_models
+    registry = ModelRegistry(models_dir)
+    main = registry.import_file(write_tiny_model(tmp_path / "src" / "later-main.gguf", TinySpec(seed=0, n_layer=4)))
+    bar.refresh()
+    assert main_items(bar) == [str(main.path)] and bar.current_main() == str(main.path) and bar.has_models
+    draft = registry.import_file(write_tiny_model(tmp_path / "src" / "later-draft.gguf", TinySpec(seed=1)))
+    bar.refresh()
+    assert str(draft.path) in draft_items(bar) and bar.is_draft_item_enabled(str(draft.path))
+    assert bar.set_draft(str(draft.path))
+    bar.refresh()
+    assert bar.current_main() == str(main.path) and bar.current_draft() == str(draft.path), "the choice is kept"
+
+
+def test_browse_main_and_draft_are_public(qtbot, models_dir, installed, monkeypatch):
+    main, draft, _ = installed
+    bar = make_bar(qtbot, models_dir)
+    picked = iter([main, draft])
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *args, **kwargs: (next(picked), ""))
+    bar.browse_main()
+    assert bar.current_main() == main
+    bar.browse_draft()
+    assert bar.current_draft() == draft
+
+
+def test_mtp_heads_are_offered_only_for_a_main_that_carries_them(qtbot, models_dir, installed, tmp_path):
+    from app.core.params import DrafterKind
+
+    bar = make_bar(qtbot, models_dir)
+    mtp = bar.drafter.model().item(bar.drafter.findData(DrafterKind.MTP.value))
+    bar.set_main(installed[0])
+    assert not mtp.isEnabled() and "no MTP layers" in mtp.toolTip()
+    bar.set_drafter(DrafterKind.MTP)
+    assert bar.current_drafter() is DrafterKind.LOOKUP_MODEL
+    qwen35 = write_tiny_model(tmp_path / "src" / "qwen35.gguf", TinySpec(architecture="qwen35", name="qwen35"))
+    bar.set_main(str(qwen35))
+    bar.set_drafter(DrafterKind.MTP)
+    assert mtp.isEnabled() and bar.current_drafter() is DrafterKind.MTP
+    bar.set_main(installed[0])   # back to a main without MTP layers: MTP is not left chosen
+    assert bar.current_drafter() is DrafterKind.LOOKUP_MODEL
+    bar.set_main(str(qwen35))    # and comes back with one that has them: the settings' choice is kept
+    assert bar.current_drafter() is DrafterKind.MTP
+
+
+def test_mtp_chosen_in_the_settings_survives_a_start_where_the_main_model_comes_later(qtbot, models_dir,
+                                                                                     installed, tmp_path):
+    from app.core.params import DrafterKind
+
+    bar = make_bar(qtbot, models_dir)
+    bar.set_drafter(DrafterKind.MTP)        # restored from the settings before any main model is known
+    assert bar.current_drafter() is DrafterKind.LOOKUP_MODEL
+    qwen35 = write_tiny_model(tmp_path / "src" / "qwen35.gguf", TinySpec(architecture="qwen35", name="qwen35"))
+    bar.set_main(str(qwen35))
+    assert bar.current_drafter() is DrafterKind.MTP
+
+
+def test_an_mtp_drafter_file_is_a_draft_that_drafts_with_mtp_and_never_a_main(qtbot, models_dir, installed, tmp_path):
+    """Gemma 4's assistant: listed as a draft for the main model it was made for (choosing it chooses
+    MTP drafting), disabled with the reason for any other main, and never pickable as the main."""
+    from app.core.params import DrafterKind
+
+    gemma = write_tiny_model(tmp_path / "src" / "gemma4.gguf", TinySpec(architecture="gemma4", name="gemma4"))
+    assistant = write_tiny_model(tmp_path / "src" / "gemma4-assistant.gguf",
+                                 TinySpec(architecture="gemma4-assistant", name="gemma4-assistant"))
+    bar = make_bar(qtbot, models_dir)
+    bar.set_main(str(assistant))
+    index = bar.main_combo.findData(str(assistant))
+    assert not bar.main_combo.model().item(index).isEnabled()
+    assert "(draft only)" in bar.main_combo.itemText(index)
+    assert "only drafts" in bar.main_combo.itemData(index, 3)   # Qt.ToolTipRole
+
+    bar.set_main(str(gemma))
+    assert bar.current_drafter() is DrafterKind.LOOKUP_MODEL
+    assert bar.set_draft(str(assistant))
+    assert bar.draft_is_mtp_drafter() and bar.current_drafter() is DrafterKind.MTP
+    bar.set_draft("")   # no draft, and the main has no MTP layers of its own: MTP is not left chosen
+    assert bar.current_drafter() is DrafterKind.LOOKUP_MODEL
+
+    bar.set_main(installed[0])
+    assert not bar.set_draft(str(assistant))
+    assert "MTP drafter for gemma4 models" in bar.option_for(str(assistant)).reason
