@@ -253,7 +253,7 @@ def _messages(args) -> list[dict]:
 
 
 def cmd_generate(args) -> int:
-    from app.core.speculation.events import Summary, TokenPiece
+    from app.core.speculation.events import TokenPiece, run_to_summary
     from app.core.params import SamplingParams
 
     sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
@@ -264,17 +264,16 @@ def cmd_generate(args) -> int:
         model_params(args)   # every value is checked before a model loads
     engine = _generation_engine(args)
     cancel = threading.Event()
-    summary = None
     placement = {} if args.remote else {name: where.describe() for name, where in engine.placement().items()}
+
+    def show(event) -> None:
+        if isinstance(event, TokenPiece) and not args.json:
+            sys.stdout.write(event.text)
+            sys.stdout.flush()
+
     try:
-        events = engine.generate(messages, sampling=sampling, speculation=speculation,
-                                 drafter=_drafter(args), cancel=cancel)
-        for event in events:
-            if isinstance(event, TokenPiece) and not args.json:
-                sys.stdout.write(event.text)
-                sys.stdout.flush()
-            elif isinstance(event, Summary):
-                summary = event
+        summary = run_to_summary(engine.generate(messages, sampling=sampling, speculation=speculation,
+                                                 drafter=_drafter(args), cancel=cancel), show)
     except KeyboardInterrupt:
         cancel.set()
         raise

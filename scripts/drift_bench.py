@@ -47,7 +47,7 @@ from app.bench import load_prompts  # noqa: E402
 from app.core.compare import greedy_run  # noqa: E402
 from app.core.speculation.costmodel import CostModel, ProfileStore  # noqa: E402
 from app.core.engine import Engine  # noqa: E402
-from app.core.speculation.events import Summary, TokenPiece  # noqa: E402
+from app.core.speculation.events import Summary, TokenPiece, run_to_summary  # noqa: E402
 from app.core.params import ModelParams, SamplingParams, SpeculationParams  # noqa: E402
 
 SCENARIOS = ("fresh", "stale", "load")
@@ -69,13 +69,15 @@ def first_token(engine: Engine, tokens: list[int], drafter: str, n_predict: int,
                 speculation: SpeculationParams) -> tuple[float, Summary]:
     """Wall-clock seconds from calling generate to the first token, and the answer's summary."""
     engine.forget_cache()
-    started, ttft, summary = time.perf_counter(), None, None
-    for event in engine.generate(prompt=tokens, sampling=SamplingParams(max_tokens=n_predict),
-                                 speculation=speculation, drafter=drafter):
-        if ttft is None and isinstance(event, TokenPiece) and event.token_ids:
-            ttft = time.perf_counter() - started
-        summary = event
-    return ttft or summary.ttft_s, summary
+    started, first = time.perf_counter(), []
+
+    def note_first_token(event) -> None:
+        if not first and isinstance(event, TokenPiece) and event.token_ids:
+            first.append(time.perf_counter() - started)
+
+    summary = run_to_summary(engine.generate(prompt=tokens, sampling=SamplingParams(max_tokens=n_predict),
+                                             speculation=speculation, drafter=drafter), note_first_token)
+    return (first[0] if first else summary.ttft_s), summary
 
 
 def use_store(engine: Engine, directory: Path) -> ProfileStore:

@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.core.engine import Engine  # noqa: E402
-from app.core.speculation.events import Round, Summary  # noqa: E402
+from app.core.speculation.events import Round, run_to_summary  # noqa: E402
 from app.core.params import ModelParams, SamplingParams, SpeculationParams  # noqa: E402
 from app.core.speculation.sampling import Sampler, top_probability  # noqa: E402
 
@@ -59,42 +59,56 @@ class Overhead:
     host_fraction: float
 
 
+class _RoundSplit:
+    """Every round's time split into host work and llama.cpp's decoding (see the module docstring),
+    summed over the rounds that drafted; fed each event of a generation."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.draft_host = self.verify_host = self.other = self.decode = 0.0
+        self.rounds = self.drafted = self.verified = 0
+
+    def start(self) -> None:
+        """Before a generation: the decode clocks as they stand."""
+        self.sessions = [s for s in (self.engine.main, self.engine.draft) if s is not None]
+        self.last_decode = {id(s): s.decode_s for s in self.sessions}
+        self.last_time = None
+
+    def __call__(self, event) -> None:
+        if not isinstance(event, Round):
+            return
+        engine, now = self.engine, time.perf_counter()
+        main_d = engine.main.decode_s - self.last_decode[id(engine.main)]
+        draft_d = (engine.draft.decode_s - self.last_decode[id(engine.draft)]) if engine.draft else 0.0
+        self.last_decode = {id(s): s.decode_s for s in self.sessions}
+        if self.last_time is not None and event.drafted:  # the first round's wall time includes the prompt
+            self.rounds += 1
+            self.drafted += event.drafted
+            self.verified += event.drafted + 1
+            self.draft_host += event.draft_s - draft_d
+            self.verify_host += event.verify_s - main_d
+            self.other += (now - self.last_time) - event.draft_s - event.verify_s
+            self.decode += main_d + draft_d
+        self.last_time = now
+
+
 def measure(engine: Engine, label: str, drafter: str, n_predict: int, draft_max: int, repeat: int) -> Overhead:
     """Run the prompts ``repeat`` times and split every round's time (see the module docstring)."""
-    draft_host = verify_host = other = decode = 0.0
-    rounds = drafted = verified = 0
     sampling = SamplingParams(temperature=0.0, max_tokens=n_predict)
     speculation = SpeculationParams(draft_max=draft_max, policy="fixed")
+    split = _RoundSplit(engine)
     for _ in range(repeat):
         for prompt in PROMPTS:
             engine.forget_cache()
-            sessions = [s for s in (engine.main, engine.draft) if s is not None]
-            last_decode = {id(s): s.decode_s for s in sessions}
-            last_time = None
-            for event in engine.generate([{"role": "user", "content": prompt}], sampling=sampling,
-                                         speculation=speculation, drafter=drafter):
-                if isinstance(event, Summary):
-                    break
-                if not isinstance(event, Round):
-                    continue
-                now = time.perf_counter()
-                main_d = engine.main.decode_s - last_decode[id(engine.main)]
-                draft_d = (engine.draft.decode_s - last_decode[id(engine.draft)]) if engine.draft else 0.0
-                last_decode = {id(s): s.decode_s for s in sessions}
-                if last_time is not None and event.drafted:  # the first round's wall time includes the prompt
-                    rounds += 1
-                    drafted += event.drafted
-                    verified += event.drafted + 1
-                    draft_host += event.draft_s - draft_d
-                    verify_host += event.verify_s - main_d
-                    other += (now - last_time) - event.draft_s - event.verify_s
-                    decode += main_d + draft_d
-                last_time = now
-    host = draft_host + verify_host + other
-    return Overhead(label, drafter, engine.main.n_vocab, rounds, drafted, verified,
-                    1000 * draft_host / max(drafted, 1), 1000 * verify_host / max(verified, 1),
-                    1000 * other / max(rounds, 1), 1000 * host / max(rounds, 1), 1000 * decode / max(rounds, 1),
-                    host / max(host + decode, 1e-12))
+            split.start()
+            run_to_summary(engine.generate([{"role": "user", "content": prompt}], sampling=sampling,
+                                           speculation=speculation, drafter=drafter), split)
+    s = split
+    host = s.draft_host + s.verify_host + s.other
+    return Overhead(label, drafter, engine.main.n_vocab, s.rounds, s.drafted, s.verified,
+                    1000 * s.draft_host / max(s.drafted, 1), 1000 * s.verify_host / max(s.verified, 1),
+                    1000 * s.other / max(s.rounds, 1), 1000 * host / max(s.rounds, 1),
+                    1000 * s.decode / max(s.rounds, 1), host / max(host + s.decode, 1e-12))
 
 
 def micro_benchmarks(n_vocab: int = QWEN_VOCAB, repeat: int = 300) -> dict[str, float]:

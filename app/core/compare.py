@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from app.core.errors import QuickdraftError
-from app.core.speculation.events import Summary
+from app.core.speculation.events import Summary, run_to_summary
 from app.core.params import DrafterKind, SamplingParams, SpeculationParams
 
 if TYPE_CHECKING:
@@ -56,12 +56,9 @@ def greedy_run(engine: "Engine", tokens: Sequence[int], drafter: DrafterKind | s
                speculation: SpeculationParams, cancel: threading.Event | None = None) -> Summary:
     """One greedy generation from an empty cache (so no run gets a head start); its Summary."""
     engine.forget_cache()
-    summary = None
-    for event in engine.generate(prompt=list(tokens), sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens),
-                                 speculation=speculation, drafter=drafter, cancel=cancel):
-        summary = event
-    if not isinstance(summary, Summary):
-        raise QuickdraftError("The generation ended without a summary.")
+    summary = run_to_summary(engine.generate(prompt=list(tokens), sampling=SamplingParams(temperature=0.0,
+                                                                                          max_tokens=max_tokens),
+                                             speculation=speculation, drafter=drafter, cancel=cancel))
     if summary.error:
         raise QuickdraftError(summary.error)
     return summary

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from app.core.errors import PromptTooLongError, QuickdraftError
-from app.core.speculation.events import Summary
+from app.core.speculation.events import Summary, run_to_summary
 from app.core.params import DrafterKind, SpeculationParams
 from app.core.speculation.loop import check_prompt_fits
 
@@ -173,13 +173,11 @@ class JobQueue:
             return Failed(ApiError(400, str(exc), param=param, code="context_length_exceeded"))
         except QuickdraftError as exc:
             return Failed(ApiError(400, str(exc)))
-        for event in engine.generate(prompt=tokens, sampling=job.request.sampling, speculation=self.speculation,
-                                     drafter=self.drafter, cancel=job.cancel):
-            if isinstance(event, Summary):
-                self.metrics.record(event)
-                return event
-            self._send(job, event)
-        raise RuntimeError("the generation ended without a summary")
+        summary = run_to_summary(engine.generate(prompt=tokens, sampling=job.request.sampling,
+                                                 speculation=self.speculation, drafter=self.drafter,
+                                                 cancel=job.cancel), lambda event: self._send(job, event))
+        self.metrics.record(summary)
+        return summary
 
     def _prompt_tokens(self, request: GenerationRequest) -> list[int]:
         engine = self._engine

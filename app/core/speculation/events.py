@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Callable, Iterable
 
+from app.core.errors import QuickdraftError
 from app.core.speculation import rates
 
 
@@ -160,3 +162,15 @@ class Summary:
 
 
 Event = Started | TokenPiece | Round | Summary
+
+
+def run_to_summary(events: Iterable[Event], on_event: Callable[[Event], None] | None = None) -> Summary:
+    """Run a generation's events to its end: each event before the Summary goes to ``on_event``, the
+    Summary is returned. Every consumer (the CLI, the window's and the server's workers, compare, the
+    benchmarks) runs a generation through here; a stream that ends without a Summary is an error."""
+    for event in events:
+        if isinstance(event, Summary):
+            return event
+        if on_event is not None:
+            on_event(event)
+    raise QuickdraftError("The generation ended without a summary.")

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field, replace
 
 from app.core.params import DrafterKind
 from app.gui.runtime.live_stats import LiveStats
-from app.gui.runtime.worker import Batch, CompareResult, GenerateRequest, LoadedInfo
+from app.core.compare import CompareResult
+from app.gui.runtime.worker import Batch, GenerateRequest, LoadedInfo
 from app.storage.conversations import ConversationStore, StoredMessage
 from app.storage.settings import Settings
 

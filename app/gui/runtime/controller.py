@@ -17,7 +17,8 @@ from app.core.params import DrafterKind
 from app.gui.runtime.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, compare_notice, drafter_for, feed,
                                  prompt_messages, settings_after_load, title_from, with_compare)
 from app.gui.runtime.live_stats import message_stats
-from app.gui.runtime.worker import (Batch, CompareResult, EngineWorker, GenerateRequest, LoadedInfo, LoadFailure,
+from app.core.compare import CompareResult
+from app.gui.runtime.worker import (Batch, EngineWorker, GenerateRequest, LoadedInfo, LoadFailure,
                             LoadRequest, RemoteRequest, Started)
 from app.paths import AppPaths
 from app.storage.conversations import ConversationStore

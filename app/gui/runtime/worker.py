@@ -14,11 +14,11 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 
-from app.core.compare import CompareResult, compare_greedy
+from app.core.compare import compare_greedy
 from app.core.speculation.costmodel import ProfileStore
 from app.core.engine import Engine, read_pair
 from app.core.errors import QuickdraftError
-from app.core.speculation.events import Round, Started, Summary, TokenPiece
+from app.core.speculation.events import Round, Started, Summary, TokenPiece, run_to_summary
 from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
 from app.core.remote.client import RemoteEngine
 from app.server.worker import Failed, HostedJobs, Job
@@ -262,17 +262,18 @@ class EngineWorker(QObject):
     def _stream(self, engine: Engine, request: GenerateRequest) -> Summary:
         """Run one generation, sending Started and then batches of events; returns its Summary."""
         batches = _Batcher(self.batch.emit)
-        for event in engine.generate(list(request.messages), sampling=request.sampling,
-                                     speculation=request.speculation, drafter=request.drafter,
-                                     cancel=request.cancel):
+
+        def send(event) -> None:
             if isinstance(event, Started):
                 self.started.emit(event)
-            elif isinstance(event, Summary):
-                batches.flush()
-                return event
             else:
                 batches.add(event)
-        raise QuickdraftError("The generation ended without a summary.")
+
+        summary = run_to_summary(engine.generate(list(request.messages), sampling=request.sampling,
+                                                 speculation=request.speculation, drafter=request.drafter,
+                                                 cancel=request.cancel), send)
+        batches.flush()
+        return summary
 
     def _compare(self, engine: Engine, request: GenerateRequest) -> None:
         tokens = engine.prompt(list(request.messages)).tokens

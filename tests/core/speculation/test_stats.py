@@ -105,3 +105,4 @@ def test_rolling_acceptance_keeps_the_latest_drafting_rounds():
     s = fed(early + late + idle)
     assert s.rolling_acceptance_rate == 0.0
     assert s.acceptance_rate == 40 / (40 + 4 * ROLLING_ROUNDS)
+
