@@ -6,7 +6,6 @@ the live numbers arrive on its repaint timer (controller.REPAINT_MS), never once
 
 from __future__ import annotations
 
-import importlib
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
@@ -36,7 +35,6 @@ from app.storage.settings import SettingsStore
 
 PREFERRED_SIZE = QSize(1440, 900)
 MINIMUM_SIZE = QSize(1000, 700)   # a 1280x800 screen, less a taskbar and the title bar
-MODEL_MANAGER_MODULE = "app.gui.models.manager"
 
 
 def opening_size() -> QSize:
@@ -297,19 +295,12 @@ class MainWindow(QMainWindow):
             self.controller.connect_remote(dialog.request())
 
     def open_model_manager(self) -> None:
-        """Open the model manager if it is installed; its chosen pair is loaded here."""
+        """Open the model manager (imported when first opened: a window that never opens it loads
+        nothing of it); its chosen pair is loaded here."""
+        from app.gui.models.manager import ModelManagerDialog
+
         try:
-            dialog_class = importlib.import_module(MODEL_MANAGER_MODULE).ModelManagerDialog
-        except ModuleNotFoundError as exc:
-            if exc.name and (exc.name == MODEL_MANAGER_MODULE or MODEL_MANAGER_MODULE.startswith(exc.name + ".")):
-                self.show_error("The model manager is not installed")
-                return
-            raise  # the module exists but something it imports is missing: a bug to see, not hide
-        except AttributeError:
-            self.show_error("The model manager is not installed")
-            return
-        try:
-            dialog = dialog_class(self.paths, self)
+            dialog = ModelManagerDialog(self.paths, self)
         except OSError as exc:  # the models folder cannot be created or read
             self.show_error(f"The model manager cannot open: {exc}")
             return

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import gc
-import sys
 import time
-import types
 
 import pytest
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
-from app.gui import main_window as main_window_module
 from tests.gui.conftest import send, wait_answering, wait_idle, wait_loaded
 
 # With the default system prompt of TEST_SETTINGS ("You are terse."), the tiny main model answers
@@ -305,13 +302,6 @@ def test_drafting_off_decodes_with_the_main_model_alone(loaded_window, qtbot):
     assert answer.stats["drafter"] == "none" and answer.stats["drafted"] == 0
 
 
-def test_model_manager_missing_is_reported(make_window, monkeypatch):
-    window = make_window()
-    monkeypatch.setattr(main_window_module, "MODEL_MANAGER_MODULE", "app.gui.no_such_model_manager")
-    window.open_model_manager()
-    assert window.error_text() == "The model manager is not installed"
-
-
 def test_model_manager_pair_is_loaded(make_window, gui_models, qtbot, monkeypatch):
     class FakeDialog(QObject):
         pair_chosen = Signal(str, str)
@@ -324,10 +314,7 @@ def test_model_manager_pair_is_loaded(make_window, gui_models, qtbot, monkeypatc
         def show(self):
             self.pair_chosen.emit(str(gui_models.main), str(gui_models.other))
 
-    fake = types.ModuleType("fake_model_manager")
-    fake.ModelManagerDialog = FakeDialog
-    monkeypatch.setitem(sys.modules, "fake_model_manager", fake)
-    monkeypatch.setattr(main_window_module, "MODEL_MANAGER_MODULE", "fake_model_manager")
+    monkeypatch.setattr("app.gui.models.manager.ModelManagerDialog", FakeDialog)
     window = make_window()
     window.model_manager_action.trigger()
     wait_loaded(qtbot, window)

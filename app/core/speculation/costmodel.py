@@ -50,9 +50,6 @@ class CostProfile:
         last = self.main_batch_s[-1]
         return last + (n - len(self.main_batch_s)) * (last / len(self.main_batch_s))
 
-    def verify_ratios(self) -> list[float]:
-        return [t / self.main_batch_s[0] for t in self.main_batch_s]
-
 
 def model_identity(path: str) -> dict:
     p = Path(path)
