@@ -20,7 +20,7 @@ from pathlib import Path
 
 from app import __version__
 from app.cli_engine import load_engine, model_params
-from app.core.params import DrafterKind, PolicyName
+from app.core.params import DEFAULT_DRAFTER, DrafterKind, PolicyName
 from app.paths import DATA_DIR_ENV
 
 
@@ -212,17 +212,15 @@ def _generation_engine(args):
 
 
 def _add_models(sub) -> None:
-    try:
-        from app.models.cli import add_models_parser
-    except ImportError:
-        return
+    from app.models.cli import add_models_parser
+
     add_models_parser(sub)
 
 
 def _drafter(args) -> DrafterKind:
-    if args.drafter:
-        return DrafterKind(args.drafter)
-    return DrafterKind.LOOKUP_MODEL if args.draft else DrafterKind.LOOKUP
+    """Who drafts: --drafter, else the default; without --draft, what that becomes with no draft model."""
+    chosen = DrafterKind(args.drafter) if args.drafter else DEFAULT_DRAFTER
+    return chosen if args.draft else chosen.without_model()
 
 
 def _baseline_layers(params) -> int:

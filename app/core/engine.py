@@ -24,10 +24,10 @@ from app.core.speculation.batch_prior import main_batch_shape
 from app.core.speculation.costmodel import CALIBRATION_TEXT, CostModel, CostProfile, ProfileStore, calibrate, profile_key
 from app.core.speculation.drafters import DraftModelDrafter, Drafter, LookupThenModelDrafter, MTPDrafter, PromptLookupDrafter
 from app.core.errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
-from app.core.speculation.events import Event, Round, StopReason, Summary
+from app.core.speculation.events import Event, StopReason, Summary
 from app.core.lm import prefill
 from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, check_pair, read_gguf_info
-from app.core.params import AUTO, DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams
+from app.core.params import AUTO, DEFAULT_DRAFTER, DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams
 from app.core.llama.placement import LayerPlacement, footprint, plan_gpu_layers, resolved
 from app.core.speculation.acceptance import AcceptanceModel
 from app.core.speculation.policy import AutoPolicy, make_policy
@@ -144,7 +144,7 @@ class Engine:
     def generate(self, messages: Sequence[Message] | None = None, *, prompt: Sequence[int] | None = None,
                  sampling: SamplingParams = SamplingParams(),
                  speculation: SpeculationParams = SpeculationParams(),
-                 drafter: DrafterKind | str = DrafterKind.MODEL,
+                 drafter: DrafterKind | str = DEFAULT_DRAFTER,
                  cancel: threading.Event | None = None) -> Iterator[Event]:
         """Generate an answer to ``messages`` (or to raw ``prompt`` tokens), yielding a Started event,
         TokenPiece and Round events and, last, a Summary, each stamped on the generation's clock.
@@ -164,13 +164,14 @@ class Engine:
             sampling=sampling,
             draft_min=speculation.draft_min,
             cancel=cancel,
+            warnings=(chat.warning,) if chat is not None and chat.warning else (),
         )
         events = generation.run(tokens)
         if isinstance(policy, AutoPolicy):
             uses_model = isinstance(chosen, (DraftModelDrafter, LookupThenModelDrafter))
             untimed = uses_model and policy.costs.draft_step_s is None
-            events = self._learning(events, policy, tokens[-1:] if untimed else None)
-        return _with_warning(events, chat.warning) if chat is not None and chat.warning else events
+            events = self._keep_what_is_learned(events, policy, tokens[-1:] if untimed else None)
+        return events
 
     def _policy(self, speculation: SpeculationParams, chosen: Drafter | None) -> DraftPolicy:
         """The auto policy learns on the engine's cost model as it answers, never calibrating first."""
@@ -247,18 +248,15 @@ class Engine:
             self.draft.truncate(keep)
         costs.observe_draft(1, min(times))
 
-    def _learning(self, events: Iterator[Event], policy: AutoPolicy, draft_probe: list[int] | None) -> Iterator[Event]:
-        """Mark each round with whether the policy is still learning, put that in the summary, and
-        store what was learned so that the next start is warm. ``draft_probe``: the draft model's
-        step is not known yet; it is timed once the answer is out (a cold start could not have used
-        the draft model in this answer: the draft waits until batches are measured; timed before,
-        its first decode added a tenth to the first token's time on a fast machine)."""
+    def _keep_what_is_learned(self, events: Iterator[Event], policy: AutoPolicy,
+                              draft_probe: list[int] | None) -> Iterator[Event]:
+        """Pass the events on; once the answer is out, store what was learned so that the next start
+        is warm. ``draft_probe``: the draft model's step is not known yet; it is timed then (a cold
+        start could not have used the draft model in this answer: the draft waits until batches are
+        measured; timed before, its first decode added a tenth to the first token's time on a fast
+        machine)."""
         for event in events:
-            if isinstance(event, Round):
-                event = dataclasses.replace(event, learning=policy.learning)
-            elif isinstance(event, Summary):
-                event = dataclasses.replace(event, policy_learning=policy.learning,
-                                            cost_rounds_observed=policy.rounds_learned)
+            if isinstance(event, Summary):
                 if draft_probe and event.stop_reason is not StopReason.ERROR:
                     self._time_draft_step(policy.costs, draft_probe)
                 self._store(policy.costs)
@@ -313,11 +311,6 @@ class Engine:
 
 def _messages_key(messages: list[dict]) -> tuple:
     return tuple(tuple(sorted((k, repr(v)) for k, v in m.items())) for m in messages)
-
-
-def _with_warning(events: Iterator[Event], warning: str) -> Iterator[Event]:
-    for event in events:
-        yield dataclasses.replace(event, warnings=(*event.warnings, warning)) if isinstance(event, Summary) else event
 
 
 def on_device(params: ModelParams | None, device: "devices.Device | None") -> ModelParams | None:

@@ -55,6 +55,11 @@ class DrafterKind(Choice):
         return {DrafterKind.LOOKUP_MODEL: DrafterKind.LOOKUP, DrafterKind.MODEL: DrafterKind.NONE}.get(self, self)
 
 
+# Who drafts when nobody says: the CLI, the server, the window's first start, Engine.generate. Without a
+# draft model it is prompt lookup (``without_model``); with an MTP drafter file, MTP (the engine's rule).
+DEFAULT_DRAFTER = DrafterKind.LOOKUP_MODEL
+
+
 class PolicyName(Choice):
     """How many tokens to draft each round (app/core/speculation/policy.py)."""
 

@@ -17,7 +17,7 @@ from typing import Callable
 
 from app.core.errors import PromptTooLongError, QuickdraftError
 from app.core.speculation.events import Summary, run_to_summary
-from app.core.params import DrafterKind, SpeculationParams
+from app.core.params import DEFAULT_DRAFTER, DrafterKind, SpeculationParams
 from app.core.speculation.loop import check_prompt_fits
 
 from app.server.api import ApiError, GenerationRequest
@@ -67,7 +67,7 @@ class JobQueue:
     subclass's business: EngineWorker's own (``quickdraft serve``), or the window's engine thread
     (HostedJobs), where the window's chat and the server's clients share one engine."""
 
-    def __init__(self, speculation: SpeculationParams = SpeculationParams(), drafter: DrafterKind | str = DrafterKind.MODEL,
+    def __init__(self, speculation: SpeculationParams = SpeculationParams(), drafter: DrafterKind | str = DEFAULT_DRAFTER,
                  max_waiting: int = 8, metrics: ServerMetrics | None = None,
                  observe: Callable[[Job, object], None] | None = None):
         self.speculation = speculation
@@ -195,7 +195,7 @@ class EngineWorker(JobQueue):
     """Owns the Engine on a thread of its own. One generation runs; up to ``max_waiting`` more wait."""
 
     def __init__(self, load_engine: Callable[[], object], speculation: SpeculationParams = SpeculationParams(),
-                 drafter: DrafterKind | str = DrafterKind.MODEL, max_waiting: int = 8, metrics: ServerMetrics | None = None):
+                 drafter: DrafterKind | str = DEFAULT_DRAFTER, max_waiting: int = 8, metrics: ServerMetrics | None = None):
         super().__init__(speculation, drafter, max_waiting, metrics)
         self._load_engine = load_engine
         self._ready = threading.Event()
@@ -252,7 +252,7 @@ class HostedJobs(JobQueue):
     a call, so the window's requests queued meanwhile take their turn between the server's."""
 
     def __init__(self, engine, wake: Callable[[], None], speculation: SpeculationParams = SpeculationParams(),
-                 drafter: DrafterKind | str = DrafterKind.MODEL, max_waiting: int = 8, metrics: ServerMetrics | None = None,
+                 drafter: DrafterKind | str = DEFAULT_DRAFTER, max_waiting: int = 8, metrics: ServerMetrics | None = None,
                  observe: Callable[[Job, object], None] | None = None):
         super().__init__(speculation, drafter, max_waiting, metrics, observe)
         self._wake = wake

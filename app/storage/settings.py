@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from app.core.errors import QuickdraftError
-from app.core.params import (AUTO, Choice, DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams,
-                             parse_gpu_layers)
+from app.core.params import (AUTO, DEFAULT_DRAFTER, Choice, DrafterKind, ModelParams, PolicyName, SamplingParams,
+                             SpeculationParams, parse_gpu_layers)
 from app.storage.files import keep_aside
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ LIMITS: dict[str, tuple[float, float]] = {
 class Settings:
     main_model: str = ""
     draft_model: str = ""               # "" = no draft model loaded
-    drafter: DrafterKind = DrafterKind.LOOKUP_MODEL
+    drafter: DrafterKind = DEFAULT_DRAFTER
     recent_main: tuple[str, ...] = ()
     recent_drafts: tuple[str, ...] = ()
     temperature: float = 0.7

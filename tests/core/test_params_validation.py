@@ -83,3 +83,21 @@ def test_speculation_policy_is_parsed_into_its_name():
     assert SpeculationParams(policy="pmin").policy is PolicyName.PMIN
     with pytest.raises(InvalidParameterError, match="must be one of auto, fixed, pmin"):
         SpeculationParams(policy="fastest")
+
+
+def test_one_default_drafter_for_every_front_end():
+    """The CLI, the server, the window's first start and Engine.generate draft alike when nobody says
+    who drafts: DEFAULT_DRAFTER, the one README documents."""
+    import inspect
+
+    from app.core.engine import Engine
+    from app.core.params import DEFAULT_DRAFTER, DrafterKind
+    from app.core.remote.client import RemoteEngine
+    from app.server.worker import EngineWorker, HostedJobs, JobQueue
+    from app.storage.settings import Settings
+
+    assert DEFAULT_DRAFTER is DrafterKind.LOOKUP_MODEL
+    for function in (Engine.generate, RemoteEngine.generate, JobQueue.__init__, EngineWorker.__init__,
+                     HostedJobs.__init__):
+        assert inspect.signature(function).parameters["drafter"].default is DEFAULT_DRAFTER, function
+    assert Settings().drafter is DEFAULT_DRAFTER

@@ -20,7 +20,7 @@ import httpx
 from app.core.chat.prompt import Message
 from app.core.errors import QuickdraftError
 from app.core.speculation.events import Event, Origin, Round, StopReason, Summary, TokenPiece
-from app.core.params import DrafterKind, SamplingParams, SpeculationParams
+from app.core.params import DEFAULT_DRAFTER, DrafterKind, SamplingParams, SpeculationParams
 from app.core.remote.metrics import SpecCounters, spec_counters
 
 CONNECT_TIMEOUT_S = 10.0
@@ -64,7 +64,7 @@ class RemoteEngine:
 
     def generate(self, messages: Sequence[Message] | None = None, *, prompt: Sequence[int] | None = None,
                  sampling: SamplingParams = SamplingParams(), speculation: SpeculationParams = SpeculationParams(),
-                 drafter: DrafterKind | str = DrafterKind.MODEL, cancel: threading.Event | None = None) -> Iterator[Event]:
+                 drafter: DrafterKind | str = DEFAULT_DRAFTER, cancel: threading.Event | None = None) -> Iterator[Event]:
         """Stream an answer from the server as TokenPiece and Round events and, last, a Summary, each
         stamped with the seconds since the request was sent. No Started event: the server says how
         long the prompt was only at the end. ``speculation`` and ``drafter`` are the server's

@@ -35,8 +35,10 @@ class SpeculativeGeneration:
     stamped with the seconds since the generation started (one clock, ``time.perf_counter``)."""
 
     def __init__(self, main: Session, vocab: Vocabulary, drafter: Drafter | None, policy: DraftPolicy,
-                 sampling: SamplingParams, draft_min: int = 0, cancel: threading.Event | None = None):
+                 sampling: SamplingParams, draft_min: int = 0, cancel: threading.Event | None = None,
+                 warnings: Sequence[str] = ()):
         self.main = main
+        self.warnings = tuple(warnings)   # for the Summary: e.g. the chat template was not used
         self.draft_min = draft_min
         self.vocab = vocab
         self.drafter = drafter
@@ -78,7 +80,9 @@ class SpeculativeGeneration:
             yield self._record(tail)
         yield self.stats.to_summary(generated_tokens=len(self.generated), end_s=self._now(),
                                     stop_reason=stop or StopReason.LENGTH, error=error,
-                                    text=self.text.text, token_ids=self.generated)
+                                    text=self.text.text, token_ids=self.generated, warnings=self.warnings,
+                                    policy_learning=self.policy.learning,
+                                    cost_rounds_observed=self.policy.rounds_learned)
 
     def _now(self) -> float:
         return time.perf_counter() - self._start
@@ -109,7 +113,8 @@ class SpeculativeGeneration:
         yield from self._emit(new_tokens, n_from_draft=used_drafts)
         if self.drafter is not None:
             self.drafter.sync(self.context)
-        yield self._record(Round(self.stats.rounds, len(draft), used_drafts, t1 - t0, t2 - t1, len(self.generated)))
+        yield self._record(Round(self.stats.rounds, len(draft), used_drafts, t1 - t0, t2 - t1, len(self.generated),
+                                 learning=self.policy.learning))
         return self._stop_reason()
 
     def _draft(self) -> Draft:

@@ -53,6 +53,8 @@ class DraftPolicy(Protocol):
     def learning(self) -> bool:
         """Whether the policy is still learning what this machine's batches cost."""
 
+    rounds_learned: int   # rounds whose times its cost model learned from (0: it learns none)
+
 
 class FixedPolicy:
     """Always draft ``draft_max`` tokens (llama.cpp's --draft-max)."""
@@ -81,6 +83,7 @@ class FixedPolicy:
         pass
 
     learning = False
+    rounds_learned = 0
 
 
 class ConfidencePolicy(FixedPolicy):

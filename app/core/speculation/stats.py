@@ -99,9 +99,11 @@ class GenerationStats:
     # --- the final record ------------------------------------------------------------------------
 
     def to_summary(self, *, generated_tokens: int, end_s: float, stop_reason: StopReason,
-                   error: str | None = None, text: str = "", token_ids: Sequence[int] = ()) -> Summary:
+                   error: str | None = None, text: str = "", token_ids: Sequence[int] = (),
+                   warnings: Sequence[str] = (), policy_learning: bool = False,
+                   cost_rounds_observed: int = 0) -> Summary:
         """The Summary of what was added so far; the loop gives what only it knows (tokens never
-        shown, such as an end-of-generation token, and when it ended)."""
+        shown, such as an end-of-generation token, when it ended, what its policy learned)."""
         ttft = self.ttft_s or 0.0
         return Summary(
             prompt_tokens=self.prompt_tokens,
@@ -124,6 +126,9 @@ class GenerationStats:
             text=text,
             token_ids=tuple(token_ids),
             at_s=end_s,
+            warnings=tuple(warnings),
+            policy_learning=policy_learning,
+            cost_rounds_observed=cost_rounds_observed,
         )
 
     # --- reading -------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QFrame, QHBoxLayout, QLab
 
 from app.core.errors import QuickdraftError
 from app.core.gguf.info import GGUFInfo, check_pair, read_gguf_info
-from app.core.params import DrafterKind
+from app.core.params import DEFAULT_DRAFTER, DrafterKind
 from app.gui.widgets.plain import ElidedLabel, plain_tooltip
 from app.models.registry import ModelRegistry
 
@@ -148,7 +148,7 @@ class ModelBar(QFrame):
         for kind in DrafterKind:
             self.drafter.addItem(kind.label, kind.value)
         self.drafter.currentIndexChanged.connect(lambda _: self.drafter_changed.emit(self.current_drafter()))
-        self._wanted = DrafterKind.LOOKUP_MODEL   # the drafter last asked for, by the user or the settings
+        self._wanted = DEFAULT_DRAFTER   # the drafter last asked for, by the user or the settings
         self.drafter.activated.connect(lambda _: setattr(self, "_wanted", self.current_drafter()))
         self.draft_combo.currentIndexChanged.connect(lambda _: self._offer_mtp())   # an MTP drafter file drafts with MTP
         self.load_button = QPushButton("Load")
