@@ -136,10 +136,10 @@ def _model_args(p: argparse.ArgumentParser, main_required: bool = True) -> None:
     p.add_argument("--draft-max", type=int, default=16, help="most tokens drafted per round (16)")
     p.add_argument("--draft-min", type=int, default=0, help="drop drafts shorter than this (0)")
     p.add_argument("--draft-p-min", type=float, default=0.0,
-                   help="stop drafting when the draft's top probability falls below this (0 = off)")
+                   help="stop drafting when the draft's top probability falls below this, under any policy (0 = off)")
     p.add_argument("--policy", choices=PolicyName.values(), default=PolicyName.AUTO.value,
                    help="auto: the draft length the machine's cost profile says pays best (default); "
-                        "fixed: always --draft-max; pmin: stop at --draft-p-min")
+                        "fixed: --draft-max every round; pmin: the same, named for its --draft-p-min")
     p.add_argument("--drafter", choices=DrafterKind.values(), default=None,
                    help="who drafts: the draft model, prompt lookup (n-gram copy), lookup then the model, "
                         "mtp (the main model's own MTP heads, or the MTP drafter given with --draft), "

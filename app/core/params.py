@@ -64,8 +64,8 @@ class PolicyName(Choice):
     """How many tokens to draft each round (app/core/speculation/policy.py)."""
 
     AUTO = "auto", "auto (measured cost model)"       # what the machine's cost profile says pays best
-    FIXED = "fixed", "fixed: always draft max"
-    PMIN = "pmin", "until draft p < p-min"             # stop where the draft's confidence falls below p_min
+    FIXED = "fixed", "fixed: draft max"
+    PMIN = "pmin", "fixed, until draft p < p-min"      # fixed, with p_min set (any policy stops below p_min)
 
 
 @dataclass(frozen=True)
@@ -101,9 +101,10 @@ class SpeculationParams:
     """How much to draft each round.
 
     "auto" drafts what the machine's cost profile says pays best, up to ``draft_max``; "fixed"
-    always drafts ``draft_max``; "pmin" stops where the draft's confidence falls below ``p_min``.
-    A draft shorter than ``draft_min`` is dropped and the main model decodes alone that round;
-    drafting stops early when the draft's top probability falls below ``p_min``.
+    drafts ``draft_max``; "pmin" is "fixed" named for its ``p_min``. Under every policy a draft-model
+    or MTP token whose top probability is below ``p_min`` (0: off) ends the draft, as llama.cpp's
+    --draft-p-min does. A draft shorter than ``draft_min`` is dropped and the main model decodes alone
+    that round.
     """
 
     draft_max: int = 16

@@ -6,6 +6,7 @@ import json
 import time
 import uuid
 
+from app.core.speculation import rates
 from app.core.speculation.events import StopReason, Summary
 from app.core.speculation.stats import GenerationStats
 
@@ -25,11 +26,11 @@ def _timings(cached: int, prompt_n: int, prompt_s: float, predicted_n: int, pred
         "cache_n": cached,
         "prompt_n": prompt_n,
         "prompt_ms": 1000 * prompt_s,
-        "prompt_per_token_ms": 1000 * prompt_s / prompt_n if prompt_n else 0.0,
-        "prompt_per_second": prompt_n / prompt_s if prompt_s > 0 else 0.0,
+        "prompt_per_token_ms": 1000 * rates.ratio(prompt_s, prompt_n),
+        "prompt_per_second": rates.per_second(prompt_n, prompt_s),
         "predicted_n": predicted_n,
         "predicted_ms": 1000 * predicted_s,
-        "predicted_per_token_ms": 1000 / predicted_tps if predicted_tps > 0 else 0.0,
+        "predicted_per_token_ms": 1000 * rates.ratio(1.0, predicted_tps),
         "predicted_per_second": predicted_tps,
     }
     if drafted > 0:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-MODEL = "model"
-LOOKUP = "lookup"
-MTP = "mtp"        # the main model's own MTP heads
+from app.core.params import DrafterKind
+
+# Which drafter proposed a token: DrafterKind's members (a draft's ``sources``, a Round's ``drafter``),
+# by their short names here
+MODEL, LOOKUP, MTP = DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.MTP
 
 
 @dataclass(frozen=True)

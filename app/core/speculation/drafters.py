@@ -204,7 +204,7 @@ class PromptLookupDrafter:
 class LookupThenModelDrafter:
     """Prompt lookup first; the draft model when lookup has nothing worth proposing."""
 
-    name = DrafterKind.LOOKUP_MODEL.value
+    name = DrafterKind.LOOKUP_MODEL
 
     def __init__(self, lookup: PromptLookupDrafter, model: DraftModelDrafter):
         self.lookup = lookup

@@ -70,6 +70,7 @@ class Round:
     generated_total: int   # tokens generated so far, this round included
     at_s: float = 0.0      # when the round ended, since generation started (prompt processing included)
     learning: bool = False  # the policy was still learning this machine's costs after this round
+    drafter: str = ""       # who drafted this round's tokens (a DrafterKind value); "" when none were drafted
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ class Summary:
     at_s: float = 0.0                  # when the generation ended (ttft_s + generation_s for the engine)
     policy_learning: bool = False      # the auto policy was still learning this machine's costs at the end
     cost_rounds_observed: int = 0      # rounds of this answer whose times the cost model learned from
+    by_drafter: tuple[tuple[str, int, int], ...] = ()   # (drafter, drafted, accepted) for each drafter that drafted
 
     @property
     def prompt_tps(self) -> float:
@@ -150,6 +152,7 @@ class Summary:
             "drafted_by_position": list(self.drafted_by_position),
             "accepted_by_position": list(self.accepted_by_position),
             "acceptance_by_position": self.acceptance_by_position(),
+            "by_drafter": {name: {"drafted": d, "accepted": a} for name, d, a in self.by_drafter},
             "stop_reason": self.stop_reason.value,
             "error": self.error,
             "text": self.text,

@@ -114,7 +114,7 @@ class SpeculativeGeneration:
         if self.drafter is not None:
             self.drafter.sync(self.context)
         yield self._record(Round(self.stats.rounds, len(draft), used_drafts, t1 - t0, t2 - t1, len(self.generated),
-                                 learning=self.policy.learning))
+                                 learning=self.policy.learning, drafter=draft.sources[0] if draft.sources else ""))
         return self._stop_reason()
 
     def _draft(self) -> Draft:

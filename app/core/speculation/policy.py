@@ -12,7 +12,7 @@ from typing import Sequence
 from app.core.speculation.acceptance import LOOKUP, MODEL, MTP, AcceptanceModel, Score
 from app.core.speculation.costmodel import CostModel, CostProfile
 from app.core.speculation.draft import Draft
-from app.core.speculation.policy_base import ConfidencePolicy, Decision, DraftPolicy, FixedPolicy
+from app.core.speculation.policy_base import Decision, DraftPolicy, FixedPolicy, below_p_min
 from app.core.params import PolicyName, SpeculationParams
 
 
@@ -266,6 +266,8 @@ class AutoPolicy:
         return self._model_in_play and not self._model_parked and self._model.can_pay
 
     def step(self, n: int, score: Score, source: str) -> Decision:
+        if below_p_min(self.params, score, source):
+            return Decision.STOP
         a = self.acceptance.chance(source, n, score)
         self._chain.append(a)
         self._chain_cost.append(self.token_cost(source))
@@ -384,8 +386,6 @@ def _within(a: CostProfile, b: CostProfile, tolerance: float) -> bool:
 
 def make_policy(params: SpeculationParams, profile: "CostModel | CostProfile | None" = None,
                 acceptance: AcceptanceModel | None = None) -> DraftPolicy:
-    if params.policy is PolicyName.FIXED:
-        return FixedPolicy(params) if params.p_min <= 0 else ConfidencePolicy(params)
-    if params.policy is PolicyName.PMIN:
-        return ConfidencePolicy(params)
+    if params.policy in (PolicyName.FIXED, PolicyName.PMIN):
+        return FixedPolicy(params)
     return AutoPolicy(params, profile if profile is not None else CostModel({}, params.draft_max + 1), acceptance)

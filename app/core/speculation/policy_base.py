@@ -2,8 +2,8 @@
 
 A drafter asks the policy, token by token, whether to go on (``step``); after drafting the policy may
 cut the draft (``cut``); after verification it learns what was accepted (``observe``). The fixed
-policy always drafts the most it may; the p-min policy stops where the draft's confidence falls below
-p_min. The auto policy, which weighs costs, is in policy.py.
+policy always drafts the most it may. Under every policy a draft-model or MTP token less sure than
+p_min (when set) ends the draft. The auto policy, which weighs costs, is in policy.py.
 """
 
 from __future__ import annotations
@@ -56,8 +56,15 @@ class DraftPolicy(Protocol):
     rounds_learned: int   # rounds whose times its cost model learned from (0: it learns none)
 
 
+def below_p_min(params: SpeculationParams, score: Score, source: str) -> bool:
+    """Whether a draft-model or MTP token is less sure than ``p_min`` (llama.cpp's --draft-p-min): it
+    ends the draft under every policy. Lookup's scores are match lengths, not probabilities."""
+    return params.p_min > 0 and source in (MODEL, MTP) and score < params.p_min
+
+
 class FixedPolicy:
-    """Always draft ``draft_max`` tokens (llama.cpp's --draft-max)."""
+    """Draft ``draft_max`` tokens (llama.cpp's --draft-max), stopping at a token less sure than
+    ``p_min`` when one is set (llama.cpp's --draft-p-min): the "fixed" and "pmin" policies."""
 
     def __init__(self, params: SpeculationParams):
         self.params = params
@@ -69,6 +76,8 @@ class FixedPolicy:
         return self.params.draft_max
 
     def step(self, n: int, score: Score, source: str) -> Decision:
+        if below_p_min(self.params, score, source):
+            return Decision.STOP
         return Decision.MORE if n + 1 < self.params.draft_max else Decision.LAST
 
     def cut(self, draft: "Draft") -> int:
@@ -84,13 +93,3 @@ class FixedPolicy:
 
     learning = False
     rounds_learned = 0
-
-
-class ConfidencePolicy(FixedPolicy):
-    """Up to ``draft_max`` tokens, stopping where the draft model's top probability falls below
-    ``p_min`` (llama.cpp's --draft-p-min)."""
-
-    def step(self, n: int, score: Score, source: str) -> Decision:
-        if source in (MODEL, MTP) and score < self.params.p_min:
-            return Decision.STOP
-        return super().step(n, score, source)

@@ -32,6 +32,7 @@ class GenerationStats:
     verify_s: float = 0.0
     drafted_by_position: list[int] = field(default_factory=list)
     accepted_by_position: list[int] = field(default_factory=list)
+    by_drafter: dict[str, list[int]] = field(default_factory=dict)   # drafter -> [drafted, accepted]
     summary: Summary | None = None    # the final record, once it arrived
     learning: bool = False            # the auto policy is still learning this machine's costs
     _window: deque = field(default_factory=deque, repr=False)                 # (at_s, generated)
@@ -82,6 +83,9 @@ class GenerationStats:
         self.accepted += r.accepted
         _add_ones(self.drafted_by_position, r.drafted)
         _add_ones(self.accepted_by_position, r.accepted)
+        counts = self.by_drafter.setdefault(r.drafter, [0, 0])
+        counts[0] += r.drafted
+        counts[1] += r.accepted
         self._rolling.append((r.drafted, r.accepted))
 
     def _finish(self, s: Summary) -> None:
@@ -95,6 +99,7 @@ class GenerationStats:
         self.draft_s, self.verify_s = s.draft_s, s.verify_s
         self.drafted_by_position = list(s.drafted_by_position)
         self.accepted_by_position = list(s.accepted_by_position)
+        self.by_drafter = {name: [d, a] for name, d, a in s.by_drafter}
 
     # --- the final record ------------------------------------------------------------------------
 
@@ -127,6 +132,7 @@ class GenerationStats:
             token_ids=tuple(token_ids),
             at_s=end_s,
             warnings=tuple(warnings),
+            by_drafter=tuple((str(name), d, a) for name, (d, a) in self.by_drafter.items()),
             policy_learning=policy_learning,
             cost_rounds_observed=cost_rounds_observed,
         )

@@ -115,6 +115,7 @@ def test_the_drafts_are_counted_as_mtp(engine):
     finally:
         del engine._drafter
     assert seen and set(seen) == {MTP} and len(seen) == summary.drafted
+    assert summary.by_drafter == (("mtp", summary.drafted, summary.accepted),)
 
 
 def test_a_model_without_mtp_layers_is_refused(tiny_models):

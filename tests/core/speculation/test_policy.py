@@ -279,3 +279,24 @@ def test_a_round_without_a_draft_reads_no_costs(monkeypatch):
     assert reads == []
     policy.step(0, LookupMatch(16, in_prompt=True), LOOKUP)
     assert reads and {context for context, _ in reads} == {120}
+
+
+
+def test_p_min_ends_a_draft_under_every_policy_and_only_for_model_and_mtp_tokens():
+    """llama.cpp's --draft-p-min: a draft-model or MTP token less sure than p_min ends the draft,
+    whatever the policy (auto included, which once ignored it); lookup's scores are match lengths."""
+    from app.core.speculation.acceptance import MTP
+    from app.core.speculation.policy import make_policy
+
+    flat = CostProfile(key={}, main_batch_s=[0.03] * 9, draft_step_s=0.001)
+    for name in ("fixed", "pmin", "auto"):
+        params = SpeculationParams(draft_max=8, policy=name, p_min=0.5)
+        policy = make_policy(params, flat)
+        for source in (MODEL, MTP):
+            policy.draft_length(source)
+            assert policy.step(0, 0.3, source) is Decision.STOP, (name, source)
+        policy.draft_length(LOOKUP)
+        assert policy.step(0, LookupMatch(12, in_prompt=True), LOOKUP) is not Decision.STOP, name
+        if name != "auto":   # auto may stop a sure token too, for its own reasons
+            off = make_policy(SpeculationParams(draft_max=8, policy=name), flat)
+            assert off.step(0, 0.3, MODEL) is Decision.MORE

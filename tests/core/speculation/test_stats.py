@@ -106,3 +106,17 @@ def test_rolling_acceptance_keeps_the_latest_drafting_rounds():
     assert s.rolling_acceptance_rate == 0.0
     assert s.acceptance_rate == 40 / (40 + 4 * ROLLING_ROUNDS)
 
+
+
+def test_each_round_says_who_drafted_and_the_summary_counts_each_drafter_apart():
+    stats = GenerationStats()
+    stats.add(Started(4, 0))
+    for i, (drafter, drafted, accepted) in enumerate([("lookup", 5, 5), ("model", 3, 1), ("", 0, 0), ("lookup", 2, 0)]):
+        stats.add(Round(i, drafted, accepted, 0.01, 0.02, 2 + i * 3, at_s=0.1 * (i + 1), drafter=drafter))
+    summary = stats.to_summary(generated_tokens=11, end_s=0.5, stop_reason=StopReason.LENGTH)
+    assert summary.by_drafter == (("lookup", 7, 5), ("model", 3, 1))
+    assert summary.to_dict()["by_drafter"] == {"lookup": {"drafted": 7, "accepted": 5},
+                                               "model": {"drafted": 3, "accepted": 1}}
+    again = GenerationStats()
+    again.add(summary)
+    assert again.by_drafter == {"lookup": [7, 5], "model": [3, 1]}
