@@ -74,7 +74,7 @@ class Round:
 
 
 @dataclass(frozen=True)
-class Summary:
+class Summary(rates.CountRates):
     prompt_tokens: int            # tokens in the prompt
     prompt_tokens_evaluated: int  # of those, how many were decoded (the rest came from the cache)
     generated_tokens: int
@@ -106,28 +106,12 @@ class Summary:
         return rates.per_second(self.prompt_tokens_evaluated, self.prompt_s)
 
     @property
-    def generation_tps(self) -> float:
-        return rates.generation_tps(self.generated_tokens, self.generation_s)
+    def generated_count(self) -> int:
+        return self.generated_tokens
 
     @property
     def total_s(self) -> float:
         return self.ttft_s + self.generation_s
-
-    @property
-    def acceptance_rate(self) -> float:
-        return rates.ratio(self.accepted, self.drafted)
-
-    @property
-    def mean_accepted_length(self) -> float:
-        """Accepted draft tokens per round that drafted."""
-        return rates.ratio(self.accepted, self.drafting_rounds)
-
-    @property
-    def tokens_per_round(self) -> float:
-        return rates.tokens_per_round(self.generated_tokens, self.rounds)
-
-    def acceptance_by_position(self) -> list[float]:
-        return rates.by_position(self.accepted_by_position, self.drafted_by_position)
 
     def to_dict(self) -> dict:
         return {

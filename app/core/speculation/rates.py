@@ -1,4 +1,5 @@
-"""The rate formulas, written once: the live statistics (stats.py) and the final Summary use these."""
+"""The rate formulas, written once: the live statistics (stats.py), the final Summary and the server's
+timings use these."""
 
 from __future__ import annotations
 
@@ -29,3 +30,30 @@ def by_position(accepted: Sequence[int], drafted: Sequence[int]) -> list[float]:
     from ``accepted``)."""
     padded = list(accepted) + [0] * max(0, len(drafted) - len(accepted))
     return [ratio(a, d) for a, d in zip(padded, drafted)]
+
+
+class CountRates:
+    """The rates read off a generation's counts, written once for the live statistics (stats.py) and
+    the Summary (events.py). What mixes it in has ``accepted``, ``drafted``, ``drafting_rounds``,
+    ``rounds``, ``generation_s``, ``accepted_by_position``, ``drafted_by_position`` and
+    ``generated_count`` (the tokens generated so far)."""
+
+    @property
+    def acceptance_rate(self) -> float:
+        return ratio(self.accepted, self.drafted)
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Accepted draft tokens per round that drafted."""
+        return ratio(self.accepted, self.drafting_rounds)
+
+    @property
+    def tokens_per_round(self) -> float:
+        return tokens_per_round(self.generated_count, self.rounds)
+
+    @property
+    def generation_tps(self) -> float:
+        return generation_tps(self.generated_count, self.generation_s)
+
+    def acceptance_by_position(self) -> list[float]:
+        return by_position(self.accepted_by_position, self.drafted_by_position)

@@ -18,7 +18,7 @@ ROLLING_ROUNDS = 8       # drafting rounds in the rolling acceptance rate
 
 
 @dataclass
-class GenerationStats:
+class GenerationStats(rates.CountRates):
     prompt_tokens: int = 0
     cached_tokens: int = 0            # prompt tokens reused from the KV cache
     generated: int = 0
@@ -154,8 +154,8 @@ class GenerationStats:
         return rates.per_second(self.evaluated_tokens, self.ttft_s or 0.0)
 
     @property
-    def generation_tps(self) -> float:
-        return rates.generation_tps(self.generated, self.generation_s)
+    def generated_count(self) -> int:
+        return self.generated
 
     @property
     def tps_now(self) -> float:
@@ -166,25 +166,9 @@ class GenerationStats:
         return rates.per_second(n1 - n0, t1 - t0)
 
     @property
-    def acceptance_rate(self) -> float:
-        return rates.ratio(self.accepted, self.drafted)
-
-    @property
     def rolling_acceptance_rate(self) -> float:
         """Acceptance over the latest ROLLING_ROUNDS rounds that drafted."""
         return rates.ratio(sum(a for _, a in self._rolling), sum(d for d, _ in self._rolling))
-
-    @property
-    def mean_accepted_length(self) -> float:
-        """Accepted draft tokens per round that drafted."""
-        return rates.ratio(self.accepted, self.drafting_rounds)
-
-    @property
-    def tokens_per_round(self) -> float:
-        return rates.tokens_per_round(self.generated, self.rounds)
-
-    def acceptance_by_position(self) -> list[float]:
-        return rates.by_position(self.accepted_by_position, self.drafted_by_position)
 
 
 def _add_ones(by_position: list[int], n: int) -> None:
