@@ -219,8 +219,7 @@ def _add_models(sub) -> None:
 
 def _drafter(args) -> DrafterKind:
     """Who drafts: --drafter, else the default; without --draft, what that becomes with no draft model."""
-    chosen = DrafterKind(args.drafter) if args.drafter else DEFAULT_DRAFTER
-    return chosen if args.draft else chosen.without_model()
+    return (DrafterKind(args.drafter) if args.drafter else DEFAULT_DRAFTER).for_pair(bool(args.draft))
 
 
 def _baseline_layers(params) -> int:

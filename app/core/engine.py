@@ -184,10 +184,7 @@ class Engine:
     def _drafter(self, kind: DrafterKind) -> Drafter | None:
         """A fresh drafter for one generation; choices with the model fall back to what is loaded (an
         MTP drafter file is the pair's draft model: it drafts with MTP)."""
-        if self.mtp_drafter is not None and kind.uses_model:
-            kind = DrafterKind.MTP
-        if self.draft is None:
-            kind = kind.without_model()
+        kind = kind.for_pair(self.draft is not None, self.mtp_drafter is not None)
         if kind is DrafterKind.LOOKUP:
             return PromptLookupDrafter()
         if kind is DrafterKind.LOOKUP_MODEL:

@@ -54,6 +54,13 @@ class DrafterKind(Choice):
         """What this choice becomes with no draft model loaded: lookup still works."""
         return {DrafterKind.LOOKUP_MODEL: DrafterKind.LOOKUP, DrafterKind.MODEL: DrafterKind.NONE}.get(self, self)
 
+    def for_pair(self, draft_model: bool, mtp_drafter: bool = False) -> "DrafterKind":
+        """Who drafts with the pair as loaded: the pair's MTP drafter file (Gemma 4's assistant) is its
+        draft model, so the choices with the model draft with MTP; with no draft, lookup still works."""
+        if mtp_drafter and self.uses_model:
+            return DrafterKind.MTP
+        return self if draft_model or mtp_drafter else self.without_model()
+
 
 # Who drafts when nobody says: the CLI, the server, the window's first start, Engine.generate. Without a
 # draft model it is prompt lookup (``without_model``); with an MTP drafter file, MTP (the engine's rule).

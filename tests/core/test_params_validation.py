@@ -101,3 +101,13 @@ def test_one_default_drafter_for_every_front_end():
                      HostedJobs.__init__):
         assert inspect.signature(function).parameters["drafter"].default is DEFAULT_DRAFTER, function
     assert Settings().drafter is DEFAULT_DRAFTER
+
+
+def test_who_drafts_with_the_pair_as_loaded():
+    """One rule, for the engine, the window and the CLI: without a draft, lookup still works; an MTP
+    drafter file is the pair's draft model, so the choices with the model draft with MTP."""
+    from app.core.params import DrafterKind as K
+
+    assert [k.for_pair(draft_model=True) for k in K] == list(K)
+    assert [k.for_pair(draft_model=False) for k in K] == [K.LOOKUP, K.NONE, K.LOOKUP, K.MTP, K.NONE]
+    assert [k.for_pair(draft_model=False, mtp_drafter=True) for k in K] == [K.MTP, K.MTP, K.LOOKUP, K.MTP, K.NONE]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from app.core.params import DrafterKind
 from app.gui.runtime.live_stats import LiveStats
 from app.core.compare import CompareResult
 from app.gui.runtime.worker import Batch, GenerateRequest, LoadedInfo
@@ -63,12 +62,6 @@ def settings_after_load(settings: Settings, info: LoadedInfo, remote_api_key: st
     settings = replace(settings, main_model=info.main_path, draft_model=info.draft_path or "")
     settings = settings.with_recent_main(info.main_path)
     return settings.with_recent_draft(info.draft_path) if info.draft_path else settings
-
-
-def drafter_for(kind: str, has_draft: bool) -> DrafterKind:
-    """The chosen drafter; without a draft model loaded, lookup still works and "model" is off."""
-    chosen = DrafterKind(kind)
-    return chosen if has_draft else chosen.without_model()
 
 
 def with_compare(stats: dict, result: CompareResult) -> dict:

@@ -14,7 +14,7 @@ from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, QTimer, Signa
 
 from app.core.speculation.events import Summary
 from app.core.params import DrafterKind
-from app.gui.runtime.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, compare_notice, drafter_for, feed,
+from app.gui.runtime.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, compare_notice, feed,
                                  prompt_messages, settings_after_load, title_from, with_compare)
 from app.gui.runtime.live_stats import message_stats
 from app.core.compare import CompareResult
@@ -246,7 +246,9 @@ class ChatController(QObject):
 
     def drafter(self) -> DrafterKind:
         """Who drafts, given what is loaded."""
-        return drafter_for(self.settings.drafter, self.loaded is not None and self.loaded.draft_path is not None)
+        loaded = self.loaded
+        return DrafterKind(self.settings.drafter).for_pair(loaded is not None and loaded.draft_path is not None,
+                                                          loaded is not None and loaded.draft_is_mtp_drafter)
 
     def _start_answer(self) -> None:
         # the request first: if it cannot be made, no empty answer is saved or left "generating…"

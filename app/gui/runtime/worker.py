@@ -42,6 +42,7 @@ class LoadedInfo:
     warnings: tuple[str, ...]
     placement: tuple[str, ...] = ()   # where each model's layers went, a line each
     remote_url: str | None = None     # chatting through this server instead of local models
+    draft_is_mtp_drafter: bool = False  # the draft is an MTP drafter file: it drafts with MTP
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,8 @@ class EngineWorker(QObject):
             self.loaded.emit(LoadedInfo(
                 request.main.path, request.draft.path if request.draft else None,
                 engine.main_info.display_name, engine.draft_info.display_name if engine.draft_info else None,
-                engine.warnings, tuple(f"{name}: {where.describe()}" for name, where in engine.placement().items())))
+                engine.warnings, tuple(f"{name}: {where.describe()}" for name, where in engine.placement().items()),
+                draft_is_mtp_drafter=engine.mtp_drafter is not None))
 
     @Slot(object)
     def connect_remote(self, request: RemoteRequest) -> None:
