@@ -228,3 +228,25 @@ def test_model_too_large_for_memory(tiny_models, monkeypatch):
     monkeypatch.setattr("app.core.engine.total_memory_bytes", lambda: 100_000)
     with pytest.raises(ModelLoadError, match="needs about .* this machine has"):
         Engine.load(ModelParams(str(tiny_models.main)))
+
+
+def test_each_answer_estimates_its_speedup_from_the_learned_costs(tiny_models):
+    """Under auto the cost model knows what a step of the main model alone costs: the Summary says
+    how much faster the answer was (estimated); a policy without a cost model says nothing."""
+    from app.core.engine import Engine
+    from app.core.params import ModelParams, SamplingParams, SpeculationParams
+
+    engine = Engine.load(ModelParams(str(tiny_models.main), n_gpu_layers=0, n_ctx=256, n_threads=1),
+                         ModelParams(str(tiny_models.same), n_gpu_layers=0, n_ctx=256, n_threads=1))
+    try:
+        prompt = engine.main.model.tokenize("the cat is on the mat and the dog is on the mat")
+        auto = list(engine.generate(prompt=prompt, sampling=SamplingParams(max_tokens=24)))[-1]
+        step = engine.cost_model(17).main_batch(1, len(prompt) + 12)
+        assert auto.estimated_speedup == pytest.approx(step * (auto.generated_tokens - 1) / auto.generation_s,
+                                                       rel=0.2)
+        assert auto.to_dict()["estimated_speedup"] == auto.estimated_speedup
+        fixed = list(engine.generate(prompt=prompt, sampling=SamplingParams(max_tokens=24),
+                                     speculation=SpeculationParams(policy="fixed", draft_max=4)))[-1]
+        assert fixed.estimated_speedup is None
+    finally:
+        engine.close()

@@ -100,6 +100,9 @@ class Summary(rates.CountRates):
     policy_learning: bool = False      # the auto policy was still learning this machine's costs at the end
     cost_rounds_observed: int = 0      # rounds of this answer whose times the cost model learned from
     by_drafter: tuple[tuple[str, int, int], ...] = ()   # (drafter, drafted, accepted) for each drafter that drafted
+    # how much faster than the main model alone, estimated: its learned step time for the tokens after the
+    # first, over the generation's time (None: no cost model to say; Compare measures it)
+    estimated_speedup: float | None = None
 
     @property
     def prompt_tps(self) -> float:
@@ -137,6 +140,7 @@ class Summary(rates.CountRates):
             "accepted_by_position": list(self.accepted_by_position),
             "acceptance_by_position": self.acceptance_by_position(),
             "by_drafter": {name: {"drafted": d, "accepted": a} for name, d, a in self.by_drafter},
+            "estimated_speedup": self.estimated_speedup,
             "stop_reason": self.stop_reason.value,
             "error": self.error,
             "text": self.text,

@@ -82,7 +82,12 @@ class SpeculativeGeneration:
                                     stop_reason=stop or StopReason.LENGTH, error=error,
                                     text=self.text.text, token_ids=self.generated, warnings=self.warnings,
                                     policy_learning=self.policy.learning,
-                                    cost_rounds_observed=self.policy.rounds_learned)
+                                    cost_rounds_observed=self.policy.rounds_learned,
+                                    main_step_s=self.policy.main_step_s(self._middle_context()))
+
+    def _middle_context(self) -> int:
+        """The context halfway through the answer: where a main step's cost stands for the whole answer."""
+        return len(self.context) - len(self.generated) // 2
 
     def _now(self) -> float:
         return time.perf_counter() - self._start

@@ -260,6 +260,9 @@ class AutoPolicy:
     def _main_is_unsure(self) -> bool:
         return self._main_confidence is not None and self._main_confidence < self._model.break_even
 
+    def main_step_s(self, context: int) -> float | None:
+        return self.costs.main_batch(1, context) if self.costs.rounds_now or self.costs.known(1) else None
+
     def wants_main_confidence(self) -> bool:
         # the main model's confidence only decides whether to ask a draft model: with lookup alone,
         # reading it (a softmax over the vocabulary per verified token) would buy nothing

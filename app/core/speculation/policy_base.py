@@ -37,6 +37,10 @@ class DraftPolicy(Protocol):
     def cut(self, draft: "Draft") -> int:
         """How many of the drafted tokens to send for verification."""
 
+    def main_step_s(self, context: int) -> float | None:
+        """What one step of the main model alone costs at ``context``, as the policy's cost model
+        has learned it; None when it has no cost model (the estimated speedup is then unknown)."""
+
     def wants_main_confidence(self) -> bool:
         """Whether ``observe`` should be given the main model's confidence in each new token."""
 
@@ -93,3 +97,6 @@ class FixedPolicy:
 
     learning = False
     rounds_learned = 0
+
+    def main_step_s(self, context: int) -> float | None:
+        return None

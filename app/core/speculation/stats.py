@@ -106,17 +106,20 @@ class GenerationStats(rates.CountRates):
     def to_summary(self, *, generated_tokens: int, end_s: float, stop_reason: StopReason,
                    error: str | None = None, text: str = "", token_ids: Sequence[int] = (),
                    warnings: Sequence[str] = (), policy_learning: bool = False,
-                   cost_rounds_observed: int = 0) -> Summary:
+                   cost_rounds_observed: int = 0, main_step_s: float | None = None) -> Summary:
         """The Summary of what was added so far; the loop gives what only it knows (tokens never
-        shown, such as an end-of-generation token, when it ended, what its policy learned)."""
+        shown, such as an end-of-generation token, when it ended, what its policy learned and what a
+        step of the main model alone costs, for the estimated speedup)."""
         ttft = self.ttft_s or 0.0
+        generation_s = max(0.0, end_s - ttft)
+        alone_s = main_step_s * (generated_tokens - 1) if main_step_s and generated_tokens > 1 else 0.0
         return Summary(
             prompt_tokens=self.prompt_tokens,
             prompt_tokens_evaluated=self.evaluated_tokens,
             generated_tokens=generated_tokens,
             ttft_s=ttft,
             prompt_s=ttft,
-            generation_s=max(0.0, end_s - ttft),
+            generation_s=generation_s,
             drafted=self.drafted,
             accepted=self.accepted,
             main_tokens=generated_tokens - self.accepted,
@@ -135,6 +138,7 @@ class GenerationStats(rates.CountRates):
             by_drafter=tuple((str(name), d, a) for name, (d, a) in self.by_drafter.items()),
             policy_learning=policy_learning,
             cost_rounds_observed=cost_rounds_observed,
+            estimated_speedup=rates.ratio(alone_s, generation_s) if alone_s and generation_s > 0 else None,
         )
 
     # --- reading -------------------------------------------------------------------------------
