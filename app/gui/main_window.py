@@ -6,6 +6,7 @@ the live numbers arrive on its repaint timer (controller.REPAINT_MS), never once
 
 from __future__ import annotations
 
+from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
@@ -32,6 +33,8 @@ from app.gui.runtime.worker import LoadedInfo, RemoteRequest, ServerState
 from app.paths import AppPaths
 from app.storage.conversations import ConversationStore
 from app.storage.settings import SettingsStore
+from app.models.memory import machine_memory
+from app.models.pairing import choose_pair
 
 PREFERRED_SIZE = QSize(1440, 900)
 MINIMUM_SIZE = QSize(1000, 700)   # a 1280x800 screen, less a taskbar and the title bar
@@ -57,7 +60,7 @@ class MainWindow(QMainWindow):
         self._restore()
         self._wire()
         self.controller.start()
-        pair = self.controller.saved_pair() if autoload else None
+        pair = (self.controller.saved_pair() or self._first_pair()) if autoload else None
         if pair is not None:
             self.set_model_pair(*pair)
 
@@ -199,6 +202,7 @@ class MainWindow(QMainWindow):
         c.generating_changed.connect(self._show_generating)
         c.busy_changed.connect(lambda busy: self.composer.set_send_enabled(not busy))
         c.notice.connect(self.banner.show_message)
+        self.model_bar.draft_chosen.connect(self._draft_chosen)
         c.notice_cleared.connect(self.banner.clear_if)
         c.model_loading.connect(self.model_bar.set_loading)
         c.models_loaded.connect(self._show_loaded)
@@ -220,7 +224,7 @@ class MainWindow(QMainWindow):
         self.speculation.update_from(live)
 
     def _show_generating(self, generating: bool) -> None:
-        if generating:
+        if generating and not self.controller.is_comparing:   # a compare keeps the answer's charts
             self.speculation.clear()
         self.composer.set_generating(generating)
         self.model_bar.set_busy(generating)
@@ -286,6 +290,28 @@ class MainWindow(QMainWindow):
         if not draft_path and self.model_bar.main_has_mtp():   # a pair that drafts with its own MTP heads
             self.model_bar.set_drafter(DrafterKind.MTP)
         return self.controller.load_pair(main_path, draft_path or "")
+
+    def _first_pair(self) -> tuple[str, str | None] | None:
+        """No pair chosen yet (a first start, or the last pair's files are gone): the one the app picks
+        among the installed models (app/models/pairing.py choose_pair), said in the banner."""
+        try:
+            installed = self.model_bar.registry.list()
+        except OSError:
+            return None
+        choice = choose_pair(installed, machine_memory(), self.controller.settings.n_ctx) if installed else None
+        if choice is None:
+            return None
+        main, draft = choice
+        drafting = f"and {draft.name} as its draft (the best that can draft for it)" if draft else \
+            "with no draft (none installed can draft for it)"
+        self.banner.show_message(f"Chose {main.name} as the main model (the largest that fits this machine) "
+                                 f"{drafting}. Change them in the bar above.", "info")
+        return str(main.path), str(draft.path) if draft else None
+
+    def _draft_chosen(self, main: str, draft: str, kept: str) -> None:
+        """The model bar chose the best draft for the main model the user picked: say so, with an undo."""
+        self.banner.show_message(f"Draft: {Path(draft).name}, the best that can draft for {Path(main).name}.",
+                                 "info", ("Undo", lambda: self.model_bar.set_draft(kept)))
 
     def connect_to_server(self) -> None:
         """Ask for an OpenAI-compatible server and chat through it instead of local models."""

@@ -6,9 +6,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.gguf.info import GGUFInfo, PairCheck, check_pair
+from app.core.errors import QuickdraftError
+from app.core.gguf.info import GGUFInfo, PairCheck, check_pair, read_gguf_info
 
 from app.models.hub import QUANT_RE, SPLIT_RE
+from app.models.catalog import load_catalog
+from app.models.memory import MachineMemory, estimate_memory, judge_fit
 from app.models.registry import InstalledModel
 
 _SIZE_RE = re.compile(r"(?:^|[-_ .])(\d+x)?\d+(?:\.\d+)?[bmk](?=$|[-_ .])", re.IGNORECASE)
@@ -86,3 +89,52 @@ def rank_drafts(main: InstalledModel, installed: list[InstalledModel]) -> Pairin
                              c.model.size, c.model.name))
     bad.sort(key=lambda c: c.model.name.lower())
     return PairingResult(main, tuple(good), tuple(bad))
+
+
+def installed_file(path: str | Path) -> InstalledModel:
+    """A model file as the pairing functions take it, wherever it lies (read, not imported)."""
+    path = Path(path)
+    try:
+        info = read_gguf_info(path)
+    except QuickdraftError as exc:
+        return InstalledModel(path, (path,), 0, "found", None, None, str(exc))
+    return InstalledModel(path, (path,), info.file_size, "found", None, info, None)
+
+
+def best_draft(main: InstalledModel, candidates: list[InstalledModel]) -> InstalledModel | None:
+    """The draft the app picks for ``main``: an MTP drafter made for it, else the catalog's recommended
+    draft for it when that is among ``candidates``, else the first compatible draft ``rank_drafts``
+    ranks (same family first, then the smallest), as long as it is smaller than the main model; None
+    when no candidate can draft for it."""
+    compatible = [c.model for c in rank_drafts(main, candidates).compatible
+                  if c.model.info.is_mtp_drafter or c.model.size < main.size]
+    if not compatible:
+        return None
+    if compatible[0].info.is_mtp_drafter:
+        return compatible[0]
+    recommended = _catalog_drafts(main.name)
+    return next((m for m in compatible if m.name in recommended), compatible[0])
+
+
+def choose_pair(installed: list[InstalledModel], machine: "MachineMemory",
+                n_ctx: int) -> tuple[InstalledModel, InstalledModel | None] | None:
+    """What the app loads when nothing is chosen yet: the largest main model that fits this machine
+    (all its layers on the GPU when there is one, else in RAM: ``judge_fit``) with ``n_ctx`` tokens
+    of context, and its best draft. None when no model fits comfortably: then the user chooses."""
+    mains = [m for m in installed if m.info is not None and not m.info.is_mtp_drafter]
+    fitting = [m for m in mains
+               if judge_fit(estimate_memory(m.info, n_ctx, m.size).total, machine).verdict == "fits"]
+    if not fitting:
+        return None
+    main = max(fitting, key=lambda m: (m.size, m.name))
+    return main, best_draft(main, installed)
+
+
+def _catalog_drafts(main_file: str) -> set[str]:
+    """The draft files the catalog recommends for a main model file of this name."""
+    try:
+        pairs = load_catalog()
+    except QuickdraftError:
+        return set()
+    return {pair.draft_file.filename for pair in pairs
+            if pair.draft_file is not None and Path(pair.main.filename).name == main_file}

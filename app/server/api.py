@@ -1,4 +1,9 @@
-"""OpenAI request bodies, checked and turned into generation settings; OpenAI-style errors."""
+"""OpenAI request bodies, checked and turned into generation settings; OpenAI-style errors.
+
+``model`` may name anything, or be left out: the server serves one pair, so, as llama-server does,
+it answers every name with that pair (editors and scripts send fixed names such as "gpt-4o-mini"),
+and the answer's ``model`` names the pair that answered. Only its type is checked (a string).
+"""
 
 from __future__ import annotations
 
@@ -47,16 +52,16 @@ class GenerationRequest:
     timings_per_token: bool = False
 
 
-def parse_chat(body: Any, model_id: str) -> GenerationRequest:
+def parse_chat(body: Any) -> GenerationRequest:
     body = _object(body)
-    _check_model(body, model_id)
+    _check_model(body)
     messages = _messages(body.get("messages"))
     return GenerationRequest("chat", _sampling(body), messages=messages, **_delivery(body))
 
 
-def parse_completion(body: Any, model_id: str) -> GenerationRequest:
+def parse_completion(body: Any) -> GenerationRequest:
     body = _object(body)
-    _check_model(body, model_id)
+    _check_model(body)
     text, ids = _prompt(body.get("prompt"))
     return GenerationRequest("completion", _sampling(body), prompt_text=text, prompt_ids=ids, **_delivery(body))
 
@@ -67,11 +72,9 @@ def _object(body: Any) -> dict:
     return body
 
 
-def _check_model(body: dict, model_id: str) -> None:
-    model = _field(body, "model", str, "a string")
-    if model is not None and model != model_id:
-        raise ApiError(404, f"The model '{model}' does not exist; this server has '{model_id}'.",
-                       param="model", code="model_not_found")
+def _check_model(body: dict) -> None:
+    """Any name is the loaded pair (see the module docstring); a name that is not a string is a 400."""
+    _field(body, "model", str, "a string")
 
 
 def _sampling(body: dict) -> SamplingParams:

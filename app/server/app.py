@@ -79,13 +79,14 @@ class _Handlers:
         return self.worker.card
 
     async def _generate(self, request: Request, parse: Callable) -> Response:
-        parsed: GenerationRequest = parse(await _json_body(request), self._card().id)
+        parsed: GenerationRequest = parse(await _json_body(request))
         job = self.worker.submit(parsed, asyncio.get_running_loop())
         watcher = asyncio.create_task(_cancel_on_disconnect(request, self.worker, job))
         streaming = False
         try:
             started = await _started(job)
-            shape = ResponseShape(parsed.kind, self._card().id)
+            # the pair that answers (the window may have loaded another since the request came)
+            shape = ResponseShape(parsed.kind, job.card.id, job.card.speculative)
             if not parsed.stream:
                 summary = await _summary(job)
                 if summary.error is not None:
@@ -176,7 +177,7 @@ async def _stream(job: Job, shape: ResponseShape, live: GenerationStats, watcher
             yield sse(shape.chunk("", role=True))
         async for pieces, summary in _bursts(job, live):
             if pieces:
-                yield b"".join(sse(shape.chunk(text, timings=_live_timings(job, live))) for text in pieces)
+                yield b"".join(sse(shape.chunk(text, timings=_live_timings(job, shape, live))) for text in pieces)
             if summary is not None:
                 yield _closing(shape, summary, job)
     except ApiError as exc:  # the headers are out: the error travels as an event, as OpenAI's do
@@ -186,14 +187,15 @@ async def _stream(job: Job, shape: ResponseShape, live: GenerationStats, watcher
     yield sse("[DONE]")
 
 
-def _live_timings(job: Job, live: GenerationStats) -> dict | None:
-    return live_timings(live) if job.request.timings_per_token else None
+def _live_timings(job: Job, shape: ResponseShape, live: GenerationStats) -> dict | None:
+    return live_timings(live, shape.speculative) if job.request.timings_per_token else None
 
 
 def _closing(shape: ResponseShape, s: Summary, job: Job) -> bytes:
     if s.error is not None:
         return sse(ApiError(500, s.error, type="server_error").body())
-    out = sse(shape.chunk(None, FINISH_REASONS.get(s.stop_reason, "stop"), timings=summary_timings(s)))
+    finish = FINISH_REASONS.get(s.stop_reason, "stop")
+    out = sse(shape.chunk(None, finish, timings=summary_timings(s, shape.speculative)))
     if job.request.include_usage:
         out += sse(shape.usage_chunk(s))
     return out

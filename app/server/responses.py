@@ -1,4 +1,16 @@
-"""Response bodies and stream chunks in the OpenAI shape, with llama-server's ``timings`` object."""
+"""Response bodies and stream chunks in the OpenAI shape, with llama-server's ``timings`` object.
+
+``timings`` holds llama-server's fields (cache_n, prompt_n, prompt_ms, prompt_per_token_ms,
+prompt_per_second, predicted_n, predicted_ms, predicted_per_token_ms, predicted_per_second) and, as
+llama-server does whenever it serves with a draft, ``draft_n`` and ``draft_n_accepted`` whenever the
+server speculates (someone drafts with the loaded pair: ``ModelCard.speculative``), 0 when nothing
+was drafted; with ``--drafter none`` (or nobody able to draft) they are left out.
+
+Quickdraft's extension, in a finished generation's timings only (the final chunk, or the response):
+``estimated_speedup``, how many times faster than the main model alone the answer's tokens after
+the first came, as the cost model estimates it (``Summary.estimated_speedup``); left out when there
+is no estimate (no cost model to say, e.g. the fixed policy, or one token).
+"""
 
 from __future__ import annotations
 
@@ -14,14 +26,18 @@ FINISH_REASONS = {StopReason.EOG: "stop", StopReason.STOP_STRING: "stop", StopRe
                   StopReason.LENGTH: "length", StopReason.CONTEXT: "length"}
 
 
-def summary_timings(s: Summary) -> dict:
-    """llama-server's ``timings`` for a finished generation (draft counts only when it drafted)."""
-    return _timings(s.prompt_tokens - s.prompt_tokens_evaluated, s.prompt_tokens_evaluated, s.prompt_s,
-                    s.generated_tokens, s.generation_s, s.generation_tps, s.drafted, s.accepted)
+def summary_timings(s: Summary, speculative: bool) -> dict:
+    """llama-server's ``timings`` for a finished generation (draft counts when the server speculates),
+    and the estimated speedup when there is one."""
+    timings = _timings(s.prompt_tokens - s.prompt_tokens_evaluated, s.prompt_tokens_evaluated, s.prompt_s,
+                       s.generated_tokens, s.generation_s, s.generation_tps, s.drafted, s.accepted, speculative)
+    if s.estimated_speedup is not None:
+        timings["estimated_speedup"] = s.estimated_speedup
+    return timings
 
 
 def _timings(cached: int, prompt_n: int, prompt_s: float, predicted_n: int, predicted_s: float,
-             predicted_tps: float, drafted: int, accepted: int) -> dict:
+             predicted_tps: float, drafted: int, accepted: int, speculative: bool) -> dict:
     timings = {
         "cache_n": cached,
         "prompt_n": prompt_n,
@@ -33,16 +49,16 @@ def _timings(cached: int, prompt_n: int, prompt_s: float, predicted_n: int, pred
         "predicted_per_token_ms": 1000 * rates.ratio(1.0, predicted_tps),
         "predicted_per_second": predicted_tps,
     }
-    if drafted > 0:
+    if speculative:
         timings["draft_n"] = drafted
         timings["draft_n_accepted"] = accepted
     return timings
 
 
-def live_timings(live: GenerationStats) -> dict:
+def live_timings(live: GenerationStats, speculative: bool) -> dict:
     """The timings of a generation still running, from the same numbers its Summary will hold."""
     return _timings(live.cached_tokens, live.evaluated_tokens, live.ttft_s or 0.0, live.generated,
-                    live.generation_s, live.generation_tps, live.drafted, live.accepted)
+                    live.generation_s, live.generation_tps, live.drafted, live.accepted, speculative)
 
 
 def usage(s: Summary) -> dict:
@@ -51,13 +67,15 @@ def usage(s: Summary) -> dict:
 
 
 class ResponseShape:
-    """Bodies of one answer, chat or completion, sharing an id and a creation time."""
+    """Bodies of one answer, chat or completion, sharing an id and a creation time, naming the model
+    that answered (``speculative``: whether its timings carry draft counts)."""
 
-    def __init__(self, kind: str, model_id: str):
+    def __init__(self, kind: str, model_id: str, speculative: bool):
         self.chat = kind == "chat"
         self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self.model_id = model_id
+        self.speculative = speculative
 
     def _envelope(self, obj: str, choices: list) -> dict:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model_id,
@@ -72,7 +90,7 @@ class ResponseShape:
         else:
             body = self._envelope("text_completion", [{"index": 0, "text": s.text, "logprobs": None,
                                                        "finish_reason": finish}])
-        return body | {"usage": usage(s), "timings": summary_timings(s)}
+        return body | {"usage": usage(s), "timings": summary_timings(s, self.speculative)}
 
     def chunk(self, text: str | None, finish_reason: str | None = None, timings: dict | None = None,
               role: bool = False) -> dict:

@@ -28,13 +28,19 @@ RECENT_JOBS = 8   # how many recent generations the Retry-After estimate average
 
 @dataclass(frozen=True)
 class ModelCard:
-    """What the loaded pair is, read once on the engine's thread."""
+    """What the loaded pair is, and who drafts with it for the server's requests, read once on the
+    engine's thread."""
 
     id: str
     main: str
     draft: str | None
     n_ctx: int
     n_vocab: int
+    drafter: DrafterKind = DrafterKind.NONE   # who really drafts: NONE when nobody can (speculation off)
+
+    @property
+    def speculative(self) -> bool:
+        return self.drafter is not DrafterKind.NONE
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,7 @@ class Job:
     loop: asyncio.AbstractEventLoop
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
+    card: ModelCard | None = None   # the pair that answers it: set on the engine thread before Started is posted
 
     def post(self, item) -> None:
         try:
@@ -70,8 +77,11 @@ class JobQueue:
     def __init__(self, speculation: SpeculationParams = SpeculationParams(), drafter: DrafterKind | str = DEFAULT_DRAFTER,
                  max_waiting: int = 8, metrics: ServerMetrics | None = None,
                  observe: Callable[[Job, object], None] | None = None):
+        kind = DrafterKind.parse(drafter)
+        if kind is None:  # every generation would fail; the timings need to know who drafts
+            raise QuickdraftError(f"Unknown drafter {drafter!r}; choose one of {', '.join(DrafterKind.values())}.")
         self.speculation = speculation
-        self.drafter = drafter
+        self.drafter = kind
         self.max_waiting = max_waiting
         self.metrics = metrics or ServerMetrics()
         self.card: ModelCard | None = None
@@ -163,6 +173,7 @@ class JobQueue:
     def _generate(self, job: Job) -> Summary | Failed:
         """Send the events as they come; return the last item (the Summary, or Failed)."""
         engine = self._engine
+        job.card = self.card  # before anything is posted: the handler names this pair in its answer
         if job.cancel.is_set():  # its client left before its turn
             return Failed(ApiError(499, "The client closed the request."))
         try:
@@ -223,7 +234,7 @@ class EngineWorker(JobQueue):
     def _run(self) -> None:
         try:
             self._engine = self._load_engine()
-            self.card = _card(self._engine)
+            self.card = _card(self._engine, self.drafter, self.speculation)
         except BaseException as exc:  # reported by start() on the caller's thread
             self._load_error = exc
             self._ready.set()
@@ -261,7 +272,7 @@ class HostedJobs(JobQueue):
     def lend(self, engine) -> None:
         """Serve with ``engine`` from now on (the host loaded another pair); call on the host's thread."""
         self._engine = engine
-        self.card = _card(engine)
+        self.card = _card(engine, self.drafter, self.speculation)
 
     def serve_next(self) -> bool:
         """Serve the oldest waiting job, if any, on the calling (the host's) thread. Returns whether
@@ -287,8 +298,17 @@ class HostedJobs(JobQueue):
         self._wake()
 
 
-def _card(engine) -> ModelCard:
+def _card(engine, drafter: DrafterKind, speculation: SpeculationParams) -> ModelCard:
     main = Path(engine.main.model.path)
     draft = Path(engine.draft_model.path).name if engine.draft_model is not None else None
     return ModelCard(id=main.stem, main=main.name, draft=draft, n_ctx=engine.main.n_ctx,
-                     n_vocab=engine.main.model.n_vocab)
+                     n_vocab=engine.main.model.n_vocab, drafter=who_drafts(engine, drafter, speculation))
+
+
+def who_drafts(engine, drafter: DrafterKind, speculation: SpeculationParams) -> DrafterKind:
+    """Who drafts with ``engine``'s pair as loaded (the engine's own rule, ``DrafterKind.for_pair``:
+    lookup drafts without a draft model, an MTP drafter file drafts with MTP); NONE when nobody
+    does, which is also so when ``draft_max`` is 0 (no round can draft)."""
+    if speculation.draft_max == 0:
+        return DrafterKind.NONE
+    return drafter.for_pair(engine.draft is not None, engine.mtp_drafter is not None)

@@ -228,8 +228,12 @@ def test_compare_measures_speedup_and_identity(loaded_window, qtbot):
     send(window, "hello")
     wait_idle(qtbot, window)
     [answer] = assistant_messages(window)
+    cleared = []
+    real_clear = window.speculation.clear
+    window.speculation.clear = lambda: (cleared.append(True), real_clear())
     window.chat_view.messages()[-1].compare_button.click()
     wait_idle(qtbot, window)
+    assert cleared == [], "a compare keeps the answer's charts"
 
     result = window.controller.last_compare
     assert result is not None and result.identical  # greedy speculation reproduces the main model
@@ -237,7 +241,7 @@ def test_compare_measures_speedup_and_identity(loaded_window, qtbot):
     stored = window.controller.store.message(answer.id)
     assert stored.stats["speedup"] == pytest.approx(result.speedup)
     assert stored.stats["compare_identical"] is True
-    assert window.chat_view.messages()[-1].footer.text().endswith(f"{result.speedup:.1f}x")
+    assert window.chat_view.messages()[-1].footer.text().endswith(f"{result.speedup:.1f}x measured by Compare")
     assert "identical" in window.banner.text() and window.banner.kind == "info"
     assert stored.content == answer.content
 
@@ -372,3 +376,35 @@ def test_a_pair_with_an_mtp_drafter_file_drafts_with_it(make_window, qtbot, tmp_
     assert send(window, "the cat")
     wait_idle(qtbot, window)
     assert not window.error_text()
+
+
+def test_a_first_start_loads_the_largest_model_that_fits_with_its_best_draft(make_window, qtbot, tmp_path):
+    """No pair chosen yet, models installed: the window loads one, no clicks, and says which and why."""
+    from app.core.gguf.tiny import TinySpec, write_tiny_model
+    from app.models.registry import ModelRegistry
+    from app.paths import app_paths
+
+    paths = app_paths(tmp_path / "first").ensure()
+    registry = ModelRegistry(paths.models_dir)
+    src = tmp_path / "src"
+    big = registry.import_file(write_tiny_model(src / "tiny-big.gguf", TinySpec(seed=0, n_layer=6, name="Tiny 3M")))
+    small = registry.import_file(write_tiny_model(src / "tiny-small.gguf", TinySpec(seed=1, name="Tiny 1M")))
+    registry.import_file(write_tiny_model(src / "other.gguf", TinySpec(seed=2, n_layer=4, other_vocab=True)))
+    window = make_window(tmp_path / "first")
+    wait_loaded(qtbot, window)
+    loaded = window.controller.loaded
+    assert (loaded.main_path, loaded.draft_path) == (str(big.path), str(small.path))
+    assert "Chose tiny-big.gguf as the main model" in window.banner.text()
+    assert window.controller.settings.main_model == str(big.path)   # the next start opens it again
+
+
+def test_undo_puts_back_the_draft_the_bar_replaced(make_window, gui_models, qtbot):
+    window = make_window()
+    bar = window.model_bar
+    bar.set_main(str(gui_models.main))
+    bar.set_draft("")
+    bar.draft_chosen.emit(str(gui_models.main), str(gui_models.same), "")
+    assert "Undo" == window.banner.action_button.text() and window.banner.action_button.isVisible()
+    bar.set_draft(str(gui_models.same))
+    window.banner.action_button.click()
+    assert bar.current_draft() == "" and not window.banner.text()

@@ -241,3 +241,43 @@ def test_catalog_pair_found_installed_after_download_location(models_dir):
     assert pair.draft.find_installed(models_dir, []) == target
     assert pair.main.find_installed(models_dir, ModelRegistry(models_dir).list()) is None
     assert isinstance(target, Path)
+
+
+def _installed_all(models_dir, source_models, names):
+    registry = ModelRegistry(models_dir)
+    for name in names:
+        registry.import_file(source_models[name], "copy")
+    by_file = {m.name: m for m in registry.list()}
+    return {name: by_file[source_models[name].name] for name in names}
+
+
+def test_the_app_chooses_the_largest_main_that_fits_and_its_best_draft(models_dir, source_models):
+    from app.models.pairing import choose_pair
+
+    models = _installed_all(models_dir, source_models, ["main", "draft", "cousin", "other_vocab", "bigger"])
+    roomy = MachineMemory(24 * 2**30, 20 * 2**30, False, None, None)
+    main, draft = choose_pair(list(models.values()), roomy, 256)
+    assert main.name == models["bigger"].name                      # the largest of them all fits
+    assert draft.name == models["draft"].name                      # same family, smallest, same vocabulary
+    # a machine on which the largest does not fit comfortably: the next one down, with its draft
+    need = {k: estimate_memory(m.info, 256, m.size).total for k, m in models.items()}
+    tight = MachineMemory(int((need["bigger"] - 1) / 0.6), None, False, None, None)
+    main, draft = choose_pair(list(models.values()), tight, 256)
+    assert main.name == models["main"].name and draft.name == models["draft"].name
+    # nothing fits: the user chooses
+    assert choose_pair(list(models.values()), MachineMemory(1000, None, False, None, None), 256) is None
+
+
+def test_a_main_of_another_vocabulary_gets_no_draft_and_a_gpu_decides_what_fits(models_dir, source_models):
+    from app.core.llama.placement import SAFETY_MARGIN_BYTES, SAFETY_MARGIN_FRACTION, usable_bytes
+    from app.models.pairing import best_draft, choose_pair
+
+    models = _installed_all(models_dir, source_models, ["main", "draft", "bigger", "other_vocab"])
+    assert best_draft(models["other_vocab"], list(models.values())) is None
+    need = {k: estimate_memory(m.info, 256, m.size).total for k, m in models.items()}
+    # plenty of RAM, but a GPU whose memory holds the main model and not the bigger one: the GPU decides
+    vram = int((need["main"] + SAFETY_MARGIN_BYTES) / (1 - SAFETY_MARGIN_FRACTION)) + 2
+    assert need["main"] <= usable_bytes(vram) < need["bigger"]
+    gpu = MachineMemory(64 * 2**30, 60 * 2**30, True, vram, vram)
+    main, draft = choose_pair(list(models.values()), gpu, 256)
+    assert main.name == models["main"].name and draft.name == models["draft"].name

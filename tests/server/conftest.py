@@ -28,12 +28,16 @@ class Served:
 
 
 @contextmanager
-def serving(main, draft=None, api_key=None, max_waiting=8, host="127.0.0.1"):
+def serving(main, draft=None, api_key=None, max_waiting=8, host="127.0.0.1", drafter=None,
+            speculation=SPECULATION):
+    """A server on ``main`` (and ``draft``) drafting with ``drafter``: by default the draft model
+    when there is one, else none."""
     def load():
         return Engine.load(ModelParams(str(main), n_ctx=N_CTX, n_threads=1),
                            ModelParams(str(draft), n_ctx=N_CTX, n_threads=1) if draft else None)
 
-    worker = EngineWorker(load, SPECULATION, "model" if draft else "none", max_waiting=max_waiting)
+    drafter = drafter or ("model" if draft else "none")
+    worker = EngineWorker(load, speculation, drafter, max_waiting=max_waiting)
     worker.start()
     server = LocalServer(worker, host, 0, api_key)
     server.start()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import httpx
-import openai
 import pytest
 
 from tests.server.conftest import greedy_text
@@ -104,7 +103,7 @@ def value(text: str, name: str) -> float:
     ({"messages": MESSAGES, "max_tokens": 0}, 400, "max_tokens"),
     ({"messages": MESSAGES, "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
     ({"messages": MESSAGES, "n": 2}, 400, "n"),
-    ({"messages": MESSAGES, "model": "gpt-4"}, 404, "model"),
+    ({"messages": MESSAGES, "model": 4}, 400, "model"),
     ({"messages": [{"role": "user", "content": "the cat " * 900}]}, 400, "messages"),
 ])
 def test_bad_requests_get_openai_error_objects(served, body, status, param):
@@ -119,11 +118,6 @@ def test_prompt_over_the_context_says_so(served):
                           json={"messages": [{"role": "user", "content": "the cat " * 900}], "stream": True})
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "context_length_exceeded"
-
-
-def test_client_sees_unknown_model_as_not_found(client):
-    with pytest.raises(openai.NotFoundError):
-        client.chat.completions.create(model="gpt-4", messages=MESSAGES)
 
 
 @pytest.mark.parametrize("content, expected", [(b"{not json", 400), (b"[1, 2]", 400), (b"", 400)])

@@ -1,114 +1,28 @@
 """Choose the main model and its draft. Both pickers list every installed model (the models registry:
 the model manager's imports and downloads, ``quickdraft models import|download``), recently opened
-ones first, plus recently opened files kept elsewhere. Only compatible drafts can be chosen; an
-incompatible or unreadable one stays in the list, disabled, with the reason. A damaged file never
-stops the bar."""
+ones first, plus recently opened files kept elsewhere. The draft picker lists the drafts that can
+draft for the chosen main model; the others (incompatible or unreadable, disabled, with the reason)
+only on asking ("Show N incompatible drafts…"). Picking a main model picks its best draft
+(app/models/pairing.py best_draft), which the window says with an undo. A damaged file never stops
+the bar."""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QFrame, QHBoxLayout, QLabel, QProgressBar,
                                QPushButton, QSizePolicy)
 
-from app.core.errors import QuickdraftError
-from app.core.gguf.info import GGUFInfo, check_pair, read_gguf_info
 from app.core.params import DEFAULT_DRAFTER, DrafterKind
+from app.gui.models.model_files import (DraftOption, draft_options, gguf_files_beside, is_mtp_drafter, is_remote,
+                                        mtp_layers, not_a_main_reason, remote_label, unique, unreadable_reason)
 from app.gui.widgets.plain import ElidedLabel, plain_tooltip
+from app.models.pairing import best_draft, installed_file
 from app.models.registry import ModelRegistry
 
-MAX_SCANNED_FILES = 200
-REMOTE_SCHEMES = ("http://", "https://")
-UNREADABLE = (QuickdraftError, OSError)   # what reading a damaged or inaccessible GGUF can raise
-
-
-@dataclass(frozen=True)
-class DraftOption:
-    path: str
-    label: str
-    enabled: bool
-    reason: str = ""      # why it is disabled, or a warning when it is enabled
-
-
-def draft_options(main_path: str, candidates: list[str]) -> list[DraftOption]:
-    """Every candidate draft for ``main_path``, checked with the engine's own compatibility rules."""
-    try:
-        main = read_gguf_info(main_path)
-    except UNREADABLE:
-        return []
-    options = []
-    for path in candidates:
-        if os.path.realpath(path) == os.path.realpath(main_path):  # Path.resolve raises on a symlink loop
-            continue
-        options.append(_option(main, path))
-    return options
-
-
-def _option(main: GGUFInfo, path: str) -> DraftOption:
-    name = Path(path).name
-    try:
-        draft = read_gguf_info(path)
-    except UNREADABLE as exc:
-        return DraftOption(path, f"{name} (unreadable)", False, _reason(exc))
-    pair = check_pair(main, draft)
-    if not pair.compatible:
-        return DraftOption(path, f"{name} (incompatible)", False, "; ".join(pair.reasons))
-    return DraftOption(path, name, True, "; ".join(pair.warnings))
-
-
-def is_remote(choice: str) -> bool:
-    """Whether a main-model choice is a server's URL rather than a file."""
-    return choice.startswith(REMOTE_SCHEMES)
-
-
-def remote_label(url: str) -> str:
-    return f"{urlsplit(url).netloc or url} (server)"
-
-
-def unreadable_reason(path: str) -> str:
-    """Why ``path`` cannot be read as a GGUF model; "" when it can."""
-    try:
-        read_gguf_info(path)
-    except UNREADABLE as exc:
-        return _reason(exc)
-    return ""
-
-
-def not_a_main_reason(path: str) -> str:
-    """Why ``path`` cannot be the main model (unreadable, or an MTP drafter that only drafts); "" when it can."""
-    try:
-        info = read_gguf_info(path)
-    except UNREADABLE as exc:
-        return _reason(exc)
-    if info.is_mtp_drafter:
-        return "an MTP drafter: it only drafts; choose it as the draft of the model it was made for"
-    return ""
-
-
-def _reason(exc: Exception) -> str:
-    return str(exc) or type(exc).__name__
-
-
-def _unique(paths: list[str]) -> list[str]:
-    """``paths`` in order, each once (the same file spelt two ways counts once)."""
-    seen: dict[str, None] = {}
-    for path in paths:
-        seen.setdefault(str(Path(path)), None)
-    return list(seen)
-
-
-def gguf_files_beside(path: str) -> list[str]:
-    """The GGUF files in the folder of ``path`` (not below it: that may be a huge folder such as
-    Downloads), the likeliest drafts for a main model opened from there."""
-    folder = Path(path).parent
-    if not folder.is_dir():
-        return []
-    return sorted(str(p) for p in folder.glob("*.gguf"))[:MAX_SCANNED_FILES]
+SHOW_HIDE = "\x00show-hide"   # the draft picker's last item: show or hide the incompatible drafts
 
 
 class ModelBar(QFrame):
@@ -116,6 +30,7 @@ class ModelBar(QFrame):
     remote_requested = Signal(str)          # a recent server's URL was chosen and Load pressed
     drafter_changed = Signal(str)
     problem = Signal(str)                   # something the user picked cannot be used
+    draft_chosen = Signal(str, str, str)    # main, the draft the bar chose for it, the draft before (for an undo)
 
     def __init__(self, models_dir: Path, parent=None):
         super().__init__(parent)
@@ -127,6 +42,8 @@ class ModelBar(QFrame):
         self.recent_drafts: list[str] = []
         self.remotes: list[str] = []        # recent OpenAI-compatible servers, listed after the files
         self.options: list[DraftOption] = []
+        self.show_incompatible = False      # the draft picker lists incompatible drafts too (disabled)
+        self._shown_draft = ""              # the draft chosen in the picker (not the show/hide item)
         self._build()
         self.installed = self._read_installed()
         self._offer_mtp()   # no main model yet: nothing to draft with MTP
@@ -137,6 +54,7 @@ class ModelBar(QFrame):
         layout.setSpacing(8)
         self.main_combo = self._combo("Main model: the one whose answers you get")
         self.main_combo.currentIndexChanged.connect(self._main_changed)
+        self.main_combo.activated.connect(self._main_picked)
         self.main_open = QPushButton("Open…")
         self.main_open.clicked.connect(self.browse_main)
         self.draft_combo = self._combo("Draft model: proposes tokens the main model verifies")
@@ -150,7 +68,7 @@ class ModelBar(QFrame):
         self.drafter.currentIndexChanged.connect(lambda _: self.drafter_changed.emit(self.current_drafter()))
         self._wanted = DEFAULT_DRAFTER   # the drafter last asked for, by the user or the settings
         self.drafter.activated.connect(lambda _: setattr(self, "_wanted", self.current_drafter()))
-        self.draft_combo.currentIndexChanged.connect(lambda _: self._offer_mtp())   # an MTP drafter file drafts with MTP
+        self.draft_combo.currentIndexChanged.connect(self._draft_changed)
         self.load_button = QPushButton("Load")
         self.load_button.setObjectName("primary")
         self.load_button.clicked.connect(self.request_load)
@@ -233,7 +151,8 @@ class ModelBar(QFrame):
         self.drafter.setCurrentIndex(index)
 
     def current_draft(self) -> str:
-        return self.draft_combo.currentData() or ""
+        data = self.draft_combo.currentData() or ""
+        return "" if data == SHOW_HIDE else data
 
     def set_main(self, path: str) -> None:
         self._fill_main(path)
@@ -281,7 +200,7 @@ class ModelBar(QFrame):
 
     def _main_paths(self, selected: str) -> list[str]:
         chosen = [selected] if selected and not is_remote(selected) else []
-        return _unique(chosen + self.recent_main + self.installed)
+        return unique(chosen + self.recent_main + self.installed)
 
     def _fill_main(self, selected: str) -> None:
         paths = self._main_paths(selected)
@@ -316,15 +235,32 @@ class ModelBar(QFrame):
         self._fill_drafts()
         self._offer_mtp()
 
+    def _main_picked(self, _index: int) -> None:
+        """The user chose a main model: its best draft is chosen with it, and the window says so with
+        an undo (back to the draft the picker had kept)."""
+        main, kept, best = self.current_main(), self.current_draft(), self.best_draft()
+        if main and best and best != kept and self.set_draft(best):
+            self.draft_chosen.emit(main, best, kept)
+
+    def best_draft(self) -> str:
+        """The draft the app picks for the chosen main model among the compatible ones listed (the
+        model manager's ranking: an MTP drafter made for it, the catalog's draft for it, the same family,
+        the smallest); "" when none can draft for it."""
+        main = self.current_main()
+        if not main or is_remote(main):
+            return ""
+        best = best_draft(installed_file(main), [installed_file(o.path) for o in self.options if o.enabled])
+        return str(best.path) if best else ""
+
     def main_has_mtp(self) -> bool:
         """Whether the chosen main model carries MTP layers (it can draft for itself)."""
         main = self.current_main()
-        return bool(main) and not is_remote(main) and _mtp_layers(main) > 0
+        return bool(main) and not is_remote(main) and mtp_layers(main) > 0
 
     def draft_is_mtp_drafter(self) -> bool:
         """Whether the chosen draft is an MTP drafter file (Gemma 4's assistant), which drafts with MTP."""
         draft = self.current_draft()
-        return bool(draft) and _is_mtp_drafter(draft)
+        return bool(draft) and is_mtp_drafter(draft)
 
     def _offer_mtp(self) -> None:
         """"MTP heads" only for a main model that carries MTP layers or a draft that is an MTP drafter;
@@ -347,10 +283,12 @@ class ModelBar(QFrame):
         """Recent drafts, then the installed models, then the GGUF files next to the main model."""
         main = self.current_main()
         beside = gguf_files_beside(main) if main else []
-        return _unique(self.recent_drafts + self.installed + beside)
+        return unique(self.recent_drafts + self.installed + beside)
 
     def _fill_drafts(self) -> None:
-        previous = self.current_draft()
+        """The drafts that can draft for the chosen main model; the others (disabled, with the reason)
+        only while "Show incompatible" is on."""
+        previous = self._shown_draft
         main = self.current_main()
         self.options = draft_options(main, self._candidates()) if main and not is_remote(main) else []
         model: QStandardItemModel = self.draft_combo.model()
@@ -358,16 +296,37 @@ class ModelBar(QFrame):
         model.clear()
         model.appendRow(QStandardItem("No draft model"))
         for option in self.options:
-            item = QStandardItem(option.label)
-            item.setData(option.path, Qt.ItemDataRole.UserRole)
-            item.setToolTip(plain_tooltip(f"{option.path}\n{option.reason}" if option.reason else option.path))
-            item.setEnabled(option.enabled)
-            model.appendRow(item)
+            if option.enabled or self.show_incompatible:
+                model.appendRow(self._draft_item(option))
+        hidden = sum(not o.enabled for o in self.options)
+        if hidden:
+            toggle = QStandardItem("Hide incompatible drafts" if self.show_incompatible
+                                   else f"Show {hidden} incompatible draft{'s' if hidden > 1 else ''}…")
+            toggle.setData(SHOW_HIDE, Qt.ItemDataRole.UserRole)
+            toggle.setToolTip("Drafts that cannot draft for this main model, with the reason")
+            model.appendRow(toggle)
         index = self.draft_combo.findData(previous) if previous else -1
         if index < 0 or not model.item(index).isEnabled():
             index = self._first_enabled_recent()
         self.draft_combo.setCurrentIndex(max(index, 0))
+        self._shown_draft = self.current_draft()
         self.draft_combo.blockSignals(False)
+
+    @staticmethod
+    def _draft_item(option: DraftOption) -> QStandardItem:
+        item = QStandardItem(option.label)
+        item.setData(option.path, Qt.ItemDataRole.UserRole)
+        item.setToolTip(plain_tooltip(f"{option.path}\n{option.reason}" if option.reason else option.path))
+        item.setEnabled(option.enabled)
+        return item
+
+    def _draft_changed(self, _index: int) -> None:
+        if self.draft_combo.currentData() == SHOW_HIDE:   # the show/hide item: toggle, keep the draft
+            self.show_incompatible = not self.show_incompatible
+            self._fill_drafts()
+            return
+        self._shown_draft = self.current_draft()
+        self._offer_mtp()   # an MTP drafter file drafts with MTP
 
     def _first_enabled_recent(self) -> int:
         for path in self.recent_drafts:
@@ -417,17 +376,3 @@ class ModelBar(QFrame):
     def _enable(self, on: bool) -> None:
         for widget in (self.main_combo, self.main_open, self.draft_combo, self.draft_open, self.load_button):
             widget.setEnabled(on)
-
-
-def _is_mtp_drafter(path: str) -> bool:
-    try:
-        return read_gguf_info(path).is_mtp_drafter
-    except UNREADABLE:
-        return False
-
-
-def _mtp_layers(path: str) -> int:
-    try:
-        return read_gguf_info(path).mtp_layers
-    except QuickdraftError:
-        return 0

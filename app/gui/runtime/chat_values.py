@@ -73,8 +73,10 @@ def with_compare(stats: dict, result: CompareResult) -> dict:
 
 def compare_notice(result: CompareResult) -> str:
     same = "the outputs are identical" if result.identical else "the outputs differ"
-    return (f"Compare (greedy): with the draft {result.speculative.generation_tps:.1f} tok/s, main model alone "
-            f"{result.baseline.generation_tps:.1f} tok/s: {result.speedup:.2f}x speedup; {same}.")
+    estimate = result.speculative.estimated_speedup
+    estimated = f" (its estimate: ≈{estimate:.2f}x)" if estimate else ""
+    return (f"Compare (greedy): speculative {result.speculative.generation_tps:.1f} tok/s, main model alone "
+            f"{result.baseline.generation_tps:.1f} tok/s: {result.speedup:.2f}x measured{estimated}; {same}.")
 
 
 def title_from(text: str) -> str:

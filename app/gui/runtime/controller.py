@@ -113,6 +113,10 @@ class ChatController(QObject):
         return self.active is not None
 
     @property
+    def is_comparing(self) -> bool:
+        return self.active is not None and self.active.compare
+
+    @property
     def is_busy(self) -> bool:
         return self.active is not None or self.loading
 
@@ -216,19 +220,23 @@ class ChatController(QObject):
         return True
 
     def compare(self, message_id: int) -> bool:
-        """Answer again greedily with and without the draft; report the speedup and whether the
-        two outputs are identical. The answer kept is the one shown; its stats gain the speedup."""
+        """Answer again greedily with speculation (the drafter chosen) and with the main model alone;
+        report the speedup and whether the two outputs are identical. The answer kept is the one
+        shown; its stats gain the measured speedup beside the estimate, and the Speculation panel
+        keeps the answer's charts."""
         if not self._ready_to_generate():
             return False
-        if self.loaded is None or self.loaded.draft_path is None:
-            self.notice.emit("Load a draft model to compare speculative decoding with the main model alone.", "error")
+        drafter = self.drafter()
+        if drafter is DrafterKind.NONE:
+            self.notice.emit("Drafting is off: choose who drafts in the bar above to compare speculative decoding "
+                             "with the main model alone.", "error")
             return False
         stored = self.store.message(message_id)
         if stored is None or stored.role != "assistant":
             return False
         history = self.prompt_messages(stored.conversation_id, upto_id=message_id)
         request = GenerateRequest(tuple(history), self.settings.sampling(), self.settings.speculation(),
-                                  DrafterKind.MODEL, compare=True)
+                                  drafter, compare=True)
         self.last_compare = None
         self._begin(ActiveGeneration(request, stored.conversation_id, message_id, compare=True))
         self.notice.emit("Comparing: greedy with the draft, then the main model alone…", "info")

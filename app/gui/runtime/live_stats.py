@@ -67,7 +67,8 @@ def message_stats(summary: Summary, drafter: DrafterKind | str, main_name: str, 
 
 
 def format_footer(stats: dict) -> str:
-    """'42.1 tok/s · 118 tokens · drafted 96 · accepted 71 (74%) · 1.9x' (parts only when known)."""
+    """'42.1 tok/s · 118 tokens · drafted 96 · accepted 71 (74%) · ≈1.8x vs main alone (estimated) · 1.9x
+    measured by Compare' (parts only when known)."""
     if not stats or "generated_tokens" not in stats:
         return ""
     parts = [f"{stats.get('generation_tps', 0.0):.1f} tok/s", f"{stats['generated_tokens']} tokens"]
@@ -75,8 +76,10 @@ def format_footer(stats: dict) -> str:
     if drafted:
         accepted = stats.get("accepted", 0)
         parts += [f"drafted {drafted}", f"accepted {accepted} ({round(100 * accepted / drafted)}%)"]
+    if stats.get("estimated_speedup"):
+        parts.append(f"≈{stats['estimated_speedup']:.1f}x vs main alone (estimated)")
     if stats.get("speedup"):
-        parts.append(f"{stats['speedup']:.1f}x")
+        parts.append(f"{stats['speedup']:.1f}x measured by Compare")
     reason = stats.get("stop_reason")
     if reason == "cancel":
         parts.append("stopped")

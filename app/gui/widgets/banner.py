@@ -3,6 +3,8 @@ Messages often quote file and model names, so they are shown as plain text."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QToolButton
 
@@ -17,6 +19,11 @@ class Banner(QFrame):
         self._label = plain_label()
         self._label.setWordWrap(True)
         self._label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._action: Callable[[], None] | None = None
+        self.action_button = QToolButton()   # "Undo" and the like, for a message that offers one
+        self.action_button.setObjectName("link")
+        self.action_button.clicked.connect(self._act)
+        self.action_button.hide()
         close = QToolButton()
         close.setObjectName("link")
         close.setText("Dismiss")
@@ -24,11 +31,16 @@ class Banner(QFrame):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(12, 8, 8, 8)
         layout.addWidget(self._label, 1)
+        layout.addWidget(self.action_button, 0, Qt.AlignmentFlag.AlignTop)
         layout.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
         self.hide()
 
-    def show_message(self, text: str, kind: str = "error") -> None:
-        """``kind`` is "error", "warning" or "info"; it picks the colours from the style sheet."""
+    def show_message(self, text: str, kind: str = "error", action: tuple[str, Callable[[], None]] | None = None) -> None:
+        """``kind`` is "error", "warning" or "info"; it picks the colours from the style sheet.
+        ``action``: (label, what it does) for a button beside the message (it clears the message)."""
+        self._action = action[1] if action else None
+        self.action_button.setText(action[0] if action else "")
+        self.action_button.setVisible(action is not None)
         self.kind = kind
         self.setProperty("kind", kind)
         self.style().unpolish(self)
@@ -44,7 +56,15 @@ class Banner(QFrame):
         if not kind or self.kind == kind:
             self.clear()
 
+    def _act(self) -> None:
+        action = self._action
+        self.clear()
+        if action is not None:
+            action()
+
     def clear(self) -> None:
+        self._action = None
+        self.action_button.hide()
         self.kind = ""
         self._label.clear()
         self.hide()

@@ -142,8 +142,8 @@ def test_refusals_and_unreachable_servers_raise_one_clear_error(tiny_models):
         url = f"http://127.0.0.1:{s.server.port}"
         with pytest.raises(RemoteError, match="HTTP 401: Missing or wrong API key"):
             list(RemoteEngine(url, api_key="wrong").generate(MESSAGES))
-        with pytest.raises(RemoteError, match="HTTP 404: The model 'gpt-4' does not exist"):
-            list(RemoteEngine(url, api_key="sesame", model="gpt-4").generate(MESSAGES))
+        # a server serving one pair answers whatever model name a client sends, as llama-server does
+        assert list(RemoteEngine(url, api_key="sesame", model="gpt-4").generate(MESSAGES))[-1].error is None
         port = s.server.port
     with pytest.raises(RemoteError, match="cannot reach"):
         list(RemoteEngine(f"http://127.0.0.1:{port}").generate(MESSAGES))

@@ -7,7 +7,7 @@ import pytest
 from PySide6.QtWidgets import QFileDialog
 
 from app.core.gguf.tiny import TinySpec, write_tiny_model
-from app.gui.models.model_bar import ModelBar
+from app.gui.models.model_bar import SHOW_HIDE, ModelBar
 from app.models.registry import ModelRegistry
 
 
@@ -39,7 +39,15 @@ def main_items(bar: ModelBar) -> list[str]:
 
 
 def draft_items(bar: ModelBar) -> list[str]:
-    return [bar.draft_combo.itemData(i) for i in range(1, bar.draft_combo.count())]
+    return [bar.draft_combo.itemData(i) for i in range(1, bar.draft_combo.count())
+            if bar.draft_combo.itemData(i) != SHOW_HIDE]
+
+
+def toggle_incompatible(bar: ModelBar) -> None:
+    """Pick the draft picker's last item, "Show N incompatible drafts…" / "Hide …", as a user does."""
+    last = bar.draft_combo.count() - 1
+    assert bar.draft_combo.itemData(last) == SHOW_HIDE
+    bar.draft_combo.setCurrentIndex(last)
 
 
 def test_installed_models_appear_in_both_pickers_without_being_opened(qtbot, models_dir, installed):
@@ -49,7 +57,11 @@ def test_installed_models_appear_in_both_pickers_without_being_opened(qtbot, mod
     assert sorted(main_items(bar)) == sorted(installed)
     assert bar.has_models
     bar.set_main(main)
-    assert sorted(draft_items(bar)) == sorted([draft, other])
+    assert draft_items(bar) == [draft], "only the drafts that can draft for it"
+    assert bar.draft_combo.itemText(bar.draft_combo.count() - 1) == "Show 1 incompatible draft…"
+    kept = bar.current_draft()
+    toggle_incompatible(bar)
+    assert sorted(draft_items(bar)) == sorted([draft, other]) and bar.current_draft() == kept
     assert bar.is_draft_item_enabled(draft)
     assert not bar.is_draft_item_enabled(other)
     assert "vocabular" in bar.option_for(other).reason
@@ -66,7 +78,9 @@ def test_recent_files_come_first_then_the_installed_models(qtbot, models_dir, in
     assert main_items(bar)[:2] == [elsewhere, draft], "recent ones first, most recent at the top"
     assert sorted(main_items(bar)[2:]) == sorted([main, other])
     assert bar.current_main() == elsewhere
-    assert sorted(draft_items(bar)) == sorted(installed), "every installed model is a draft candidate"
+    assert sorted(draft_items(bar)) == sorted([main, draft]), "every installed model that can draft for it"
+    toggle_incompatible(bar)
+    assert sorted(draft_items(bar)) == sorted(installed), "and, on asking, the others"
 
 
 def test_refresh_lists_models_installed_after_the_bar_was_built(qtbot, models_dir, tmp_path):
@@ -152,3 +166,23 @@ def test_an_mtp_drafter_file_is_a_draft_that_drafts_with_mtp_and_never_a_main(qt
     bar.set_main(installed[0])
     assert not bar.set_draft(str(assistant))
     assert "MTP drafter for gemma4 models" in bar.option_for(str(assistant)).reason
+
+
+def test_picking_a_main_model_chooses_its_best_draft_and_says_so(qtbot, models_dir, installed, tmp_path):
+    main, draft, other = installed
+    registry = ModelRegistry(models_dir)
+    bigger = str(registry.import_file(write_tiny_model(tmp_path / "src" / "chat-big.gguf",
+                                                       TinySpec(seed=5, n_layer=6))).path)
+    bar = make_bar(qtbot, models_dir)
+    bar.set_recent([], [])
+    bar.set_main(other)
+    assert bar.current_draft() == ""
+    chosen = []
+    bar.draft_chosen.connect(lambda *args: chosen.append(args))
+    bar.main_combo.setCurrentIndex(bar.main_combo.findData(bigger))   # as the user picks it
+    bar.main_combo.activated.emit(bar.main_combo.currentIndex())
+    # the smallest of the same vocabulary (main is larger than draft); the other vocabulary never
+    assert bar.current_draft() == draft and chosen == [(bigger, draft, "")]
+    assert bar.best_draft() == draft
+    bar.set_main(other)
+    assert bar.best_draft() == "", "nothing installed can draft for a model of another vocabulary"

@@ -55,7 +55,9 @@ def test_pieces_merge_into_runs_by_origin():
 def test_footer_shows_what_is_known():
     stats = {"generation_tps": 42.06, "generated_tokens": 118, "drafted": 96, "accepted": 71, "stop_reason": "eog"}
     assert format_footer(stats) == "42.1 tok/s · 118 tokens · drafted 96 · accepted 71 (74%)"
-    assert format_footer(dict(stats, speedup=1.93)).endswith("· 1.9x")
+    assert format_footer(dict(stats, speedup=1.93)).endswith("· 1.9x measured by Compare")
+    both = format_footer(dict(stats, estimated_speedup=1.78, speedup=1.93))
+    assert both.endswith("· ≈1.8x vs main alone (estimated) · 1.9x measured by Compare")
     assert format_footer(dict(stats, drafted=0, stop_reason="cancel")) == "42.1 tok/s · 118 tokens · stopped"
     assert format_footer({}) == ""
 

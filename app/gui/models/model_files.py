@@ -1,0 +1,115 @@
+"""What the model bar reads of model files, without widgets: the draft candidates for a main model
+checked with the engine's pairing rules, why a file cannot be a main model, the files beside it,
+remote servers' URLs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from app.core.errors import QuickdraftError
+from app.core.gguf.info import GGUFInfo, check_pair, read_gguf_info
+
+MAX_SCANNED_FILES = 200
+REMOTE_SCHEMES = ("http://", "https://")
+UNREADABLE = (QuickdraftError, OSError)   # what reading a damaged or inaccessible GGUF can raise
+
+
+@dataclass(frozen=True)
+class DraftOption:
+    path: str
+    label: str
+    enabled: bool
+    reason: str = ""      # why it is disabled, or a warning when it is enabled
+
+
+def draft_options(main_path: str, candidates: list[str]) -> list[DraftOption]:
+    """Every candidate draft for ``main_path``, checked with the engine's own compatibility rules."""
+    try:
+        main = read_gguf_info(main_path)
+    except UNREADABLE:
+        return []
+    options = []
+    for path in candidates:
+        if os.path.realpath(path) == os.path.realpath(main_path):  # Path.resolve raises on a symlink loop
+            continue
+        options.append(_option(main, path))
+    return options
+
+
+def _option(main: GGUFInfo, path: str) -> DraftOption:
+    name = Path(path).name
+    try:
+        draft = read_gguf_info(path)
+    except UNREADABLE as exc:
+        return DraftOption(path, f"{name} (unreadable)", False, _reason(exc))
+    pair = check_pair(main, draft)
+    if not pair.compatible:
+        return DraftOption(path, f"{name} (incompatible)", False, "; ".join(pair.reasons))
+    return DraftOption(path, name, True, "; ".join(pair.warnings))
+
+
+def is_remote(choice: str) -> bool:
+    """Whether a main-model choice is a server's URL rather than a file."""
+    return choice.startswith(REMOTE_SCHEMES)
+
+
+def remote_label(url: str) -> str:
+    return f"{urlsplit(url).netloc or url} (server)"
+
+
+def unreadable_reason(path: str) -> str:
+    """Why ``path`` cannot be read as a GGUF model; "" when it can."""
+    try:
+        read_gguf_info(path)
+    except UNREADABLE as exc:
+        return _reason(exc)
+    return ""
+
+
+def not_a_main_reason(path: str) -> str:
+    """Why ``path`` cannot be the main model (unreadable, or an MTP drafter that only drafts); "" when it can."""
+    try:
+        info = read_gguf_info(path)
+    except UNREADABLE as exc:
+        return _reason(exc)
+    if info.is_mtp_drafter:
+        return "an MTP drafter: it only drafts; choose it as the draft of the model it was made for"
+    return ""
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def unique(paths: list[str]) -> list[str]:
+    """``paths`` in order, each once (the same file spelt two ways counts once)."""
+    seen: dict[str, None] = {}
+    for path in paths:
+        seen.setdefault(str(Path(path)), None)
+    return list(seen)
+
+
+def gguf_files_beside(path: str) -> list[str]:
+    """The GGUF files in the folder of ``path`` (not below it: that may be a huge folder such as
+    Downloads), the likeliest drafts for a main model opened from there."""
+    folder = Path(path).parent
+    if not folder.is_dir():
+        return []
+    return sorted(str(p) for p in folder.glob("*.gguf"))[:MAX_SCANNED_FILES]
+
+
+def is_mtp_drafter(path: str) -> bool:
+    try:
+        return read_gguf_info(path).is_mtp_drafter
+    except UNREADABLE:
+        return False
+
+
+def mtp_layers(path: str) -> int:
+    try:
+        return read_gguf_info(path).mtp_layers
+    except QuickdraftError:
+        return 0
