@@ -44,6 +44,12 @@ class PromptResult:
     base_runs_tps: list[float] = field(default_factory=list)   # every run, in order
     spec_runs_tps: list[float] = field(default_factory=list)
     paired_speedup: float | None = None  # with --repeat: the median of each run pair's ratio
+    estimated_speedup: float | None = None  # what the speculative run's Summary estimated (None: no cost model)
+
+    @property
+    def estimate_error(self) -> float | None:
+        """How far the estimate is from the measured speedup (estimate / measured - 1)."""
+        return self.estimated_speedup / self.speedup - 1 if self.estimated_speedup and self.speedup else None
 
 
 @dataclass
@@ -69,6 +75,8 @@ class BenchReport:
             "identical": sum(x.identical for x in r),
             "llama_tps": med(x.llama_tps for x in r),
             "engine_vs_llama": med(x.engine_vs_llama for x in r),
+            "estimated_speedup": med(x.estimated_speedup for x in r),
+            "estimate_abs_error": med(abs(x.estimate_error) for x in r if x.estimate_error is not None),
         }
 
     def to_json(self) -> dict:
@@ -157,6 +165,7 @@ def bench_prompt(engine: Engine, prompt_id: str, messages: list[dict], n_predict
         base_runs_tps=base_runs,
         spec_runs_tps=spec_runs,
         paired_speedup=paired_speedup(base_runs, spec_runs),
+        estimated_speedup=spec.estimated_speedup,
     )
 
 
@@ -197,7 +206,9 @@ def make_llama_baseline(model_path: str, n_ctx: int, n_threads: int | None, n_gp
 def format_table(report: BenchReport) -> str:
     has_llama = any(r.llama_tps for r in report.results)
     has_pairs = any(r.paired_speedup is not None for r in report.results)
-    head = ["prompt", "tok", "base t/s", "spec t/s", "speedup", *_when(has_pairs, "paired"), "accept", "acc len",
+    has_estimates = any(r.estimated_speedup is not None for r in report.results)
+    head = ["prompt", "tok", "base t/s", "spec t/s", "speedup", *_when(has_pairs, "paired"),
+            *_when(has_estimates, "est."), "accept", "acc len",
             "draft len", "0-draft", "draft ms", "verify ms", "same"]
     if has_llama:
         head += ["llama t/s", "ours/llama"]
@@ -206,7 +217,8 @@ def format_table(report: BenchReport) -> str:
         same = "yes" if r.identical else f"@{r.first_difference}" + (
             f" (margin {r.difference_margin:.3f})" if r.difference_margin is not None else "")
         row = [r.prompt_id, str(r.spec_tokens), f"{r.base_tps:.2f}", f"{r.spec_tps:.2f}", f"{r.speedup:.2f}x",
-               *_when(has_pairs, _f(r.paired_speedup, "x")), f"{100 * r.acceptance:.0f}%",
+               *_when(has_pairs, _f(r.paired_speedup, "x")), *_when(has_estimates, _f(r.estimated_speedup, "x")),
+               f"{100 * r.acceptance:.0f}%",
                f"{r.mean_accepted_length:.2f}", f"{r.mean_draft_length:.2f}", str(r.rounds - r.drafting_rounds),
                f"{r.draft_ms_per_round:.1f}", f"{r.verify_ms_per_round:.1f}", same]
         if has_llama:
@@ -215,7 +227,8 @@ def format_table(report: BenchReport) -> str:
         rows.append(row)
     m = report.medians()
     med = ["median", "", _f(m["base_tps"]), _f(m["spec_tps"]), _f(m["speedup"], "x"),
-           *_when(has_pairs, _f(m["paired_speedup"], "x")), _f(m["acceptance"] and 100 * m["acceptance"], "%", 0),
+           *_when(has_pairs, _f(m["paired_speedup"], "x")), *_when(has_estimates, _f(m["estimated_speedup"], "x")),
+           _f(m["acceptance"] and 100 * m["acceptance"], "%", 0),
            _f(m["mean_accepted_length"]), _f(m["mean_draft_length"]), "", "", "",
            f"{m['identical']}/{len(report.results)}"]
     if has_llama:
@@ -228,6 +241,9 @@ def format_table(report: BenchReport) -> str:
     if m["min_speedup"] is not None:
         paired = f" (paired runs: {m['min_paired_speedup']:.2f}x)" if m["min_paired_speedup"] is not None else ""
         lines.append(f"slowest prompt: {m['min_speedup']:.2f}x of the main model alone{paired}")
+    if m["estimate_abs_error"] is not None:
+        lines.append(f"estimated speedup (each answer's footer) vs measured: median error "
+                     f"{100 * m['estimate_abs_error']:.0f}%")
     return "\n".join(lines)
 
 

@@ -37,3 +37,16 @@ def test_the_table_shows_the_paired_column_only_with_repeats():
     table = format_table(repeated)
     assert "paired" in table.splitlines()[0]
     assert "0.95x" in table.splitlines()[-1]   # p1's pairs: 0.9 and 1.0
+
+
+def test_the_table_sets_each_answers_estimated_speedup_beside_the_measured_one():
+    from dataclasses import replace
+
+    without = BenchReport({}, [_result("p0", [30.0], [33.0])])
+    assert "est." not in format_table(without)
+    report = BenchReport({}, [replace(_result("p0", [30.0], [33.0]), estimated_speedup=1.21),    # measured 1.10
+                              replace(_result("p1", [30.0], [60.0]), estimated_speedup=1.8)])    # measured 2.00
+    table = format_table(report)
+    assert "est." in table.splitlines()[0] and "1.21x" in table and "1.80x" in table
+    assert report.results[0].estimate_error == pytest.approx(0.1)
+    assert table.splitlines()[-1] == "estimated speedup (each answer's footer) vs measured: median error 10%"
