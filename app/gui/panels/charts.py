@@ -3,55 +3,111 @@ round and rolling, acceptance by draft position."""
 
 from __future__ import annotations
 
-from PySide6.QtCharts import (QBarCategoryAxis, QBarSeries, QBarSet, QChart, QChartView, QLineSeries,
-                              QScatterSeries, QValueAxis)
+import math
+
+from PySide6.QtCharts import (QBarSeries, QBarSet, QCategoryAxis, QChart, QChartView, QLineSeries, QScatterSeries,
+                              QValueAxis)
 from PySide6.QtCore import QMargins, QPointF, Qt
 from PySide6.QtGui import QColor, QFont, QPainter, QPen
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QVBoxLayout, QWidget
 
 from app.gui.widgets import theme
 from app.gui.runtime.live_stats import LiveStats, thin
 
-CHART_MIN_HEIGHT = 130   # three charts under the counters still fit a 1280x800 screen
+# The three charts share the tab's height under the counters. At this height a chart still shows
+# its title and every axis label whole (QtCharts elides labels to "..." when a chart is too short for
+# them); the tab fits the window's minimum size (main_window.MINIMUM_SIZE) with three charts at it.
+CHART_MIN_HEIGHT = 100
+LABEL_POINT_SIZE = 8
+TITLE_POINT_SIZE = 9
 MAX_ROUND_TICKS = 6
+MAX_RATE_INTERVALS = 3   # the tokens/s axis: at most 4 labels (more get elided in a short chart)
+MAX_POSITION_LABELS = 9  # draft positions labelled under the bars: every one up to 9, then 1 and every k-th
+PERCENT_TICKS = 3        # 0, 50, 100 labelled; 25 and 75 as minor grid lines
 SECONDS_HEADROOM = 1.5   # the seconds axis grows in steps with room to spare, not on every repaint
 
 
-def round_axis_span(last_round: int) -> tuple[int, int]:
-    """(top, tick count) for a round axis from 0 to at least ``last_round``: a whole number of
-    rounds between ticks, so no two ticks show the same integer label."""
-    last = max(last_round, 1)
-    step = -(-last // (MAX_ROUND_TICKS - 1))
-    intervals = -(-last // step)
+def nice_axis_span(highest: float, max_intervals: int, whole: bool = False) -> tuple[float, int]:
+    """(top, tick count) for an axis from 0 that reaches ``highest``: at most ``max_intervals`` steps
+    of 1, 2, 2.5 or 5 times a power of ten (``whole``: whole numbers only), so every label is a round
+    number and no two read the same."""
+    highest = max(highest, 1 if whole else 1e-3)
+    magnitude = 10 ** math.floor(math.log10(highest / max_intervals))
+    for m in (1, 2, 2.5, 5, 10):
+        step = m * magnitude
+        if whole and (step < 1 or abs(step - round(step)) > 1e-9):
+            continue
+        if step * max_intervals >= highest * (1 - 1e-9):
+            break
+    if whole:
+        step = round(step)
+    intervals = max(1, math.ceil(highest / step - 1e-9))
     return step * intervals, intervals + 1
+
+
+def round_axis_span(last_round: int) -> tuple[int, int]:
+    """(top, tick count) for a round axis from 0 to at least ``last_round``: a round whole number of
+    rounds between ticks (0, 20, 40 ... rather than 0, 19, 38 ...)."""
+    top, ticks = nice_axis_span(last_round, MAX_ROUND_TICKS - 1, whole=True)
+    return int(top), ticks
+
+
+def rate_axis_span(highest: float) -> tuple[float, int]:
+    """(top, tick count) for the tokens/s axis: room above ``highest``, at most MAX_RATE_INTERVALS
+    round steps."""
+    return nice_axis_span(highest * 1.1, MAX_RATE_INTERVALS)
+
+
+def position_labels(count: int) -> list[int]:
+    """The draft positions (1-based) labelled under ``count`` bars: all of them when they fit, else 1
+    and every k-th (a label per bar elides two-digit ones to "...")."""
+    if count <= MAX_POSITION_LABELS:
+        return list(range(1, count + 1))
+    step = -(-count // (MAX_POSITION_LABELS - 1))
+    return [1] + list(range(step, count + 1, step))
+
+
+def _font(points: int, bold: bool = False) -> QFont:
+    font = QFont()
+    font.setPointSize(points)
+    font.setBold(bold)
+    return font
 
 
 def _chart(title: str) -> QChart:
     chart = QChart()
     chart.setTitle(title)
-    font = QFont()
-    font.setPointSize(9)
-    font.setBold(True)
-    chart.setTitleFont(font)
+    chart.setTitleFont(_font(TITLE_POINT_SIZE, bold=True))
     chart.setTitleBrush(QColor(theme.TEXT))
-    chart.setBackgroundRoundness(6)
-    chart.setMargins(QMargins(4, 2, 4, 2))
-    chart.legend().setAlignment(Qt.AlignmentFlag.AlignBottom)
-    chart.legend().setFont(QFont(font.family(), 8))
+    # a white card with the tiles' border, edge to edge in its view: no grey frame around it
+    chart.layout().setContentsMargins(0, 0, 0, 0)
+    chart.setBackgroundBrush(QColor(theme.PANEL_BG))
+    chart.setBackgroundPen(QPen(QColor(theme.BORDER), 1))
+    chart.setBackgroundRoundness(8)
+    chart.setMargins(QMargins(6, 0, 10, 2))
+    chart.legend().hide()
     chart.setAnimationOptions(QChart.AnimationOption.NoAnimation)
     return chart
 
 
-def _axis(title: str, low: float, high: float, fmt: str = "%.0f") -> QValueAxis:
+def _axis(low: float, high: float, fmt: str) -> QValueAxis:
+    """A value axis without a title: its unit goes in the labels ("%g s", "%.0f%%") or the chart's
+    title."""
     axis = QValueAxis()
     axis.setRange(low, high)
     axis.setLabelFormat(fmt)
-    axis.setTitleText(title)
-    small = QFont()
-    small.setPointSize(7)
-    axis.setLabelsFont(small)
-    axis.setTitleFont(small)
+    axis.setLabelsFont(_font(LABEL_POINT_SIZE))
+    axis.setLabelsColor(QColor(theme.MUTED))
     axis.setGridLineColor(QColor(theme.BORDER))
+    axis.setLinePenColor(QColor(theme.BORDER))
+    return axis
+
+
+def _percent_axis() -> QValueAxis:
+    axis = _axis(0, 100, "%.0f%%")
+    axis.setTickCount(PERCENT_TICKS)
+    axis.setMinorTickCount(1)
+    axis.setMinorGridLineColor(QColor(theme.BORDER).lighter(106))
     return axis
 
 
@@ -62,9 +118,21 @@ def _line(name: str, colour: str, width: float = 2.0) -> QLineSeries:
     return series
 
 
+def legend_title(title: str, entries: list[tuple[str, str, str]]) -> str:
+    """A chart title with its legend in the same line (rich text): ``entries`` are (symbol,
+    colour, name). A legend of its own would take a row of the chart's height."""
+    small = f"font-size:{LABEL_POINT_SIZE}pt; font-weight:normal"
+    keys = "&nbsp;&nbsp;".join(f'<span style="color:{colour}">{symbol}</span>'
+                               f'<span style="color:{theme.MUTED}">&nbsp;{name}</span>'
+                               for symbol, colour, name in entries)
+    return f'{title}&nbsp;&nbsp;&nbsp;<span style="{small}">{keys}</span>'
+
+
 def _view(chart: QChart) -> QChartView:
     view = QChartView(chart)
     view.setRenderHint(QPainter.RenderHint.Antialiasing)
+    view.setFrameShape(QFrame.Shape.NoFrame)
+    view.setStyleSheet("background: transparent")
     view.setMinimumHeight(CHART_MIN_HEIGHT)
     return view
 
@@ -85,15 +153,18 @@ class ChartsPanel(QWidget):
 
     def _build_tps(self) -> None:
         chart = _chart("Tokens per second")
-        chart.legend().hide()
         self.tps_series = _line("tok/s", theme.MAIN_LINE)
         chart.addSeries(self.tps_series)
-        self.tps_x, self.tps_y = _axis("seconds", 0, 1, "%g"), _axis("", 0, 10)
+        # no axis titles: a title row under the labels takes as much height as the labels, and a
+        # chart whose axes take over 40% of its height gets its labels elided (QtCharts' rule)
+        self.tps_x, self.tps_y = _axis(0, 1, "%g s"), _axis(0, 10, "%g")
+        self._set_rate_range(0.0)
         self._attach(chart, self.tps_series, self.tps_x, self.tps_y)
         self.tps_view = _view(chart)
 
     def _build_acceptance(self) -> None:
-        chart = _chart("Acceptance rate")
+        chart = _chart(legend_title("Acceptance by round", [("●", theme.DRAFT_LINE, "per round"),
+                                                            ("━", theme.ROLLING_LINE, "rolling")]))
         self.round_series = QScatterSeries()
         self.round_series.setName("per round")
         self.round_series.setMarkerSize(5)
@@ -102,7 +173,7 @@ class ChartsPanel(QWidget):
         self.rolling_series = _line("rolling", theme.ROLLING_LINE)
         chart.addSeries(self.round_series)
         chart.addSeries(self.rolling_series)
-        self.acc_x, self.acc_y = _axis("round", 0, 1, "%d"), _axis("%", 0, 100)
+        self.acc_x, self.acc_y = _axis(0, 1, "%d"), _percent_axis()
         self._set_round_range(0)
         self._attach(chart, self.round_series, self.acc_x, self.acc_y)
         self._attach(chart, self.rolling_series, self.acc_x, self.acc_y)
@@ -110,17 +181,20 @@ class ChartsPanel(QWidget):
 
     def _build_positions(self) -> None:
         chart = _chart("Acceptance by draft position")
-        chart.legend().hide()
         self.position_set = QBarSet("accepted %")
         self.position_set.setColor(QColor(theme.DRAFT_LINE))
         self.position_series = QBarSeries()
         self.position_series.append(self.position_set)
         chart.addSeries(self.position_series)
-        self.pos_x = QBarCategoryAxis()
-        small = QFont()
-        small.setPointSize(7)
-        self.pos_x.setLabelsFont(small)
-        self.pos_y = _axis("%", 0, 100)
+        # a value axis with bar i at x = i and labels on chosen bars, not one label per bar
+        self.pos_x = QCategoryAxis()
+        self.pos_x.setLabelsPosition(QCategoryAxis.AxisLabelsPosition.AxisLabelsPositionOnValue)
+        self.pos_x.setLabelsFont(_font(LABEL_POINT_SIZE))
+        self.pos_x.setLabelsColor(QColor(theme.MUTED))
+        self.pos_x.setGridLineVisible(False)
+        self.pos_x.setLinePenColor(QColor(theme.BORDER))
+        self._label_positions(0)
+        self.pos_y = _percent_axis()
         self._attach(chart, self.position_series, self.pos_x, self.pos_y)
         self.position_view = _view(chart)
 
@@ -138,10 +212,11 @@ class ChartsPanel(QWidget):
         self._drawn_rounds = -1
         self._seconds_fitted = False
         self._set_round_range(0)
+        self._set_rate_range(0.0)
         for series in (self.tps_series, self.round_series, self.rolling_series):
             series.clear()
         self.position_set.remove(0, self.position_set.count())
-        self.pos_x.clear()
+        self._label_positions(0)
 
     def update_from(self, stats: LiveStats) -> None:
         """Redraw only when rounds arrived since the last redraw (the timer calls this often)."""
@@ -157,7 +232,13 @@ class ChartsPanel(QWidget):
         self.tps_series.replace([QPointF(t, v) for t, v in points])
         if points:
             self._extend_seconds_axis(points[-1][0])
-            self.tps_y.setRange(0, max(v for _, v in points) * 1.15 or 1)
+            self._set_rate_range(max(v for _, v in points))
+
+    def _set_rate_range(self, highest: float) -> None:
+        top, ticks = rate_axis_span(highest if highest > 0 else 10.0)
+        if (self.tps_y.max(), self.tps_y.tickCount()) != (top, ticks):
+            self.tps_y.setRange(0, top)
+            self.tps_y.setTickCount(ticks)
 
     def _extend_seconds_axis(self, last_s: float) -> None:
         """Make the seconds axis reach past ``last_s``. Laying an axis out again is the slowest part
@@ -184,11 +265,18 @@ class ChartsPanel(QWidget):
         if self.position_set.count() != len(rates):
             self.position_set.remove(0, self.position_set.count())
             self.position_set.append([100 * r for r in rates])
-            self.pos_x.clear()
-            self.pos_x.append([str(i + 1) for i in range(len(rates))])
+            self._label_positions(len(rates))
         else:
             for i, r in enumerate(rates):
                 self.position_set.replace(i, 100 * r)
+
+    def _label_positions(self, count: int) -> None:
+        for label in self.pos_x.categoriesLabels():
+            self.pos_x.remove(label)
+        self.pos_x.setRange(-0.5, max(count, 1) - 0.5)
+        self.pos_x.setStartValue(-0.5)
+        for position in position_labels(count):
+            self.pos_x.append(str(position), position - 1)
 
     def point_counts(self) -> dict[str, int]:
         return {"tps": self.tps_series.count(), "round_acceptance": self.round_series.count(),

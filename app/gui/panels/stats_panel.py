@@ -3,23 +3,29 @@ with the charts."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from app.gui.panels.charts import ChartsPanel
 from app.gui.runtime.live_stats import LiveStats
 
+# three tiles a row: the speeds, then latency and accepted per round, then the draft counts
 TILES = [
     ("tps_now", "tok/s now"),
     ("tps_message", "tok/s message"),
+    ("speedup", "vs main alone (est.)"),
     ("ttft", "first token"),
     ("prompt_tps", "prompt tok/s"),
+    ("mean_accepted", "accepted / round"),
     ("drafted", "drafted"),
     ("accepted", "accepted"),
     ("acceptance", "acceptance"),
-    ("mean_accepted", "accepted / round"),
 ]
+COLUMNS = 3
 DASH = "–"
+TITLE = "LIVE SPECULATION"
 LEARNING = "learning this machine's speed…"
+LEARNING_TIP = ("The auto policy drafts cautiously until it has measured what drafting and checking "
+                "tokens cost on this machine.")
 NOT_REPORTED = "not reported"   # a remote server said nothing about drafting
 
 
@@ -37,27 +43,55 @@ def format_rate(per_second: float) -> str:
     return f"{per_second:.1f}" if per_second < 10 else f"{per_second:.0f}"
 
 
+def format_speedup(speedup: float | None) -> str:
+    """The answer's estimated speedup over the main model alone: "≈1.4x", "–" while unknown."""
+    return DASH if speedup is None else f"≈{speedup:.1f}x"
+
+
 class StatsPanel(QWidget):
+    """The title row (with the learning line at its right, so it never moves what is below) over
+    the tiles."""
+
     def __init__(self, parent=None):
         super().__init__(parent)
-        grid = QGridLayout(self)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(6)
+        layout.addLayout(self._header())
+        grid = QGridLayout()
         grid.setContentsMargins(0, 0, 0, 0)
-        grid.setHorizontalSpacing(8)
-        grid.setVerticalSpacing(8)
+        grid.setHorizontalSpacing(6)
+        grid.setVerticalSpacing(6)
         self._values: dict[str, QLabel] = {}
         for i, (key, name) in enumerate(TILES):
-            grid.addWidget(self._tile(key, name), i // 4, i % 4)
-        # while the auto policy learns what batches cost here it drafts cautiously: say so
+            grid.addWidget(self._tile(key, name), i // COLUMNS, i % COLUMNS)
+        layout.addLayout(grid)
+        self.clear()
+
+    def _header(self) -> QHBoxLayout:
+        title = QLabel(TITLE)
+        title.setObjectName("sectionTitle")
+        # while the auto policy learns what batches cost here it drafts cautiously: say so, in the
+        # title's row, its room kept while hidden, so that showing it moves and shrinks nothing
         self.learning = QLabel(LEARNING)
         self.learning.setObjectName("statName")
-        grid.addWidget(self.learning, (len(TILES) + 3) // 4, 0, 1, 4)
-        self.clear()
+        self.learning.setToolTip(LEARNING_TIP)
+        policy = self.learning.sizePolicy()
+        policy.setRetainSizeWhenHidden(True)
+        self.learning.setSizePolicy(policy)
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(title)
+        row.addStretch(1)
+        row.addWidget(self.learning)
+        return row
 
     def _tile(self, key: str, name: str) -> QFrame:
         tile = QFrame()
         tile.setObjectName("panel")
+        tile.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         layout = QVBoxLayout(tile)
-        layout.setContentsMargins(8, 6, 8, 6)
+        layout.setContentsMargins(8, 4, 6, 4)
         layout.setSpacing(0)
         value = QLabel(DASH)
         value.setObjectName("statValue")
@@ -105,6 +139,9 @@ class StatsPanel(QWidget):
         self._values["tps_message"].setText(f"{stats.generation_tps:.1f}" if stats.generation_tps else DASH)
         self._values["ttft"].setText(format_duration(stats.ttft_s))
         self._values["prompt_tps"].setText(format_rate(stats.prompt_tps))
+        # the estimate comes with the answer's summary: "–" while it is generating
+        summary = stats.summary
+        self._values["speedup"].setText(format_speedup(summary.estimated_speedup if summary else None))
 
 
 class SpeculationPanel(QWidget):
@@ -114,12 +151,9 @@ class SpeculationPanel(QWidget):
         super().__init__(parent)
         self.stats = StatsPanel()
         self.charts = ChartsPanel()
-        title = QLabel("LIVE SPECULATION")
-        title.setObjectName("sectionTitle")
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(10, 10, 10, 10)
+        layout.setContentsMargins(10, 8, 10, 10)
         layout.setSpacing(8)
-        layout.addWidget(title)
         layout.addWidget(self.stats)
         layout.addWidget(self.charts, 1)
 

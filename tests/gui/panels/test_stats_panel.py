@@ -1,19 +1,23 @@
 """The speculation panel says when the auto policy is still learning this machine's speed: the
-stats follow the rounds' ``learning`` flag and the summary's final word."""
+stats follow the rounds' ``learning`` flag and the summary's final word. It shows the answer's
+estimated speedup over the main model alone once the summary brings it."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+from PySide6.QtWidgets import QLabel
+
 from app.core.speculation.events import Round, Summary
 from app.gui.runtime.live_stats import LiveStats
-from app.gui.panels.stats_panel import LEARNING, NOT_REPORTED, StatsPanel
+from app.gui.panels.stats_panel import DASH, LEARNING, NOT_REPORTED, StatsPanel
 
 
-def summary(learning: bool) -> Summary:
+def summary(learning: bool, estimated_speedup: float | None = None) -> Summary:
     return Summary(prompt_tokens=4, prompt_tokens_evaluated=4, generated_tokens=3, ttft_s=0.1, prompt_s=0.1,
                    generation_s=0.2, drafted=2, accepted=1, main_tokens=2, rounds=2, drafting_rounds=1,
-                   draft_s=0.01, verify_s=0.2, policy_learning=learning)
+                   draft_s=0.01, verify_s=0.2, policy_learning=learning, estimated_speedup=estimated_speedup)
 
 
 def test_the_panel_says_while_the_policy_is_learning(qtbot):
@@ -46,3 +50,36 @@ def test_a_server_that_reports_no_drafting_reads_not_reported_instead_of_zeros(q
     values = panel.values()
     assert values["drafted"] == values["accepted"] == values["acceptance"] == NOT_REPORTED == "not reported"
     assert values["ttft"] == "100 ms"
+
+
+def _tile_name(panel: StatsPanel, key: str) -> str:
+    tile = panel._values[key].parentWidget()
+    return [label.text() for label in tile.findChildren(QLabel) if label is not panel._values[key]][0]
+
+
+def test_the_estimated_speedup_tile_shows_the_summarys_estimate(qtbot):
+    panel = StatsPanel()
+    qtbot.addWidget(panel)
+    assert _tile_name(panel, "speedup") == "vs main alone (est.)"
+    assert panel.values()["speedup"] == DASH == "–"
+
+    live = LiveStats()
+    live.add(Round(0, 2, 1, 0.01, 0.1, 2, at_s=0.2))
+    panel.update_from(live)
+    assert panel.values()["speedup"] == DASH, "no estimate while the answer is generating"
+
+    live.add(summary(learning=False, estimated_speedup=1.4321))
+    panel.update_from(live)
+    assert panel.values()["speedup"] == "≈1.4x"
+    panel.clear()   # a new answer starts without one
+    assert panel.values()["speedup"] == DASH
+
+
+@pytest.mark.parametrize("estimate,shown", [(None, "–"), (0.86, "≈0.9x"), (2.0, "≈2.0x"), (12.34, "≈12.3x")])
+def test_the_speedup_tile_reads_a_dash_without_an_estimate(qtbot, estimate, shown):
+    panel = StatsPanel()
+    qtbot.addWidget(panel)
+    live = LiveStats()
+    live.add(summary(learning=False, estimated_speedup=estimate))   # e.g. a fixed policy: no cost model
+    panel.update_from(live)
+    assert panel.values()["speedup"] == shown
