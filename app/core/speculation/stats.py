@@ -6,6 +6,7 @@ Plain data: every time comes from the events' own stamps (``at_s``, the engine's
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -15,6 +16,7 @@ from app.core.speculation.events import Event, Round, Started, StopReason, Summa
 
 TPS_WINDOW_S = 0.5       # "tokens/sec now" is measured over this much recent generation
 ROLLING_ROUNDS = 8       # drafting rounds in the rolling acceptance rate
+ALONE_ROUNDS = 3         # rounds without a draft that time a main step well enough for the estimated speedup
 
 
 @dataclass
@@ -33,6 +35,7 @@ class GenerationStats(rates.CountRates):
     drafted_by_position: list[int] = field(default_factory=list)
     accepted_by_position: list[int] = field(default_factory=list)
     by_drafter: dict[str, list[int]] = field(default_factory=dict)   # drafter -> [drafted, accepted]
+    alone_steps: list[float] = field(default_factory=list)   # verify times of the rounds that drafted nothing
     summary: Summary | None = None    # the final record, once it arrived
     learning: bool = False            # the auto policy is still learning this machine's costs
     _window: deque = field(default_factory=deque, repr=False)                 # (at_s, generated)
@@ -77,6 +80,7 @@ class GenerationStats(rates.CountRates):
         while len(self._window) > 2 and r.at_s - self._window[1][0] >= TPS_WINDOW_S:
             self._window.popleft()
         if r.drafted <= 0:
+            self.alone_steps.append(r.verify_s)   # the main model alone, timed in this very answer
             return
         self.drafting_rounds += 1
         self.drafted += r.drafted
@@ -112,7 +116,8 @@ class GenerationStats(rates.CountRates):
         step of the main model alone costs, for the estimated speedup)."""
         ttft = self.ttft_s or 0.0
         generation_s = max(0.0, end_s - ttft)
-        alone_s = main_step_s * (generated_tokens - 1) if main_step_s and generated_tokens > 1 else 0.0
+        step = self.alone_step_s(main_step_s)
+        alone_s = step * (generated_tokens - 1) if step and generated_tokens > 1 else 0.0
         return Summary(
             prompt_tokens=self.prompt_tokens,
             prompt_tokens_evaluated=self.evaluated_tokens,
@@ -142,6 +147,14 @@ class GenerationStats(rates.CountRates):
         )
 
     # --- reading -------------------------------------------------------------------------------
+
+    def alone_step_s(self, learned: float | None) -> float | None:
+        """A step of the main model alone, for the estimated speedup: timed in this answer (the median of
+        its rounds that drafted nothing, once there are ALONE_ROUNDS of them), else what the cost model
+        learned (``learned``; None: unknown)."""
+        if len(self.alone_steps) >= ALONE_ROUNDS:
+            return statistics.median(self.alone_steps)
+        return learned
 
     @property
     def evaluated_tokens(self) -> int:

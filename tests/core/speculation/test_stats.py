@@ -120,3 +120,25 @@ def test_each_round_says_who_drafted_and_the_summary_counts_each_drafter_apart()
     again = GenerationStats()
     again.add(summary)
     assert again.by_drafter == {"lookup": [7, 5], "model": [3, 1]}
+
+
+def test_the_estimated_speedup_uses_the_answers_own_steps_of_the_main_model_alone():
+    """Rounds that drafted nothing time a step of the main model alone in this very answer: with three
+    of them their median is the step (an answer that drafted nothing reads ~1x, whatever the cost model
+    learned); before that, the cost model's learned step stands in; without either, no estimate."""
+    def answer(rounds, learned):
+        stats = GenerationStats()
+        stats.add(Started(4, 0))
+        stats.first_token(0.0)
+        for i, (drafted, accepted, verify_s) in enumerate(rounds):
+            stats.add(Round(i, drafted, accepted, 0.0, verify_s, 2 + i + accepted, at_s=0.1 * (i + 1)))
+        return stats.to_summary(generated_tokens=1 + len(rounds) + sum(a for _, a, _ in rounds),
+                                end_s=0.1 * len(rounds), stop_reason=StopReason.LENGTH, main_step_s=learned)
+
+    plain = answer([(0, 0, 0.1)] * 10, learned=0.5)            # nothing drafted, each step 0.1 s
+    assert plain.estimated_speedup == pytest.approx(1.0)
+    drafted = answer([(0, 0, 0.1)] * 3 + [(4, 4, 0.1)] * 2, learned=0.5)
+    assert drafted.estimated_speedup == pytest.approx(0.1 * (drafted.generated_tokens - 1) / 0.5)
+    early = answer([(4, 4, 0.1)] * 2, learned=0.05)             # no round alone yet: the learned step
+    assert early.estimated_speedup == pytest.approx(0.05 * (early.generated_tokens - 1) / 0.2)
+    assert answer([(4, 4, 0.1)] * 2, learned=None).estimated_speedup is None
