@@ -234,6 +234,7 @@ class MainWindow(QMainWindow):
         if info.remote_url:
             self.model_bar.set_main(info.remote_url)
         self.model_bar.set_loaded(info.main_name, info.draft_name)
+        self.chat_view.set_loaded(True)
         self.hardware.show_placement(info.placement)
         self._show_first_run()
 
@@ -250,6 +251,7 @@ class MainWindow(QMainWindow):
 
     def _show_unloaded(self) -> None:
         self.model_bar.set_unloaded()
+        self.chat_view.set_loaded(False)
         self.hardware.show_placement(())
 
     def _show_server_state(self, state: ServerState) -> None:

@@ -395,6 +395,7 @@ def test_a_first_start_loads_the_largest_model_that_fits_with_its_best_draft(mak
     loaded = window.controller.loaded
     assert (loaded.main_path, loaded.draft_path) == (str(big.path), str(small.path))
     assert "Chose tiny-big.gguf as the main model" in window.banner.text()
+    assert window.chat_view._placeholder.text() == "Type a message below and press Enter."
     assert window.controller.settings.main_model == str(big.path)   # the next start opens it again
 
 

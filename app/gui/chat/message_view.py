@@ -143,6 +143,10 @@ class MessageWidget(QFrame):
             QGuiApplication.clipboard().setText(blocks[index])
 
 
+NOT_LOADED = "Pick a main model (and a draft) above and press Load,\nthen type below and press Enter."
+LOADED = "Type a message below and press Enter."
+
+
 class ChatView(QScrollArea):
     """Messages top to bottom; follows the end while the user has not scrolled away from it."""
 
@@ -158,7 +162,7 @@ class ChatView(QScrollArea):
         self._layout.setContentsMargins(16, 16, 16, 16)
         self._layout.setSpacing(12)
         self._layout.addStretch(1)
-        self._placeholder = QLabel("Pick a main model (and a draft) above and press Load,\nthen type below and press Enter.")
+        self._placeholder = QLabel(NOT_LOADED)
         self._placeholder.setObjectName("status")
         self._placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self._layout.insertWidget(0, self._placeholder)
@@ -192,6 +196,10 @@ class ChatView(QScrollArea):
         widget.deleteLater()
         if not self.messages():
             self._placeholder.show()
+
+    def set_loaded(self, loaded: bool) -> None:
+        """What the empty chat asks for: a model to load, or a message."""
+        self._placeholder.setText(LOADED if loaded else NOT_LOADED)
 
     def show_messages(self, messages: list[StoredMessage] | tuple[StoredMessage, ...]) -> None:
         self.clear()
