@@ -211,7 +211,7 @@ class ChunkReader:
             draft_s=0.0, verify_s=0.0,
             accepted_by_position=per_pos, drafted_by_position=(drafts,) * len(per_pos),
             stop_reason=stop, error=error, text="".join(self.pieces), speculation_reported=spec is not None,
-            at_s=time.perf_counter() - self.start)
+            at_s=time.perf_counter() - self.start, estimated_speedup=_positive(t.get("estimated_speedup")))
 
     def _speculation(self, delta: SpecCounters | None) -> tuple[int, int, int, tuple[int, ...]] | None:
         """(drafted, accepted, drafts, accepted per position) as reported, or None."""
@@ -284,3 +284,8 @@ def _error_message(response: httpx.Response) -> str:
     except (ValueError, AttributeError):
         message = None
     return f"HTTP {response.status_code}: {message or response.text[:200] or response.reason_phrase}"
+
+
+def _positive(value) -> float | None:
+    """A number a server reported, if it is one above 0 (another Quickdraft's ``estimated_speedup``)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None

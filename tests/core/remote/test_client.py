@@ -49,6 +49,15 @@ def test_remote_engine_on_quickdraft_serve_reports_its_speculation_live(tiny_mod
     assert [p.origin for p in pieces].count(Origin.DRAFT) > len(pieces) // 2
     assert summary.accepted_by_position and summary.accepted_by_position[0] == summary.drafting_rounds
     assert summary.stop_reason in (StopReason.LENGTH, StopReason.EOG) and summary.error is None
+    assert summary.estimated_speedup is None   # a fixed policy drafting every round cannot estimate it
+
+
+def test_remote_engine_reads_another_quickdrafts_estimated_speedup():
+    chunks = [{"choices": [{"index": 0, "delta": {"content": w}}]} for w in ("Hel", "lo")]
+    chunks.append({"choices": [], "timings": {"predicted_n": 2, "draft_n": 4, "draft_n_accepted": 3,
+                                               "estimated_speedup": 1.7}})
+    engine = RemoteEngine("http://other:8080", transport=fake_server(sse_stream(chunks, finish="stop"), metrics=None))
+    assert list(engine.generate(MESSAGES))[-1].estimated_speedup == 1.7
 
 
 def test_remote_engine_says_not_reported_for_a_server_without_a_draft_or_metrics():
