@@ -40,9 +40,11 @@ class Composer(QWidget):
         self.set_generating(False)
 
     def _layout(self) -> None:
+        # short, so that the row fits a 1000 px window beside Regenerate ("accepted draft" was cut there)
         legend = QLabel(
-            f'<span style="background-color:{theme.DRAFT_BG};">&nbsp;accepted draft&nbsp;</span>&nbsp;&nbsp;'
-            f'<span style="background-color:{theme.MAIN_BG};">&nbsp;main model&nbsp;</span>')
+            f'<span style="background-color:{theme.DRAFT_BG};">&nbsp;draft&nbsp;</span>&nbsp;'
+            f'<span style="background-color:{theme.MAIN_BG};">&nbsp;main&nbsp;</span>')
+        legend.setToolTip("Green: draft tokens the main model accepted. Blue: tokens the main model wrote itself.")
         legend.setObjectName("statName")
         self.legend = legend
         self.colour_tokens.toggled.connect(legend.setVisible)
