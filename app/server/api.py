@@ -10,12 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.errors import InvalidParameterError
 from app.core.params import SamplingParams
 
 # llama-server's defaults for what a request leaves out (the OpenAI API has no top_k or min_p)
 DEFAULT_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 MAX_STOP_STRINGS = 4
+RANDOM_SEED = -1                  # llama-server's "seed": -1: a fresh random seed
+MAX_TOKENS_LIMIT = 2**31 - 1      # llama-server's n_predict is a 32-bit integer
 
 
 class ApiError(Exception):
@@ -84,15 +87,21 @@ def _sampling(body: dict) -> SamplingParams:
         raise ApiError(400, "Only n = 1 is supported.", param="n")
     max_tokens = _field(body, "max_completion_tokens", int, "an integer")
     max_tokens = _field(body, "max_tokens", int, "an integer", max_tokens)
-    return SamplingParams(
-        temperature=_ranged(body, "temperature", d.temperature, 0.0, 2.0),
-        top_p=_ranged(body, "top_p", d.top_p, 0.0, 1.0),
-        min_p=_ranged(body, "min_p", d.min_p, 0.0, 1.0),
-        top_k=_counted(body, "top_k", d.top_k, minimum=0),
-        seed=_field(body, "seed", int, "an integer"),
-        max_tokens=_positive(max_tokens, "max_tokens") if max_tokens is not None else 1 << 30,
-        stop=_stop(body.get("stop")),
-    )
+    if max_tokens is not None and max_tokens > MAX_TOKENS_LIMIT:
+        raise ApiError(400, f"'max_tokens' must be at most {MAX_TOKENS_LIMIT}; got {max_tokens}.", param="max_tokens")
+    seed = _field(body, "seed", int, "an integer")
+    try:
+        return SamplingParams(
+            temperature=_ranged(body, "temperature", d.temperature, 0.0, 2.0),
+            top_p=_ranged(body, "top_p", d.top_p, 0.0, 1.0),
+            min_p=_ranged(body, "min_p", d.min_p, 0.0, 1.0),
+            top_k=_counted(body, "top_k", d.top_k, minimum=0),
+            seed=None if seed == RANDOM_SEED else seed,
+            max_tokens=_positive(max_tokens, "max_tokens") if max_tokens is not None else 1 << 30,
+            stop=_stop(body.get("stop")),
+        )
+    except InvalidParameterError as exc:   # a value out of the engine's range is the client's error
+        raise ApiError(400, f"'{exc.name}' {exc.problem}.", param=exc.name) from None
 
 
 def _delivery(body: dict) -> dict:

@@ -104,6 +104,9 @@ def value(text: str, name: str) -> float:
     ({"messages": MESSAGES, "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
     ({"messages": MESSAGES, "n": 2}, 400, "n"),
     ({"messages": MESSAGES, "model": 4}, 400, "model"),
+    ({"messages": MESSAGES, "seed": -5}, 400, "seed"),
+    ({"messages": MESSAGES, "seed": 10**29}, 400, "seed"),
+    ({"messages": MESSAGES, "max_tokens": 10**12}, 400, "max_tokens"),
     ({"messages": [{"role": "user", "content": "the cat " * 900}]}, 400, "messages"),
 ])
 def test_bad_requests_get_openai_error_objects(served, body, status, param):
@@ -111,6 +114,12 @@ def test_bad_requests_get_openai_error_objects(served, body, status, param):
     assert response.status_code == status
     error = response.json()["error"]
     assert error["param"] == param and error["message"] and error["type"]
+
+
+def test_seed_minus_one_means_a_random_seed_as_in_llama_server(served):
+    body = {"messages": MESSAGES, "seed": -1, "max_tokens": 4, "temperature": 0.8}
+    response = httpx.post(served.url + "/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
 
 
 def test_prompt_over_the_context_says_so(served):
