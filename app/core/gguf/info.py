@@ -14,6 +14,9 @@ from app.core.errors import ModelFileError
 from app.core.gguf.reader import ARRAY, BOOL, INTEGER_TYPES, STRING, Field, GGUFFormatError, GGUFHeader, read_header
 
 GGUF_MAGIC = b"GGUF"
+# llama.cpp 0.3.36's src/llama-hparams.h: LLAMA_MAX_LAYERS, LLAMA_MAX_EXPERTS
+MAX_LAYERS = 512
+MAX_EXPERTS = 1024
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 _ROUTED_EXPERTS = re.compile(r"\.ffn_\w+_exps\.")   # ffn_gate_exps, ffn_up_exps, ffn_down_exps, ffn_gate_up_exps
 # llama.cpp's rules for a draft model (common/speculative.cpp)
@@ -180,8 +183,10 @@ def _info_from_header(header: GGUFHeader, path: str, size: int) -> GGUFInfo:
     tokens = meta.strings("tokenizer.ggml.tokens")
     add_bos = meta.flag("tokenizer.ggml.add_bos_token")
     # MTP (nextn) layers are counted in block_count but are not part of the model's stack
-    blocks = meta.integer(f"{arch}.block_count")
-    mtp_layers = meta.integer(f"{arch}.nextn_predict_layers") or 0
+    blocks = _at_most(meta.integer(f"{arch}.block_count"), MAX_LAYERS, "layers", "block_count")
+    mtp_layers = _at_most(meta.integer(f"{arch}.nextn_predict_layers"), MAX_LAYERS, "MTP layers",
+                          "nextn_predict_layers") or 0
+    n_expert = _at_most(meta.integer(f"{arch}.expert_count"), MAX_EXPERTS, "experts", "expert_count") or 0
     n_layers = blocks - mtp_layers if blocks is not None else None
     head_count_kv = meta.integers(f"{arch}.attention.head_count_kv")
     return GGUFInfo(
@@ -210,10 +215,19 @@ def _info_from_header(header: GGUFHeader, path: str, size: int) -> GGUFInfo:
         key_length=meta.integer(f"{arch}.attention.key_length"),
         value_length=meta.integer(f"{arch}.attention.value_length"),
         n_embd_out=meta.integer(f"{arch}.embedding_length_out"),
-        n_expert=meta.integer(f"{arch}.expert_count") or 0,
-        n_expert_used=meta.integer(f"{arch}.expert_used_count") or 0,
+        n_expert=n_expert,
+        n_expert_used=_at_most(meta.integer(f"{arch}.expert_used_count"), n_expert or MAX_EXPERTS,
+                               "experts used per token", "expert_used_count") or 0,
         tensor_bytes=tuple((t.name, t.n_bytes) for t in header.tensors),
     )
+
+
+def _at_most(count: int | None, limit: int, what: str, key: str) -> int | None:
+    """A count the file declares, refused past what llama.cpp loads: before anything is sized by it
+    (a file declaring 2^31 layers once had a list of 2^31 entries built for it)."""
+    if count is not None and count > limit:
+        raise GGUFFormatError(f"it declares {count:,} {what} ({key}); llama.cpp loads at most {limit:,}")
+    return count
 
 
 class _Metadata:

@@ -86,3 +86,27 @@ def test_the_share_of_weights_in_routed_experts(tmp_path, tiny_models):
     assert with_mtp.expert_weight_fraction == pytest.approx(info.expert_weight_fraction)
     dense = read_gguf_info(tiny_models.main)
     assert (dense.n_expert, dense.n_expert_used, dense.expert_weight_fraction) == (0, 0, 0.0)
+
+
+@pytest.mark.parametrize("key, count, words", [
+    ("llama.block_count", 2**31, "layers"),
+    ("llama.block_count", 513, "layers"),
+    ("llama.expert_count", 10**6, "experts"),
+])
+def test_a_count_past_what_llama_cpp_loads_is_refused_before_anything_is_built_for_it(tmp_path, key, count, words):
+    """A file declaring 2^31 layers once made `models list` grow to 22 GB (a list per declared layer)."""
+    import resource
+
+    from app.core.errors import ModelFileError
+    from app.core.gguf import reader as g
+    from app.core.llama.placement import footprint
+    from tests.core.gguf.craft import Crafted
+
+    path = Crafted().set(key, g.UINT32, count).write(tmp_path / "absurd.gguf")
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30, hard))   # the fault report's 4 GB address limit
+    try:
+        with pytest.raises(ModelFileError, match=words):
+            footprint(read_gguf_info(path), 4096)
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
