@@ -111,9 +111,11 @@ async def _json_body(request: Request):
     too_big = ApiError(413, f"The request body is over {MAX_BODY_BYTES >> 20} MiB.")
     if length.isdigit() and int(length) > MAX_BODY_BYTES:
         raise too_big
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        raise too_big
+    body = bytearray()
+    async for chunk in request.stream():   # counted as it arrives: a chunked body states no length
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise too_big
     try:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:

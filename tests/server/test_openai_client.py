@@ -160,3 +160,36 @@ def test_chat_content_as_text_parts(client, served, reference):
     answer = client.chat.completions.create(model=served.model_id, messages=[{"role": "user", "content": parts}],
                                             **GREEDY)
     assert answer.choices[0].message.content == reference
+
+
+def test_a_chunked_body_is_refused_once_it_passes_the_limit_not_after_it_is_all_read(served):
+    """A chunked body states no length: the server counts it as it arrives and answers 413 at the limit
+    (it once read a whole 1 GB body, 2.16 GB at its peak, before answering)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from app.server.app import MAX_BODY_BYTES
+
+    url = urlsplit(served.url)
+    chunk = b"x" * (1 << 20)
+    sent, reply = 0, b""
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        sock.settimeout(0.05)
+        while sent < 16 * MAX_BODY_BYTES and not reply:
+            try:
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                sent += len(chunk)
+                reply = sock.recv(4096)
+            except socket.timeout:
+                continue
+            except OSError:   # the server closed the connection after answering
+                break
+        sock.settimeout(5)
+        try:
+            reply += sock.recv(4096)
+        except OSError:
+            pass
+    assert reply.startswith(b"HTTP/1.1 413"), reply[:100]
+    assert sent <= MAX_BODY_BYTES + 4 * len(chunk)
