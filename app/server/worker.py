@@ -113,9 +113,11 @@ class JobQueue:
             if not self.available:
                 raise ApiError(503, "The model is not loaded (the server is starting or stopping).",
                                type="unavailable_error", code="unavailable", retry_after=5)
-            if self._running is not None and len(self._waiting) >= self.max_waiting:
+            # one answering and max_waiting waiting, counted alike in a burst that arrives before the
+            # engine's thread has taken the first job (then none is running yet)
+            if len(self._waiting) + (self._running is not None) > self.max_waiting:
                 self.metrics.count_rejected()
-                raise ApiError(429, f"The server is busy: one request is running and {len(self._waiting)} are "
+                raise ApiError(429, f"The server is busy: one request is answered and {len(self._waiting)} are "
                                "waiting. Retry later.", type="rate_limit_error", code="queue_full",
                                retry_after=self._retry_after())
             job = Job(request, loop)

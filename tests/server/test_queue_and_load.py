@@ -189,3 +189,31 @@ def test_an_api_key_guards_every_route_but_health(tiny_models):
         with openai.OpenAI(base_url=url + "/v1", api_key="sesame", max_retries=0) as good:
             answer = good.chat.completions.create(model=s.model_id, messages=MESSAGES, max_tokens=4)
             assert answer.usage.completion_tokens >= 1
+
+
+def test_a_burst_is_held_to_the_queue_before_the_first_job_has_started():
+    """`serve --queue 2` and 20 requests at once: one to answer and two to wait are taken, the other 17
+    refused, also while the engine's thread has not yet taken the first job (a burst once got 10 or
+    all 20 accepted: refusal only began once a job was running)."""
+    import asyncio
+
+    from app.server.api import ApiError, GenerationRequest
+    from app.server.worker import JobQueue, ModelCard
+    from app.core.params import SamplingParams
+
+    queue = JobQueue(max_waiting=2)
+    queue.card = ModelCard(id="tiny", main="tiny.gguf", draft=None, n_ctx=256, n_vocab=270)
+    request = GenerationRequest("chat", SamplingParams(max_tokens=4), messages=({"role": "user", "content": "hi"},))
+    loop = asyncio.new_event_loop()
+    accepted = refused = 0
+    try:
+        for _ in range(20):
+            try:
+                queue.submit(request, loop)
+                accepted += 1
+            except ApiError as exc:
+                assert exc.status == 429 and exc.code == "queue_full"
+                refused += 1
+    finally:
+        loop.close()
+    assert (accepted, refused) == (3, 17)
