@@ -409,3 +409,33 @@ def test_undo_puts_back_the_draft_the_bar_replaced(make_window, gui_models, qtbo
     bar.set_draft(str(gui_models.same))
     window.banner.action_button.click()
     assert bar.current_draft() == "" and not window.banner.text()
+
+
+def test_an_answer_is_saved_as_it_streams_so_a_kill_loses_at_most_seconds(loaded_window, qtbot, monkeypatch):
+    """kill -9 mid-answer once left an empty row: the answer is now saved as it streams (its first text
+    at once, then every SAVE_PARTIAL_S), marked interrupted until it ends. What another connection
+    reads from the database is what survives a kill."""
+    import time as clock
+
+    from app.core.engine import Engine
+    from app.storage.conversations import ConversationStore
+
+    generate = Engine.generate
+
+    def slow(self, *args, **kwargs):
+        for event in generate(self, *args, **kwargs):
+            clock.sleep(0.02)
+            yield event
+
+    monkeypatch.setattr(Engine, "generate", slow)
+    window = loaded_window
+    send(window, "hello")
+    active = wait_answering(qtbot, window)
+    reader = ConversationStore(window.paths.conversations_db)   # another connection, as after a restart
+    qtbot.waitUntil(lambda: reader.message(active.message_id).content != "", timeout=5000)
+    saved = reader.message(active.message_id)
+    assert saved.stats == {"stop_reason": "interrupted"}
+    window.chat_view.show_messages([saved])
+    assert window.chat_view.messages()[-1].footer.text().startswith("interrupted")
+    wait_idle(qtbot, window)
+    assert window.controller.store.message(active.message_id).stats["stop_reason"] != "interrupted"

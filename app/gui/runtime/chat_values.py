@@ -29,6 +29,7 @@ class ActiveGeneration:
     compare: bool = False
     live: LiveStats = field(default_factory=LiveStats)
     started_at: float | None = None   # the worker's time.monotonic() when decoding began
+    saved_at: float | None = None     # time.monotonic() when the streaming answer was last saved
 
     @property
     def runs(self) -> list[tuple[str, str]]:

@@ -7,6 +7,8 @@ in a LiveStats and reaches the views on a timer (REPAINT_MS), never once per tok
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from app.core.speculation.events import Summary
 from app.core.params import DrafterKind
 from app.gui.runtime.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, compare_notice, feed,
                                  prompt_messages, settings_after_load, title_from, with_compare)
-from app.gui.runtime.live_stats import message_stats
+from app.gui.runtime.live_stats import INTERRUPTED, message_stats
 from app.core.compare import CompareResult
 from app.gui.runtime.worker import (Batch, EngineWorker, GenerateRequest, LoadedInfo, LoadFailure,
                             LoadRequest, RemoteRequest, Started)
@@ -26,6 +28,7 @@ from app.storage.opening import open_storage
 from app.storage.settings import Settings, SettingsStore
 
 REPAINT_MS = 150          # ~7 Hz: counters, charts and the streaming message
+SAVE_PARTIAL_S = 2.0      # a streaming answer is saved this often: a crash or kill -9 loses at most this much
 BUSY_WITH_MODELS = "Wait for the current answer or load to finish before changing models."
 
 
@@ -220,10 +223,8 @@ class ChatController(QObject):
         return True
 
     def compare(self, message_id: int) -> bool:
-        """Answer again greedily with speculation (the drafter chosen) and with the main model alone;
-        report the speedup and whether the two outputs are identical. The answer kept is the one
-        shown; its stats gain the measured speedup beside the estimate, and the Speculation panel
-        keeps the answer's charts."""
+        """Answer again greedily with the drafter chosen and with the main model alone: the shown answer's
+        stats gain the measured speedup and whether both outputs are identical (its charts stay)."""
         if not self._ready_to_generate():
             return False
         drafter = self.drafter()
@@ -345,6 +346,15 @@ class ChatController(QObject):
         active = self.active
         if active is not None and not active.compare:
             self.answer_updated.emit(active.message_id, active.live)
+            self._keep_partial(active)
+
+    def _keep_partial(self, active: ActiveGeneration) -> None:
+        """Save the answer as it streams (first text at once, then every SAVE_PARTIAL_S) marked interrupted
+        until its summary is saved instead: after a crash it shows as interrupted."""
+        now, text = time.monotonic(), active.live.text
+        if text and active.live.summary is None and now - (active.saved_at or 0.0) >= SAVE_PARTIAL_S:
+            self.store.update_message(active.message_id, text, {"stop_reason": INTERRUPTED}, active.runs)
+            active.saved_at = now
 
     # --- models --------------------------------------------------------------------------------
 

@@ -66,9 +66,14 @@ def message_stats(summary: Summary, drafter: DrafterKind | str, main_name: str, 
     return data
 
 
+INTERRUPTED = "interrupted"   # a streaming answer saved before its end (see the controller's _keep_partial)
+
+
 def format_footer(stats: dict) -> str:
     """'42.1 tok/s · 118 tokens · drafted 96 · accepted 71 (74%) · ≈1.8x vs main alone (estimated) · 1.9x
     measured by Compare' (parts only when known)."""
+    if stats and stats.get("stop_reason") == INTERRUPTED:
+        return "interrupted: the app closed before this answer ended"
     if not stats or "generated_tokens" not in stats:
         return ""
     parts = [f"{stats.get('generation_tps', 0.0):.1f} tok/s", f"{stats['generated_tokens']} tokens"]
