@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.core.params import DrafterKind  # noqa: E402
 from app.core.gguf.tiny import TinySpec, write_tiny_model  # noqa: E402
+from app.core.params import DrafterKind  # noqa: E402
 from app.paths import DATA_DIR_ENV, app_paths  # noqa: E402
 from app.storage.settings import Settings, SettingsStore  # noqa: E402
 

@@ -45,10 +45,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.bench import load_prompts  # noqa: E402
 from app.core.compare import greedy_run  # noqa: E402
-from app.core.speculation.costmodel import CostModel, ProfileStore  # noqa: E402
 from app.core.engine import Engine  # noqa: E402
-from app.core.speculation.events import Summary, TokenPiece, run_to_summary  # noqa: E402
 from app.core.params import ModelParams, SamplingParams, SpeculationParams  # noqa: E402
+from app.core.speculation.costmodel import CostModel, ProfileStore  # noqa: E402
+from app.core.speculation.events import Summary, TokenPiece, run_to_summary  # noqa: E402
 
 SCENARIOS = ("fresh", "stale", "load")
 

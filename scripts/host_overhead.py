@@ -31,8 +31,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.core.engine import Engine  # noqa: E402
-from app.core.speculation.events import Round, run_to_summary  # noqa: E402
 from app.core.params import ModelParams, SamplingParams, SpeculationParams  # noqa: E402
+from app.core.speculation.events import Round, run_to_summary  # noqa: E402
 from app.core.speculation.sampling import Sampler, top_probability  # noqa: E402
 
 PROMPTS = [

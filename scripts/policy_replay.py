@@ -60,11 +60,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.bench import load_prompts  # noqa: E402
+from app.core.params import DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams  # noqa: E402
+from app.core.speculation.acceptance import LOOKUP, MODEL, AcceptanceModel, LookupMatch  # noqa: E402
 from app.core.speculation.costmodel import CostModel, CostProfile, round_robin_medians  # noqa: E402
 from app.core.speculation.drafters import (Draft, DraftModelDrafter, Drafter, LookupThenModelDrafter,  # noqa: E402
                                PromptLookupDrafter)
-from app.core.params import DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams  # noqa: E402
-from app.core.speculation.acceptance import LOOKUP, MODEL, AcceptanceModel, LookupMatch  # noqa: E402
 from app.core.speculation.policy import make_policy
 from app.core.speculation.sampling import Sampler, top_probability  # noqa: E402
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from app.core.errors import QuickdraftError
-from app.core.speculation.events import Summary, run_to_summary
 from app.core.params import DrafterKind, SamplingParams, SpeculationParams
+from app.core.speculation.events import Summary, run_to_summary
 
 if TYPE_CHECKING:
     from app.core.engine import Engine

@@ -14,26 +14,22 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from app.core.llama import devices
-
-from app.core.llama import binding as llama
-
-from app.core.llama import mtp
 from app.core.chat.prompt import Message, Prompt, check_messages, prompt_tokens
+from app.core.errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
+from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, check_pair, read_gguf_info
+from app.core.llama import binding as llama, devices, mtp
+from app.core.llama.placement import LayerPlacement, footprint, plan_gpu_layers, resolved
+from app.core.llama.ram import total_memory_bytes
+from app.core.lm import prefill
+from app.core.params import AUTO, DEFAULT_DRAFTER, DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams
+from app.core.speculation.acceptance import AcceptanceModel
 from app.core.speculation.batch_prior import main_batch_shape
 from app.core.speculation.costmodel import CALIBRATION_TEXT, CostModel, CostProfile, ProfileStore, calibrate, profile_key
 from app.core.speculation.drafters import DraftModelDrafter, Drafter, LookupThenModelDrafter, MTPDrafter, PromptLookupDrafter
-from app.core.errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
 from app.core.speculation.events import Event, StopReason, Summary
-from app.core.lm import prefill
-from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, check_pair, read_gguf_info
-from app.core.params import AUTO, DEFAULT_DRAFTER, DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams
-from app.core.llama.placement import LayerPlacement, footprint, plan_gpu_layers, resolved
-from app.core.speculation.acceptance import AcceptanceModel
+from app.core.speculation.loop import SpeculativeGeneration
 from app.core.speculation.policy import AutoPolicy, make_policy
 from app.core.speculation.policy_base import DraftPolicy, FixedPolicy
-from app.core.llama.ram import total_memory_bytes
-from app.core.speculation.loop import SpeculativeGeneration
 
 
 @dataclass(frozen=True)

@@ -14,27 +14,27 @@ from PySide6.QtWidgets import QMainWindow, QScrollArea, QSplitter, QTabWidget, Q
 
 from app import __version__
 from app.core.params import DrafterKind
-from app.gui.widgets.banner import Banner
 from app.gui.chat.composer import Composer
-from app.gui.runtime.chat_values import ShownConversation
-from app.gui.runtime.controller import ChatController
 from app.gui.chat.conversation_list import ConversationList
-from app.gui.models.first_run import FirstRunPanel
-from app.gui.panels.hardware_status import HardwareStatus
-from app.gui.runtime.live_stats import LiveStats
 from app.gui.chat.message_view import ChatView
+from app.gui.models.first_run import FirstRunPanel
 from app.gui.models.model_bar import ModelBar
 from app.gui.models.remote_dialog import RemoteDialog
+from app.gui.panels.hardware_status import HardwareStatus
 from app.gui.panels.server_control import ServerControl
 from app.gui.panels.server_panel import ServerPanel
 from app.gui.panels.settings_panel import SettingsPanel
 from app.gui.panels.stats_panel import SpeculationPanel
+from app.gui.runtime.chat_values import ShownConversation
+from app.gui.runtime.controller import ChatController
+from app.gui.runtime.live_stats import LiveStats
 from app.gui.runtime.worker import LoadedInfo, RemoteRequest, ServerState
+from app.gui.widgets.banner import Banner
+from app.models.memory import machine_memory
+from app.models.pairing import choose_pair
 from app.paths import AppPaths
 from app.storage.conversations import ConversationStore
 from app.storage.settings import SettingsStore
-from app.models.memory import machine_memory
-from app.models.pairing import choose_pair
 
 PREFERRED_SIZE = QSize(1440, 900)
 MINIMUM_SIZE = QSize(1000, 700)   # a 1280x800 screen, less a taskbar and the title bar

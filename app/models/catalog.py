@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.core.errors import QuickdraftError
-from app.paths import resources_dir
-
 from app.models.download import local_path
 from app.models.registry import InstalledModel
+from app.paths import resources_dir
 
 GB = 1_000_000_000
 

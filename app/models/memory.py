@@ -8,7 +8,6 @@ from functools import lru_cache
 from app.core.gguf.info import GGUFInfo
 from app.core.llama.placement import footprint, usable_bytes
 from app.core.llama.ram import ram
-
 from app.models.diskspace import format_bytes
 
 FITS_FRACTION = 0.6                         # of total RAM: comfortable next to the OS and other apps

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from app.core.errors import ModelFileError, QuickdraftError
 from app.core.gguf.info import GGUFInfo, read_gguf_info
-
 from app.models.diskspace import check_disk_space, file_size
 from app.models.hub import SPLIT_RE
 

@@ -21,7 +21,6 @@ from starlette.routing import Route
 
 from app.core.speculation.events import Started, Summary, TokenPiece
 from app.core.speculation.stats import GenerationStats
-
 from app.server.api import ApiError, GenerationRequest, parse_chat, parse_completion
 from app.server.responses import FINISH_REASONS, ResponseShape, live_timings, sse, summary_timings
 from app.server.worker import Failed, Job, JobQueue

@@ -9,7 +9,6 @@ import threading
 import uvicorn
 
 from app.core.errors import QuickdraftError
-
 from app.server.app import create_app
 from app.server.worker import JobQueue
 

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Callable
 
 from app.core.errors import PromptTooLongError, QuickdraftError
-from app.core.speculation.events import Summary, run_to_summary
 from app.core.params import DEFAULT_DRAFTER, DrafterKind, SpeculationParams
+from app.core.speculation.events import Summary, run_to_summary
 from app.core.speculation.loop import check_prompt_fits
-
 from app.server.api import ApiError, GenerationRequest
 from app.server.metrics import ServerMetrics
 

@@ -9,10 +9,10 @@ import pytest
 
 from app.core.engine import Engine, read_pair
 from app.core.errors import IncompatibleDraftError, ModelFileError, ModelLoadError, PromptTooLongError
-from app.core.speculation.events import Origin, Round, Started, StopReason, Summary, TokenPiece
+from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.llama.binding import LlamaModel, LlamaSession
 from app.core.params import ModelParams, SamplingParams, SpeculationParams
-from app.core.gguf.tiny import TinySpec, write_tiny_model
+from app.core.speculation.events import Origin, Round, Started, StopReason, Summary, TokenPiece
 
 MESSAGES = [{"role": "user", "content": "the cat is on the mat and the dog is in the house"}]
 GREEDY = SamplingParams(max_tokens=48)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.models.registry import ModelRegistry
-
 from tests.gui.conftest import LOAD_TIMEOUT_MS
 
 

@@ -9,11 +9,10 @@ import threading
 
 import httpx
 
-from app.server.run import LocalServer
-from app.server.worker import EngineWorker as ServerWorker
 from app.core.engine import Engine
 from app.core.params import ModelParams, SpeculationParams
-
+from app.server.run import LocalServer
+from app.server.worker import EngineWorker as ServerWorker
 from tests.gui.conftest import ANSWER_TIMEOUT_MS, send, wait_idle, wait_loaded
 
 CHAT = {"messages": [{"role": "user", "content": "the cat is on the mat"}], "temperature": 0, "max_tokens": 12}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from app.models.hub import HubClient
-
 from tests.models.fakehub import FakeHub, serve_for_a_test
 
 

@@ -8,8 +8,8 @@ import pathlib
 import pytest
 
 from app.cli import main as quickdraft
-from app.core.gguf import reader as g
 from app.core.errors import ModelFileError
+from app.core.gguf import reader as g
 from app.core.gguf.tiny import write_tiny_model
 from app.models.registry import ModelRegistry
 from tests.core.gguf.craft import Crafted, Tensor

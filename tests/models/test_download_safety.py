@@ -17,7 +17,6 @@ from app.models.download import (
 )
 from app.models.hub import FilePart, HubError, RemoteModel, is_safe_hub_path
 from app.models.registry import ModelRegistry
-
 from tests.models.fakehub import MAIN_FILE, TINY_REPO, FakeRepo
 
 EVIL_REPO = "test-org/Evil-GGUF"

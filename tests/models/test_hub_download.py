@@ -19,7 +19,6 @@ from app.models.download import (
 )
 from app.models.hub import HubClient, HubError, quantization_from_name
 from app.models.registry import ModelRegistry
-
 from tests.models.fakehub import DRAFT_FILE, GATED_REPO, MAIN_FILE, OTHER_REPO, SPLIT_REPO, TINY_REPO
 
 

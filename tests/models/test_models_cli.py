@@ -9,7 +9,6 @@ import pytest
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.models.cli import add_models_parser, run_models_command
 from app.paths import DATA_DIR_ENV, app_paths
-
 from tests.models.fakehub import DRAFT_FILE, MAIN_FILE, TINY_REPO
 
 

@@ -9,7 +9,6 @@ from app.core.compare import first_difference
 from app.core.engine import Engine
 from app.core.errors import IncompatibleDraftError
 from app.core.params import ModelParams, SamplingParams, SpeculationParams
-
 from tests.conftest import real_model_dir
 
 MODELS = real_model_dir()

@@ -17,13 +17,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from app.core.errors import DecodeError, InvalidMessagesError, ModelLoadError
+from app.core.gguf.info import read_gguf_info
 from app.core.llama import library
 from app.core.llama.devices import DeviceList, choose_device, free_bytes
 from app.core.llama.library import lib
-from app.core.gguf.info import read_gguf_info
 from app.core.llama.placement import parse_placement, plan_gpu_layers
 from app.core.llama.recurrent import LATEST, PROMPT, SavedState, SavedStates
-from app.core.errors import DecodeError, InvalidMessagesError, ModelLoadError
 from app.core.params import AUTO, ModelParams
 
 def default_threads() -> int:

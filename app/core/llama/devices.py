@@ -11,10 +11,9 @@ import ctypes
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from app.core.llama import backends
-
-from app.core.llama.library import ensure_backend, lib
 from app.core.errors import QuickdraftError
+from app.core.llama import backends
+from app.core.llama.library import ensure_backend, lib
 from app.core.params import AUTO
 
 # enum ggml_backend_dev_type (ggml-backend.h)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from app.core.llama.library import lib
 from app.core.errors import DecodeError
+from app.core.llama.library import lib
 
 LATEST, PROMPT = "latest", "prompt"
 

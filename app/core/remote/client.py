@@ -19,9 +19,9 @@ import httpx
 
 from app.core.chat.prompt import Message
 from app.core.errors import QuickdraftError
-from app.core.speculation.events import Event, Origin, Round, StopReason, Summary, TokenPiece
 from app.core.params import DEFAULT_DRAFTER, DrafterKind, SamplingParams, SpeculationParams
 from app.core.remote.metrics import SpecCounters, spec_counters
+from app.core.speculation.events import Event, Origin, Round, StopReason, Summary, TokenPiece
 
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 600.0   # a big model may think long before its first token

@@ -12,11 +12,11 @@ import threading
 import time
 from typing import Iterator, Sequence
 
-from app.core.speculation.drafters import Draft, Drafter
 from app.core.errors import PromptTooLongError, QuickdraftError
-from app.core.speculation.events import Event, Origin, Round, Started, StopReason, TokenPiece
 from app.core.lm import Session, Vocabulary, common_prefix_length, prefill
 from app.core.params import SamplingParams
+from app.core.speculation.drafters import Draft, Drafter
+from app.core.speculation.events import Event, Origin, Round, Started, StopReason, TokenPiece
 from app.core.speculation.policy_base import DraftPolicy
 from app.core.speculation.sampling import Sampler, top_probability
 from app.core.speculation.stats import GenerationStats

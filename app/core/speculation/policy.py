@@ -9,11 +9,11 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from app.core.params import PolicyName, SpeculationParams
 from app.core.speculation.acceptance import LOOKUP, MODEL, MTP, AcceptanceModel, Score
 from app.core.speculation.costmodel import CostModel, CostProfile
 from app.core.speculation.draft import Draft
 from app.core.speculation.policy_base import Decision, DraftPolicy, FixedPolicy, below_p_min
-from app.core.params import PolicyName, SpeculationParams
 
 
 class AutoPolicy:

@@ -18,10 +18,10 @@ from pathlib import Path
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.gui.widgets.banner import Banner
 from app.gui.models.manager.catalog_tab import download_pair_files, pair_choice
 from app.gui.models.manager.downloads_panel import DownloadsPanel
 from app.gui.models.manager.session import ManagerSession
+from app.gui.widgets.banner import Banner
 from app.gui.widgets.plain import plain_label
 from app.models.catalog import CatalogError, CatalogPair, load_catalog
 from app.models.diskspace import format_bytes

@@ -11,8 +11,8 @@ from PySide6.QtCore import QMargins, QPointF, Qt
 from PySide6.QtGui import QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import QFrame, QVBoxLayout, QWidget
 
-from app.gui.widgets import theme
 from app.gui.runtime.live_stats import LiveStats, thin
+from app.gui.widgets import theme
 
 # The three charts share the tab's height under the counters. At this height a chart still shows
 # its title and every axis label whole (QtCharts elides labels to "..." when a chart is too short for

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from app.gui.runtime.live_stats import LiveStats
 from app.core.compare import CompareResult
+from app.gui.runtime.live_stats import LiveStats
 from app.gui.runtime.worker import Batch, GenerateRequest, LoadedInfo
 from app.storage.conversations import ConversationStore, StoredMessage
 from app.storage.settings import Settings

@@ -14,12 +14,12 @@ from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, QTimer, Signal
 
-from app.core.speculation.events import Summary
+from app.core.compare import CompareResult
 from app.core.params import DrafterKind
+from app.core.speculation.events import Summary
 from app.gui.runtime.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, compare_notice, feed,
                                  prompt_messages, settings_after_load, title_from, with_compare)
 from app.gui.runtime.live_stats import INTERRUPTED, message_stats
-from app.core.compare import CompareResult
 from app.gui.runtime.worker import (Batch, EngineWorker, GenerateRequest, LoadedInfo, LoadFailure,
                             LoadRequest, RemoteRequest, Started)
 from app.paths import AppPaths

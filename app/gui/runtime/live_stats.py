@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.core.speculation.events import Event, Round, Summary, TokenPiece
 from app.core.params import DrafterKind
+from app.core.speculation.events import Event, Round, Summary, TokenPiece
 from app.core.speculation.stats import GenerationStats
 
 MAX_CHART_POINTS = 400   # longer series are thinned before they reach a chart

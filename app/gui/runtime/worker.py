@@ -15,12 +15,12 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 
 from app.core.compare import compare_greedy
-from app.core.speculation.costmodel import ProfileStore
 from app.core.engine import Engine, read_pair
 from app.core.errors import QuickdraftError
-from app.core.speculation.events import Round, Started, Summary, TokenPiece, run_to_summary
 from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
 from app.core.remote.client import RemoteEngine
+from app.core.speculation.costmodel import ProfileStore
+from app.core.speculation.events import Round, Started, Summary, TokenPiece, run_to_summary
 from app.server.worker import Failed, HostedJobs, Job
 
 log = logging.getLogger(__name__)

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.core.errors import QuickdraftError
-
-from app.models.hub import HubClient, HubError, RemoteModel
 from app.models.download.partial import download_key
 from app.models.download.transfer import CancelToken, DownloadCancelled, Progress, ProgressCallback, Meter, download_model_blocking
+from app.models.hub import HubClient, HubError, RemoteModel
 
 TICK_S = 0.5
 

@@ -12,7 +12,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app.core.errors import QuickdraftError
-
 from app.models.diskspace import file_size
 from app.models.hub import FilePart, RemoteModel, is_safe_hub_path
 

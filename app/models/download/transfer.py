@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.core.errors import QuickdraftError
-
 from app.models.diskspace import NotEnoughSpaceError, check_disk_space, file_size, format_bytes, format_duration
-from app.models.hub import FilePart, HubClient, RemoteModel, hub_errors
-from app.models.registry import ModelRegistry
 from app.models.download.partial import (DownloadError, discard_stale_partials, local_path, partial_path, pending_path,
                       write_pending)
+from app.models.hub import FilePart, HubClient, RemoteModel, hub_errors
+from app.models.registry import ModelRegistry
 
 PROGRESS_INTERVAL_S = 0.1
 MAX_RETRIES = 3                 # transport errors in a row (progress resets the count)

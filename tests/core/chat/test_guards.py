@@ -8,8 +8,8 @@ import time
 import pytest
 
 from app.core.chat import prompt as chat
-from app.core.chat.prompt import check_messages, render_prompt
 from app.core.chat.deadline import Deadline, DeadlineExceeded
+from app.core.chat.prompt import check_messages, render_prompt
 from app.core.errors import InvalidMessagesError
 
 NESTED_LOOPS = ("{% for a in range(100000) %}{% for b in range(100000) %}{% for m in messages %}"

@@ -8,10 +8,9 @@ import pathlib
 
 import pytest
 
-from app.core.gguf import reader as g
 from app.core.errors import ModelFileError, QuickdraftError
+from app.core.gguf import reader as g
 from app.core.gguf.info import read_gguf_info
-
 from tests.core.gguf.craft import Crafted, Tensor
 
 

@@ -12,10 +12,10 @@ import pytest
 
 import llama_cpp
 from app.core.gguf.info import check_pair, read_gguf_info
+from app.core.gguf.tiny import ARCHITECTURES, TinySpec, attention_layers, write_tiny_model
 from app.core.llama.binding import LlamaModel, LlamaSession
 from app.core.llama.library import ensure_backend
 from app.core.params import ModelParams
-from app.core.gguf.tiny import ARCHITECTURES, TinySpec, attention_layers, write_tiny_model
 
 # sha256 of write_tiny_model(path, TinySpec()), taken before the other architectures were added: the
 # llama models every other test uses must stay byte for byte what they were

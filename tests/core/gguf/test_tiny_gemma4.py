@@ -12,10 +12,10 @@ import pytest
 
 import llama_cpp
 from app.core.gguf.info import check_pair, read_gguf_info
+from app.core.gguf.tiny import TinySpec, attention_layers, sliding_window_layers, vocabulary, write_tiny_model
 from app.core.llama.binding import LlamaModel, LlamaSession, context_params
 from app.core.llama.mtp import _function
 from app.core.params import ModelParams
-from app.core.gguf.tiny import TinySpec, attention_layers, sliding_window_layers, vocabulary, write_tiny_model
 
 PROMPT = "the cat is on the mat and the dog"
 OTHER_PROMPT = "a dog and a cat are not on the mat, are they? no, they are not"

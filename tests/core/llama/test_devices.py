@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from app.core.errors import QuickdraftError
 from app.core.llama.backends import BackendLoad, BackendModule
 from app.core.llama.devices import CPU_ONLY, Device, SystemInfo, choose_device, preferred_gpu
-from app.core.errors import QuickdraftError
 
 GIB = 2**30
 CPU = Device("CPU", "AMD EPYC", "CPU", "CPU", 20 * GIB, 24 * GIB)

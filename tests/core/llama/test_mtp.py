@@ -7,12 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.core.llama import mtp
-from app.core.speculation.drafters import MTP
 from app.core.engine import Engine
-from app.core.params import ModelParams, SamplingParams, SpeculationParams
 from app.core.gguf.tiny import TinySpec, write_tiny_model
-
+from app.core.llama import mtp
+from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.core.speculation.drafters import MTP
 from tests.core.llama.mtp_steering import steer
 
 PROMPT = "the cat is on the mat and the dog"

@@ -7,14 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.core.llama import mtp
-from app.core.speculation.drafters import MTP
 from app.core.engine import Engine
 from app.core.errors import IncompatibleDraftError, ModelLoadError
 from app.core.gguf.info import check_pair, read_gguf_info
-from app.core.params import ModelParams, SamplingParams, SpeculationParams
 from app.core.gguf.tiny import TinySpec, write_tiny_model
-
+from app.core.llama import mtp
+from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.core.speculation.drafters import MTP
 from tests.core.llama.mtp_steering import steer
 
 PROMPT = "the cat is on the mat and the dog is in the house of the cat"

@@ -9,8 +9,8 @@ import pytest
 from app.core.errors import ModelLoadError
 from app.core.gguf.info import GGUFInfo, read_gguf_info
 from app.core.llama.placement import parse_placement
-from app.core.params import AUTO, ModelParams
 from app.core.llama.placement import footprint, plan_gpu_layers, usable_bytes
+from app.core.params import AUTO, ModelParams
 
 GIB = 2**30
 MIB = 2**20

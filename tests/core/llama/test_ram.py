@@ -8,11 +8,10 @@ import types
 
 import pytest
 
-from app.core.llama import devices
-
-from app.core.llama import ram
 from app.core.engine import Engine
 from app.core.errors import ModelLoadError
+from app.core.llama import devices
+from app.core.llama import ram
 from app.core.params import ModelParams
 from app.models.memory import machine_memory
 

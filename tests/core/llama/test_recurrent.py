@@ -15,9 +15,9 @@ import pytest
 
 from app.core.engine import Engine
 from app.core.gguf.info import check_pair, read_gguf_info
+from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.llama.binding import ATTENTION, HYBRID, RECURRENT, LlamaModel, LlamaSession
 from app.core.params import ModelParams, SamplingParams, SpeculationParams
-from app.core.gguf.tiny import TinySpec, write_tiny_model
 
 ARCHITECTURES = {"lfm2": HYBRID, "qwen35": HYBRID, "mamba": RECURRENT, "qwen3moe": ATTENTION}
 MESSAGES = [{"role": "user", "content": "the cat is on the mat and the dog is in the house"}]

@@ -22,10 +22,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.core.speculation.events import Origin, Round, StopReason, Summary, TokenPiece
 from app.core.params import SamplingParams
 from app.core.remote.client import RemoteEngine, RemoteError, root_url
 from app.core.remote.metrics import spec_counters
+from app.core.speculation.events import Origin, Round, StopReason, Summary, TokenPiece
 from tests.server.conftest import greedy_text, serving
 
 FIXTURES = Path(__file__).parent / "fixtures"

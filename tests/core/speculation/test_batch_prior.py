@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import pytest
 
+from app.core.gguf.info import read_gguf_info
+from app.core.gguf.tiny import TinySpec, write_tiny_model
+from app.core.params import SpeculationParams
 from app.core.speculation.acceptance import AcceptanceModel
+from app.core.speculation.acceptance import LOOKUP, MTP, LookupMatch
 from app.core.speculation.batch_prior import batch_cost_shape, expected_experts, main_batch_shape
 from app.core.speculation.costmodel import CostModel, CostProfile, ProfileStore
 from app.core.speculation.drafters import Draft
-from app.core.gguf.info import read_gguf_info
-from app.core.params import SpeculationParams
-from app.core.speculation.acceptance import LOOKUP, MTP, LookupMatch
 from app.core.speculation.policy import AutoPolicy
 from app.core.speculation.policy_base import Decision
-from app.core.gguf.tiny import TinySpec, write_tiny_model
 
 N_MAX = 9
 STEP = 0.02

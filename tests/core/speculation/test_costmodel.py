@@ -11,16 +11,15 @@ import types
 import numpy as np
 import pytest
 
+from app.core.params import SamplingParams, SpeculationParams
 from app.core.speculation import loop as speculative
+from app.core.speculation.acceptance import LOOKUP, MODEL, LookupMatch
 from app.core.speculation.costmodel import CostModel, CostProfile, ProfileStore
 from app.core.speculation.drafters import Draft, DraftModelDrafter, PromptLookupDrafter
 from app.core.speculation.events import Round, Summary
-from app.core.params import SamplingParams, SpeculationParams
-from app.core.speculation.acceptance import LOOKUP, MODEL, LookupMatch
+from app.core.speculation.loop import SpeculativeGeneration
 from app.core.speculation.policy import AutoPolicy
 from app.core.speculation.policy_base import Decision
-from app.core.speculation.loop import SpeculativeGeneration
-
 from tests.core.speculation.reference_model import ReferenceModel, ReferenceSession
 
 STEP = 0.040

@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from app.core.speculation.drafters import DraftModelDrafter, LookupThenModelDrafter, PromptLookupDrafter
 from app.core.engine import Engine
 from app.core.params import DrafterKind, ModelParams, SpeculationParams
 from app.core.speculation.acceptance import LookupMatch
+from app.core.speculation.drafters import DraftModelDrafter, LookupThenModelDrafter, PromptLookupDrafter
 from app.core.speculation.policy_base import FixedPolicy
 
 FIXED = FixedPolicy(SpeculationParams(policy="fixed", draft_max=8))

@@ -10,15 +10,14 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from app.core.speculation.drafters import Draft, DraftModelDrafter
 from app.core.errors import PromptTooLongError
-from app.core.speculation.events import Origin, Round, Started, StopReason, Summary, TokenPiece
 from app.core.params import SamplingParams, SpeculationParams
+from app.core.speculation.drafters import Draft, DraftModelDrafter
+from app.core.speculation.events import Origin, Round, Started, StopReason, Summary, TokenPiece
+from app.core.speculation.loop import SpeculativeGeneration
 from app.core.speculation.policy import make_policy
 from app.core.speculation.sampling import Sampler
-from app.core.speculation.loop import SpeculativeGeneration
 from app.core.speculation.stats import GenerationStats
-
 from tests.core.speculation.reference_model import ReferenceModel, ReferenceSession
 
 MAIN = ReferenceModel(n_vocab=12, seed=0)

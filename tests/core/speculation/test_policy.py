@@ -5,15 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from app.core.params import SamplingParams, SpeculationParams
+from app.core.speculation.acceptance import LOOKUP, MODEL, LookupMatch
 from app.core.speculation.costmodel import CostProfile, ProfileStore
 from app.core.speculation.drafters import Draft, DraftModelDrafter, LookupThenModelDrafter, PromptLookupDrafter
 from app.core.speculation.events import Round
-from app.core.params import SamplingParams, SpeculationParams
-from app.core.speculation.acceptance import LOOKUP, MODEL, LookupMatch
+from app.core.speculation.loop import SpeculativeGeneration
 from app.core.speculation.policy import AutoPolicy
 from app.core.speculation.policy_base import Decision
-from app.core.speculation.loop import SpeculativeGeneration
-
 from tests.core.speculation.reference_model import ReferenceModel, ReferenceSession
 
 STEP = 0.040

@@ -15,9 +15,8 @@ from app.models.hub import HubClient
 from app.models.memory import MachineMemory
 from app.models.registry import ModelRegistry
 from app.paths import app_paths
-from tests.models.fakehub import DRAFT_FILE, MAIN_FILE, TINY_REPO
-
 from tests.gui.conftest import ARTIFACTS, MACHINE, TIMEOUT_MS
+from tests.models.fakehub import DRAFT_FILE, MAIN_FILE, TINY_REPO
 
 
 def catalog_pair(pair_id: str, memory_gb: float, repo: str = TINY_REPO) -> CatalogPair:

@@ -16,9 +16,8 @@ from app.models.download import local_path, partial_path
 from app.models.hub import HubClient
 from app.models.registry import ModelRegistry
 from app.paths import app_paths
-from tests.models.fakehub import MAIN_FILE, TINY_REPO
-
 from tests.gui.conftest import ARTIFACTS, MACHINE, TIMEOUT_MS
+from tests.models.fakehub import MAIN_FILE, TINY_REPO
 
 @pytest.fixture
 def paths(tmp_path):

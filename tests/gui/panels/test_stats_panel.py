@@ -10,8 +10,8 @@ import pytest
 from PySide6.QtWidgets import QLabel
 
 from app.core.speculation.events import Round, Summary
-from app.gui.runtime.live_stats import LiveStats
 from app.gui.panels.stats_panel import DASH, LEARNING, NOT_REPORTED, StatsPanel
+from app.gui.runtime.live_stats import LiveStats
 
 
 def summary(learning: bool, estimated_speedup: float | None = None) -> Summary:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from app.core.speculation.events import Origin, Round, Started, TokenPiece
-from app.gui.runtime.live_stats import LiveStats, format_footer, thin
 from app.gui.chat.render import code_blocks, render_markdown, render_runs, split_blocks
 from app.gui.panels.stats_panel import StatsPanel, format_duration, format_rate
+from app.gui.runtime.live_stats import LiveStats, format_footer, thin
 
 
 def test_rounds_give_acceptance_by_round_rolling_and_position():

@@ -7,8 +7,8 @@ import pytest
 from app.core.compare import CompareResult
 from app.core.engine import Engine, read_pair
 from app.core.errors import IncompatibleDraftError
-from app.core.speculation.events import Round, Started, Summary, TokenPiece
 from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
+from app.core.speculation.events import Round, Started, Summary, TokenPiece
 from app.gui.runtime.worker import Batch, EngineWorker, GenerateRequest, LoadedInfo, LoadFailure, LoadRequest
 
 MESSAGES = ({"role": "user", "content": "write a long story"},)

@@ -14,7 +14,6 @@ from app.core.params import ModelParams, SamplingParams, SpeculationParams
 from app.core.speculation.events import Summary
 from app.gui.runtime.worker import (EngineWorker, GenerateRequest, LoadRequest, RemoteRequest, ServeRequest,
                             ServerState)
-
 from tests.gui.conftest import LOAD_TIMEOUT_MS
 
 SPECULATION = SpeculationParams(policy="fixed", draft_max=4)

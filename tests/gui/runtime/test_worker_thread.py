@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import QObject, Qt, QThread, Signal
 
-from app.core.speculation.events import TokenPiece
 from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.core.speculation.events import TokenPiece
 from app.gui.runtime.worker import EngineWorker, GenerateRequest, LoadRequest
 
 WORKER_SIGNALS = ("loaded", "load_failed", "started", "batch", "finished", "compared", "failed", "idle")

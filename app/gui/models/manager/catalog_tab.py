@@ -12,14 +12,13 @@ from pathlib import Path
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QHeaderView, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from app.gui.models.manager.common import fill, fit_item, item, selected_data, table
+from app.gui.models.manager.session import ManagerSession
 from app.gui.widgets.plain import plain_label
 from app.models.catalog import NEED_PHRASES, CatalogPair
 from app.models.diskspace import format_bytes
 from app.models.download import DownloadJob
 from app.models.registry import InstalledModel
-
-from app.gui.models.manager.common import fill, fit_item, item, selected_data, table
-from app.gui.models.manager.session import ManagerSession
 
 
 async def download_pair_files(session: ManagerSession, pair: CatalogPair,

@@ -10,11 +10,6 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QDialog, QTabWidget, QVBoxLayout, QWidget
 
-from app.gui.widgets.banner import Banner
-from app.models.catalog import CatalogError, CatalogPair, load_catalog
-from app.models.memory import MachineMemory
-from app.paths import AppPaths
-
 from app.gui.models.manager.catalog_tab import CatalogTab
 from app.gui.models.manager.common import chosen_text
 from app.gui.models.manager.download_tab import DownloadTab
@@ -22,6 +17,10 @@ from app.gui.models.manager.downloads_panel import DownloadsPanel
 from app.gui.models.manager.installed_tab import InstalledTab
 from app.gui.models.manager.pairing_tab import PairingTab
 from app.gui.models.manager.session import HubFactory, ManagerSession
+from app.gui.widgets.banner import Banner
+from app.models.catalog import CatalogError, CatalogPair, load_catalog
+from app.models.memory import MachineMemory
+from app.paths import AppPaths
 
 INSTALLED, PAIRING, DOWNLOAD, CATALOG = range(4)
 

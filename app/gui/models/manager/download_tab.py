@@ -8,11 +8,10 @@ import html
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton, QSplitter, QVBoxLayout, QWidget
 
-from app.models.diskspace import format_bytes
-from app.models.hub import RemoteModel, RepoResult
-
 from app.gui.models.manager.common import fill, fit_item, item, selected_data, table
 from app.gui.models.manager.session import ManagerSession
+from app.models.diskspace import format_bytes
+from app.models.hub import RemoteModel, RepoResult
 
 
 class DownloadTab(QWidget):

@@ -9,12 +9,11 @@ from collections.abc import Callable
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QGroupBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout
 
+from app.gui.models.manager.session import ManagerSession
 from app.gui.widgets.plain import plain_label
 from app.models.diskspace import format_bytes
 from app.models.download import DownloadJob, discard_pending, download_key, pending_downloads
 from app.models.hub import RemoteModel
-
-from app.gui.models.manager.session import ManagerSession
 
 NO_DOWNLOADS = "No downloads. Interrupted downloads resume where they stopped; closing this window pauses running ones."
 

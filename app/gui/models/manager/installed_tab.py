@@ -11,13 +11,12 @@ from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QLabel, QPus
                                QTableWidgetItem, QVBoxLayout, QWidget)
 
 from app.core.errors import QuickdraftError
+from app.gui.models.manager.common import FIT_COLORS, fill, fit_item, item, select_data, selected_data, table
+from app.gui.models.manager.session import ManagerSession
 from app.gui.widgets.plain import ask, plain_label
 from app.models.diskspace import format_bytes, format_params
 from app.models.memory import estimate_memory
 from app.models.registry import InstalledModel, find_hf_cache_models
-
-from app.gui.models.manager.common import FIT_COLORS, fill, fit_item, item, select_data, selected_data, table
-from app.gui.models.manager.session import ManagerSession
 
 DEFAULT_CTX = 4096
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from app.gui.models.manager.common import fill, fit_item, item, section_title, selected_data, table
+from app.gui.models.manager.session import ManagerSession
 from app.models.diskspace import format_bytes
 from app.models.memory import estimate_memory
 from app.models.pairing import PairingResult, rank_drafts
 from app.models.registry import InstalledModel
-
-from app.gui.models.manager.common import fill, fit_item, item, section_title, selected_data, table
-from app.gui.models.manager.session import ManagerSession
 
 
 class PairingTab(QWidget):
