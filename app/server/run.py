@@ -10,6 +10,7 @@ import uvicorn
 
 from app.core.errors import QuickdraftError
 from app.server.app import create_app
+from app.server.protocol import HeaderDeadlineProtocol
 from app.server.worker import JobQueue
 
 DEFAULT_HOST = "127.0.0.1"
@@ -60,7 +61,8 @@ class LocalServer:
         self.socket = bind(host, port)
         self.port = self.socket.getsockname()[1]
         config = uvicorn.Config(create_app(worker, api_key), log_level="info" if access_log else "warning",
-                                access_log=access_log, lifespan="off", timeout_graceful_shutdown=2)
+                                access_log=access_log, lifespan="off", timeout_graceful_shutdown=2,
+                                http=HeaderDeadlineProtocol)   # a deadline for request headers (protocol.py)
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 

@@ -217,3 +217,37 @@ def test_a_burst_is_held_to_the_queue_before_the_first_job_has_started():
     finally:
         loop.close()
     assert (accepted, refused) == (3, 17)
+
+
+def test_a_client_that_trickles_its_headers_is_disconnected_and_others_are_served(tiny_models, monkeypatch):
+    """A byte every few seconds once held a connection (and its file descriptor) for good: now the
+    request's headers must be in HEADER_TIMEOUT_S after the connection opened."""
+    import socket
+
+    from app.server import protocol
+
+    monkeypatch.setattr(protocol, "HEADER_TIMEOUT_S", 0.5)
+    with serving(tiny_models.main) as s:
+        port = int(s.url.rsplit(":", 1)[1])
+        slow = socket.create_connection(("127.0.0.1", port), timeout=5)
+        started, closed = time.perf_counter(), False
+        for byte in b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n":   # never the blank line
+            try:
+                slow.sendall(bytes([byte]))
+                slow.settimeout(0.1)
+                if slow.recv(1) == b"":
+                    closed = True
+                    break
+            except socket.timeout:
+                continue
+            except OSError:
+                closed = True
+                break
+            if time.perf_counter() - started > 5:
+                break
+        slow.close()
+        assert closed and time.perf_counter() - started < 3
+        # a client that sends its request at once is served, on a kept-alive connection twice
+        with httpx.Client() as client:
+            for _ in range(2):
+                assert client.post(s.url + "/v1/chat/completions", json=SHORT).status_code == 200
