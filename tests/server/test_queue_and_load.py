@@ -251,3 +251,25 @@ def test_a_client_that_trickles_its_headers_is_disconnected_and_others_are_serve
         with httpx.Client() as client:
             for _ in range(2):
                 assert client.post(s.url + "/v1/chat/completions", json=SHORT).status_code == 200
+
+
+def test_under_a_crowd_with_misbehaving_clients_the_server_stays_responsive(tiny_models, monkeypatch):
+    """scripts/server_load.py's crowd, small and short: well-behaved streams are served or told 429,
+    clients that drop, trickle their headers or send oversized chunked bodies get what they deserve, and
+    /health and /metrics still answer."""
+    import importlib.util
+    from pathlib import Path
+
+    from app.server import protocol
+
+    monkeypatch.setattr(protocol, "HEADER_TIMEOUT_S", 0.5)
+    path = Path(__file__).resolve().parents[2] / "scripts" / "server_load.py"
+    spec = importlib.util.spec_from_file_location("server_load", path)
+    load = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(load)
+    result = load.run(tiny_models.main, None, clients=12, seconds=3.0)
+    outcomes = result["outcomes"]
+    assert result["served_well_behaved"] > 0 and result["health_after"] == 200 and result["metrics_after"]
+    assert {k for k in outcomes if k.startswith("good ")} <= {"good 200", "good 429"}, outcomes
+    assert {k for k in outcomes if k.startswith("oversized ")} == {"oversized 413"}, outcomes
+    assert outcomes.get("trickle closed by the server", 0) >= 1, outcomes

@@ -1,0 +1,182 @@
+"""Load and abuse benchmark for `quickdraft serve`: N concurrent clients of which a third misbehave.
+
+Well-behaved clients stream a short chat answer again and again. The misbehaving third, by turns:
+drops the connection after the first chunk, trickles its request headers a byte at a time, or sends
+a chunked body far over the size limit. The script prints a table and writes JSON: requests
+served, answers by status or failure kind, p50/p99 latency of the well-behaved requests, and the
+process's peak memory (this process serves: the server runs in it, on its own threads).
+
+    .venv/bin/python scripts/server_load.py MAIN.gguf [-md DRAFT.gguf] [--clients 32] [--seconds 30]
+        [--json out.json]
+
+Without a model file, `--tiny` writes the test suite's tiny model and serves that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.core.engine import Engine  # noqa: E402
+from app.core.params import ModelParams, SpeculationParams  # noqa: E402
+from app.server.run import LocalServer  # noqa: E402
+from app.server.worker import EngineWorker  # noqa: E402
+
+BODY = {"messages": [{"role": "user", "content": "Write one line about the sea."}], "max_tokens": 24,
+        "temperature": 0, "stream": True}
+
+
+def well_behaved(url: str, until: float, latencies: list[float], kinds: Counter) -> None:
+    with httpx.Client(timeout=120) as client:
+        while time.perf_counter() < until:
+            started = time.perf_counter()
+            try:
+                with client.stream("POST", url + "/v1/chat/completions", json=BODY) as response:
+                    for _ in response.iter_lines():
+                        pass
+                kinds[f"good {response.status_code}"] += 1
+                if response.status_code == 200:
+                    latencies.append(time.perf_counter() - started)
+                else:
+                    time.sleep(0.2)   # 429: the queue is full; back off a little as a client would
+            except httpx.HTTPError as exc:
+                kinds[f"good {type(exc).__name__}"] += 1
+
+
+def dropper(url: str, until: float, kinds: Counter) -> None:
+    """Leaves after the first chunk of its answer."""
+    with httpx.Client(timeout=120) as client:
+        while time.perf_counter() < until:
+            try:
+                with client.stream("POST", url + "/v1/chat/completions", json=BODY) as response:
+                    next(response.iter_lines(), None)
+                kinds[f"drop {response.status_code}"] += 1
+            except httpx.HTTPError as exc:
+                kinds[f"drop {type(exc).__name__}"] += 1
+            time.sleep(0.1)
+
+
+def trickler(host: str, port: int, until: float, kinds: Counter) -> None:
+    """Sends its request line a byte every half second and never finishes its headers."""
+    while time.perf_counter() < until:
+        with socket.create_connection((host, port), timeout=5) as sock:
+            for byte in b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"y" * 200:
+                try:
+                    sock.sendall(bytes([byte]))
+                    sock.settimeout(0.5)
+                    if sock.recv(1) == b"":
+                        kinds["trickle closed by the server"] += 1
+                        break
+                except socket.timeout:
+                    if time.perf_counter() > until:
+                        kinds["trickle still open at the end"] += 1
+                        return
+                    continue
+                except OSError:
+                    kinds["trickle closed by the server"] += 1
+                    break
+
+
+def oversized(host: str, port: int, until: float, kinds: Counter) -> None:
+    """Sends a chunked body far over the limit until the server answers."""
+    chunk = b"x" * (1 << 20)
+    while time.perf_counter() < until:
+        reply = b""
+        with socket.create_connection((host, port), timeout=10) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+            sock.settimeout(0.05)
+            for _ in range(256):
+                try:
+                    sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    reply = sock.recv(64)
+                    if reply:
+                        break
+                except socket.timeout:
+                    continue
+                except OSError:
+                    break
+        kinds[f"oversized {reply.split(b' ')[1].decode() if reply.startswith(b'HTTP') else 'no answer'}"] += 1
+        time.sleep(0.2)
+
+
+def run(model: Path, draft: Path | None, clients: int, seconds: float) -> dict:
+    def load():
+        return Engine.load(ModelParams(str(model), n_ctx=2048),
+                           ModelParams(str(draft), n_ctx=2048) if draft else None)
+
+    worker = EngineWorker(load, SpeculationParams(), max_waiting=8)
+    worker.start()
+    server = LocalServer(worker, "127.0.0.1", 0)
+    server.start()
+    url, kinds, latencies = server.url, Counter(), []
+    until = time.perf_counter() + seconds
+    bad = clients // 3
+    roles = [well_behaved] * (clients - bad) + [[dropper, trickler, oversized][i % 3] for i in range(bad)]
+    threads = []
+    for role in roles:
+        args = (url, until, latencies, kinds) if role is well_behaved else \
+            (url, until, kinds) if role is dropper else ("127.0.0.1", server.port, until, kinds)
+        threads.append(threading.Thread(target=role, args=args, daemon=True))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 60)
+    metrics_ok = httpx.get(url + "/metrics", timeout=10).status_code == 200
+    health = httpx.get(url + "/health", timeout=10).status_code
+    server.stop()
+    worker.stop()
+    quantiles = statistics.quantiles(latencies, n=100) if len(latencies) >= 2 else [float("nan")] * 99
+    return {
+        "clients": clients, "misbehaving": bad, "seconds": seconds,
+        "served_well_behaved": len(latencies),
+        "p50_s": statistics.median(latencies) if latencies else None, "p99_s": quantiles[98],
+        "outcomes": dict(sorted((k, v) for k, v in kinds.items() if v)),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "metrics_after": metrics_ok, "health_after": health,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", nargs="?")
+    parser.add_argument("-md", "--draft")
+    parser.add_argument("--tiny", action="store_true", help="serve the test suite's tiny model")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    if args.tiny or not args.model:
+        from app.core.gguf.tiny import TinySpec, write_tiny_model
+
+        model = write_tiny_model(Path(tempfile.mkdtemp()) / "tiny.gguf", TinySpec())
+    else:
+        model = Path(args.model)
+    result = run(model, Path(args.draft) if args.draft else None, args.clients, args.seconds)
+    print(f"{result['clients']} clients ({result['misbehaving']} misbehaving) for {result['seconds']:.0f} s "
+          f"on {model.name}")
+    print(f"well-behaved requests served: {result['served_well_behaved']}, "
+          f"p50 {result['p50_s']:.2f} s, p99 {result['p99_s']:.2f} s" if result["p50_s"] else "none served")
+    for kind, n in result["outcomes"].items():
+        print(f"  {kind:<36} {n}")
+    print(f"peak memory {result['peak_rss_mib']:.0f} MiB; /metrics after: {'ok' if result['metrics_after'] else 'FAILED'}; "
+          f"/health after: {result['health_after']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
