@@ -150,8 +150,7 @@ class _DraftContext:
     (Gemma 4's assistant) reads the main context's keys and values instead of keeping its own."""
 
     def __init__(self, session, model, shares_memory: bool = False):
-        check_symbols()
-        llama_cpp = lib()
+        llama_cpp = lib()   # the subclasses checked the symbols first: they read the model with them
         self.session = session
         self.n_vocab = session.n_vocab
         self.n_ctx = session.n_ctx

@@ -16,6 +16,7 @@ from app.core.gguf.tiny import ARCHITECTURES, TinySpec, attention_layers, write_
 from app.core.llama.binding import LlamaModel, LlamaSession
 from app.core.llama.library import ensure_backend
 from app.core.params import ModelParams
+from tests.core.gguf.decoding import assert_generates_varied_tokens
 
 # sha256 of write_tiny_model(path, TinySpec()), taken before the other architectures were added: the
 # llama models every other test uses must stay byte for byte what they were
@@ -88,16 +89,7 @@ def test_default_llama_model_is_unchanged(tmp_path):
 def test_decodes_and_generates_varied_tokens(loaded):
     model, session = loaded
     prompt = model.tokenize(PROMPT)
-    row = session.eval(prompt)[-1]
-    generated = []
-    for _ in range(16):
-        assert np.isfinite(row).all()
-        token = int(np.argmax(row))
-        generated.append(token)
-        row = session.eval([token])[-1]
-    assert np.isfinite(row).all()
-    assert len(set(generated)) > 1, f"greedy decoding repeats one token: {generated}"
-    assert session.cached == prompt + generated
+    assert_generates_varied_tokens(session, prompt)
 
 
 @pytest.mark.parametrize("arch", list(KINDS))

@@ -30,3 +30,21 @@ def steer(head, oracle: list[int], right: int, n_vocab: int):
         return proposal()
 
     head.start, head.step = start, step
+
+
+def run_steered(engine, answer, right: int):
+    """Answer once without drafting, then with the engine's MTP head steered (``steer``) at draft 4:
+    the steered answer is the plain one, with some drafts accepted and, unless ``right`` covers the
+    whole draft, some rejected. ``answer(engine, drafter, draft_max)`` gives (prompt, Summary).
+    Returns (prompt, the plain Summary, the head)."""
+    prompt, plain = answer(engine, "none")
+    answer(engine, "mtp", 1)   # the MTP context exists
+    head = engine._mtp
+    steer(head, list(prompt) + list(plain.token_ids) + [0] * 8, right, engine.main.n_vocab)
+    try:
+        _, steered = answer(engine, "mtp", 4)
+    finally:
+        del head.start, head.step
+    assert steered.token_ids == plain.token_ids
+    assert steered.accepted > 0 and (right >= 4 or steered.accepted < steered.drafted)
+    return prompt, plain, head

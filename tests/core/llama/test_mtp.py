@@ -12,7 +12,7 @@ from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.llama import mtp
 from app.core.params import ModelParams, SamplingParams, SpeculationParams
 from app.core.speculation.drafters import MTP
-from tests.core.llama.mtp_steering import steer
+from tests.core.llama.mtp_steering import run_steered
 
 PROMPT = "the cat is on the mat and the dog"
 
@@ -71,17 +71,7 @@ def test_greedy_mtp_answers_are_the_main_models_own(engine, draft_max):
 def test_the_mtp_context_matches_one_fed_from_scratch(engine, right):
     """After rounds that accept some drafts and reject others, the head's context (fed incrementally,
     rolled back each round) gives the logits that feeding the whole answer afresh gives."""
-    prompt, plain = _answer(engine, "none")
-    _answer(engine, "mtp", 1)   # the head exists
-    head = engine._mtp
-    oracle = list(prompt) + list(plain.token_ids) + [0] * 8
-    steer(head, oracle, right, engine.main.n_vocab)
-    try:
-        _, steered = _answer(engine, "mtp", 4)
-    finally:
-        del head.start, head.step
-    assert steered.token_ids == plain.token_ids
-    assert steered.accepted > 0 and (right >= 4 or steered.accepted < steered.drafted)
+    prompt, plain, head = run_steered(engine, _answer, right)
     context = list(prompt) + list(plain.token_ids)
     incremental = head.start(context).copy()
     head.forget()

@@ -14,7 +14,7 @@ from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.llama import mtp
 from app.core.params import ModelParams, SamplingParams, SpeculationParams
 from app.core.speculation.drafters import MTP
-from tests.core.llama.mtp_steering import steer
+from tests.core.llama.mtp_steering import run_steered
 
 PROMPT = "the cat is on the mat and the dog is in the house of the cat"
 
@@ -112,18 +112,8 @@ def test_after_rejected_drafts_the_drafter_sees_what_a_fresh_main_model_gives(ge
     """The assistant reads the main model's cache and hidden states: after rounds that accept some
     drafts and reject others (the main cache rolled back each round), its logits for the answer are
     those of a fresh engine that read the same tokens once."""
-    prompt, plain = _answer(engine, "none")
-    _answer(engine, "mtp", 1)   # the assistant's context exists
-    head = engine._mtp
+    prompt, plain, head = run_steered(engine, _answer, right)
     assert isinstance(head, mtp.AssistantHead)
-    oracle = list(prompt) + list(plain.token_ids) + [0] * 8
-    steer(head, oracle, right, engine.main.n_vocab)
-    try:
-        _, steered = _answer(engine, "mtp", 4)
-    finally:
-        del head.start, head.step
-    assert steered.token_ids == plain.token_ids
-    assert steered.accepted > 0 and (right >= 4 or steered.accepted < steered.drafted)
 
     context = list(prompt) + list(plain.token_ids)
     assert engine.main.cached == context[:-1] and head.can_follow(context)
