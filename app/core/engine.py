@@ -10,7 +10,8 @@ import dataclasses
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from collections.abc import Mapping
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -126,29 +127,31 @@ class Engine:
 
     # --- generation ----------------------------------------------------------------------------
 
-    def tokenize_messages(self, messages: Sequence[Message]) -> list[int]:
-        return list(self.prompt(messages).tokens)
+    def tokenize_messages(self, messages: Sequence[Message], variables: Mapping[str, Any] | None = None) -> list[int]:
+        return list(self.prompt(messages, variables).tokens)
 
-    def prompt(self, messages: Sequence[Message]) -> Prompt:
+    def prompt(self, messages: Sequence[Message], variables: Mapping[str, Any] | None = None) -> Prompt:
         """The prompt for ``messages``, with a warning when the chat template could not be used. The
-        last one is remembered: counting a prompt's tokens and then generating renders it once."""
-        key = _messages_key(check_messages(messages))
+        last one is remembered: counting a prompt's tokens and then generating renders it once.
+        ``variables``: further names for the chat template (``prompt.render_prompt``)."""
+        key = (_messages_key(check_messages(messages)), _messages_key([dict(variables or {})]))
         if self._last_prompt is None or self._last_prompt[0] != key:
-            self._last_prompt = (key, prompt_tokens(self.main.model, messages))
+            self._last_prompt = (key, prompt_tokens(self.main.model, messages, variables))
         return self._last_prompt[1]
 
     def generate(self, messages: Sequence[Message] | None = None, *, prompt: Sequence[int] | None = None,
                  sampling: SamplingParams = SamplingParams(),
                  speculation: SpeculationParams = SpeculationParams(),
                  drafter: DrafterKind | str = DEFAULT_DRAFTER,
-                 cancel: threading.Event | None = None) -> Iterator[Event]:
+                 cancel: threading.Event | None = None,
+                 template_variables: Mapping[str, Any] | None = None) -> Iterator[Event]:
         """Generate an answer to ``messages`` (or to raw ``prompt`` tokens), yielding a Started event,
         TokenPiece and Round events and, last, a Summary, each stamped on the generation's clock.
         Raises PromptTooLongError before decoding anything."""
         kind = DrafterKind.parse(drafter)
         if kind is None:
             raise QuickdraftError(f"Unknown drafter {drafter!r}; choose one of {', '.join(DrafterKind.values())}.")
-        chat = self.prompt(messages or []) if prompt is None else None
+        chat = self.prompt(messages or [], template_variables) if prompt is None else None
         tokens = list(prompt) if chat is None else list(chat.tokens)
         chosen = self._drafter(kind)
         policy = self._policy(speculation, chosen)

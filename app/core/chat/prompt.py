@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from app.core.chat.deadline import Deadline, DeadlineExceeded
 from app.core.errors import InvalidMessagesError
@@ -39,15 +40,16 @@ class Prompt:
 
 
 def render_prompt(messages: Sequence[Message], template: str | None, bos_token: str = "",
-                  eos_token: str = "") -> RenderedPrompt:
+                  eos_token: str = "", variables: Mapping[str, Any] | None = None) -> RenderedPrompt:
     """The prompt text for ``messages`` ending where the assistant's answer begins.
 
     Uses the model's Jinja chat template when it has one that renders within the bound; otherwise a
-    plain "Role: text" transcript that any model can continue.
+    plain "Role: text" transcript that any model can continue. ``variables`` are further names the
+    template can read (``tools``, ``enable_thinking``, a request's ``chat_template_kwargs``).
     """
     if template:
         try:
-            return RenderedPrompt(_render_jinja(template, messages, bos_token, eos_token), True)
+            return RenderedPrompt(_render_jinja(template, messages, bos_token, eos_token, variables or {}), True)
         except _TemplateTooCostly as exc:
             return RenderedPrompt(render_plain(messages), False,
                                   f"The model's chat template {exc}; a plain transcript was used instead.")
@@ -65,15 +67,17 @@ class _TemplateTooCostly(Exception):
     pass
 
 
-def _render_jinja(template: str, messages: Sequence[Message], bos_token: str, eos_token: str) -> str:
+def _render_jinja(template: str, messages: Sequence[Message], bos_token: str, eos_token: str,
+                  variables: Mapping[str, Any]) -> str:
     from jinja2.exceptions import SecurityError
 
     chunks: list[str] = []
     size = 0
     try:
         with Deadline(RENDER_TIME_LIMIT_S):
-            for chunk in _compile(template).generate(messages=[dict(m) for m in messages], add_generation_prompt=True,
-                                           bos_token=bos_token, eos_token=eos_token):
+            for chunk in _compile(template).generate({**variables, "messages": [dict(m) for m in messages],
+                                                      "add_generation_prompt": True, "bos_token": bos_token,
+                                                      "eos_token": eos_token}):
                 size += len(chunk)
                 if size > RENDER_MAX_CHARS:
                     raise _TemplateTooCostly(f"wrote more than {RENDER_MAX_CHARS:,} characters")
@@ -155,12 +159,13 @@ def _check_encodable(text: str, what: str) -> None:
 
 # --- tokens ---------------------------------------------------------------------------------------
 
-def prompt_tokens(model, messages: Sequence[Message]) -> Prompt:
+def prompt_tokens(model, messages: Sequence[Message], variables: Mapping[str, Any] | None = None) -> Prompt:
     """Tokens of the chat prompt for a loaded ``LlamaModel``, with the warning of a template that
-    could not be used. Raises InvalidMessagesError for messages that are not text."""
+    could not be used. Raises InvalidMessagesError for messages that are not text. ``variables``: as
+    for ``render_prompt``."""
     messages = check_messages(messages)
     rendered = render_prompt(messages, model.chat_template(), model.token_text(model.bos),
-                             model.token_text(model.eos))
+                             model.token_text(model.eos), variables)
     tokens = _template_tokens(model, rendered.text, messages) if rendered.templated else None
     if tokens is None:
         if rendered.templated:   # the template rewrote message text that holds control-token text
