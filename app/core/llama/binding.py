@@ -24,6 +24,7 @@ from app.core.llama.devices import DeviceList, choose_device, free_bytes
 from app.core.llama.library import lib
 from app.core.llama.placement import parse_placement, plan_gpu_layers
 from app.core.llama.recurrent import LATEST, PROMPT, SavedState, SavedStates
+from app.core.llama.threads import ThreadTuner
 from app.core.params import AUTO, ModelParams
 
 def default_threads() -> int:
@@ -212,8 +213,10 @@ class LlamaSession:
         llama_cpp = lib()
         self.model = model
         self.n_vocab = model.n_vocab
-        self.n_threads = n_threads or default_threads()
-        cparams = context_params(n_ctx if n_ctx > 0 else model.n_ctx_train, n_batch, self.n_threads)
+        # a count the user gave is kept; otherwise it is learned as the context decodes (threads.py)
+        self.threads = ThreadTuner(n_threads or default_threads(), fixed=n_threads is not None)
+        self._threads_set = self.threads.current
+        cparams = context_params(n_ctx if n_ctx > 0 else model.n_ctx_train, n_batch, self._threads_set)
         if model.memory != ATTENTION:
             cparams.n_rs_seq = ROLLBACK_TOKENS  # llama.cpp keeps it only for architectures that support it
         library.take_errors()
@@ -284,9 +287,12 @@ class LlamaSession:
         self._logits_flags[:n] = 1 if all_logits else 0
         self._logits_flags[n - 1] = 1
         self._batch.n_tokens = n
+        threads = self._use_threads(self.threads.next_count())
         t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(self._ctx, self._batch)
-        self.decode_s += time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        self.decode_s += seconds
+        self.threads.observe(n, threads, seconds)
         if rc != 0:
             self._after_failed_decode(start)
             raise DecodeError(f"llama.cpp failed to decode a batch of {n} tokens (code {rc}). {library.take_errors()}".rstrip())
@@ -297,6 +303,17 @@ class LlamaSession:
         n_out = n if all_logits else 1
         first = 0 if all_logits else n - 1
         return logits_view(llama_cpp.llama_get_logits_ith(self._ctx, first), n_out, self.n_vocab)
+
+    @property
+    def n_threads(self) -> int:
+        """Threads the next decode uses (the learned count, or the user's)."""
+        return self.threads.next_count()
+
+    def _use_threads(self, count: int) -> int:
+        if count != self._threads_set:
+            lib().llama_set_n_threads(self._ctx, count, count)
+            self._threads_set = count
+        return count
 
     def truncate(self, n_keep: int) -> None:
         """Drop every cached position from ``n_keep`` on, exactly, whatever the model's memory.

@@ -162,6 +162,7 @@ class _DraftContext:
         if not ctx:
             raise ModelLoadError(f"llama.cpp could not create the MTP drafting context of {model.name}.")
         self._ctx = ctx
+        self._threads = session.n_threads
         self.n_batch = int(llama_cpp.llama_n_batch(ctx))
         self._batch = llama_cpp.llama_batch_ext_init(ctx)
         _function("llama_set_embeddings_nextn")(ctx, True, True)  # its own h for the rows it outputs
@@ -185,6 +186,7 @@ class _DraftContext:
                 raise DecodeError(f"llama.cpp refused a token of the MTP batch (position {pos}).")
         if output_last and not llama_cpp.llama_batch_ext_set_output_logits(batch, idx, True):
             raise DecodeError("llama.cpp refused the MTP batch's output row.")
+        self._follow_threads()
         rc = llama_cpp.llama_process(self._ctx, llama_cpp.LLAMA_PROCESS_TYPE_DECODE, batch)
         if rc != 0:
             self._last = None
@@ -195,6 +197,12 @@ class _DraftContext:
             if not h:
                 raise DecodeError("llama.cpp gave no hidden state for the MTP batch's output row.")
             self._last = (idx, np.ctypeslib.as_array(h, shape=(self.hidden.n_embd,)).copy())
+
+    def _follow_threads(self) -> None:
+        """The head decodes with the main session's thread count, as that count is learned."""
+        if self.session.n_threads != self._threads:
+            self._threads = self.session.n_threads
+            lib().llama_set_n_threads(self._ctx, self._threads, self._threads)
 
     def _failed(self) -> None:
         """What a failed decode leaves behind is dropped."""
