@@ -31,7 +31,7 @@ HISTORY = 9               # decode times kept per (threads, batch size)
 PROBE_DECODES = 3         # decodes a neighbour gets to show it is faster
 WIN_MARGIN = 0.06         # a neighbour must be this much faster (median ratio below 0.94) to take over
 GIVE_UP_RATIO = 1.4       # one probe decode this much slower ends the probe at once
-FIRST_PROBE = 6           # decodes before the first probe: enough for the current count's times
+FIRST_PROBE = 2           # decodes before the first probe: a slow start under load costs little
 MIN_INTERVAL = 24         # decodes between probes after every change
 MAX_INTERVAL = 1024
 DRIFT_RATIO = 1.35        # the current count's times moved this much (smoothed): probe now
@@ -49,7 +49,7 @@ def machine_threads() -> int:
 @dataclass
 class _Probe:
     count: int
-    decodes_left: int
+    decodes_left: int                  # the trial ends after these, compared or not
     ratios: list[float]
     samples: list[tuple[int, float]]   # (batch size, seconds) of each decode on trial
 
@@ -104,7 +104,7 @@ class ThreadTuner:
             count = self.current + step
             if 1 <= count <= self.most:
                 self._next_neighbour = -step    # alternate sides next time
-                self._probe = _Probe(count, PROBE_DECODES, [], [])
+                self._probe = _Probe(count, 3 * PROBE_DECODES, [], [])
                 self.probes += 1
                 return
         self._until_probe = MAX_INTERVAL          # a single thread is all there is
@@ -116,16 +116,18 @@ class ThreadTuner:
         baseline = self._times.get((self.current, n_tokens))
         probe.samples.append((n_tokens, seconds))
         probe.decodes_left -= 1
-        if baseline and len(baseline) >= 2:
+        if baseline:
             ratio = seconds / median(baseline)
             probe.ratios.append(ratio)
             if ratio > GIVE_UP_RATIO:
                 return self._end_probe(won=False)
-        if probe.decodes_left <= 0 or len(probe.ratios) >= PROBE_DECODES:
-            won = bool(probe.ratios) and median(probe.ratios) < 1 - WIN_MARGIN
-            self._end_probe(won)
+        if len(probe.ratios) >= PROBE_DECODES:
+            self._end_probe(won=median(probe.ratios) < 1 - WIN_MARGIN)
+        elif probe.decodes_left <= 0:   # too few decodes of sizes the current count has times for
+            self._end_probe(won=None)
 
-    def _end_probe(self, won: bool) -> None:
+    def _end_probe(self, won: bool | None) -> None:
+        """``won`` None: nothing could be compared; the next probe comes after the same wait."""
         if won:   # the winner's times from before are stale: its trial starts its history
             self.current = self._probe.count
             for (threads, _), history in self._times.items():
@@ -135,7 +137,7 @@ class ThreadTuner:
                 self._history(self.current, n_tokens).append(seconds)
             self.changes += 1
             self._interval = MIN_INTERVAL
-        else:
+        elif won is False:
             self._interval = min(self._interval * 2, MAX_INTERVAL)
         self._probe = None
         self._until_probe = self._interval
