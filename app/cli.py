@@ -1,6 +1,6 @@
 """quickdraft: the headless command line, on the same engine as the app.
 
-    quickdraft generate --main M [--draft D] -p PROMPT
+    quickdraft generate --main M [--draft D] -p PROMPT [--reasoning show|hide] [--think|--no-think]
     quickdraft generate --remote URL [--api-key K] [--remote-model NAME] -p PROMPT
     quickdraft serve --main M [--draft D] [--host 127.0.0.1] [--port 8080] [--api-key K]
     quickdraft bench --main M --draft D --prompts FILE...
@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None, help="random seed; -1 or left out = a fresh one each run")
     gen.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     gen.add_argument("--json", action="store_true", help="print one JSON summary instead of the stream")
+    from app.cli_thinking import add_thinking_args
+
+    add_thinking_args(gen)
     gen.set_defaults(handler=cmd_generate)
 
     bench = sub.add_parser("bench", help="main model alone vs speculative, greedy, per prompt, same process")
@@ -141,14 +144,17 @@ def _model_args(p: argparse.ArgumentParser, main_required: bool = True) -> None:
                    help="auto: the draft length the machine's cost profile says pays best (default); "
                         "fixed: --draft-max every round; pmin: the same, named for its --draft-p-min")
     p.add_argument("--drafter", choices=DrafterKind.values(), default=None,
-                   help="who drafts: the draft model, prompt lookup (n-gram copy), lookup then the model, "
+                   help="who drafts: the draft model (of any vocabulary: one of another drafts through text), "
+                        "prompt lookup (n-gram copy), lookup then the model, "
                         "mtp (the main model's own MTP heads, or the MTP drafter given with --draft), "
                         "or nobody (default: lookup+model with --draft, mtp with an MTP drafter, else lookup)")
     _gpu_layer_args(p)
     p.add_argument("-c", "--ctx", type=int, default=4096, help="context size of the main model (4096)")
     p.add_argument("-cd", "--ctx-draft", type=int, default=None, help="context size of the draft (= --ctx)")
-    p.add_argument("-t", "--threads", type=int, default=None, help="threads for the main model")
-    p.add_argument("-td", "--threads-draft", type=int, default=None, help="threads for the draft (= --threads)")
+    p.add_argument("-t", "--threads", type=int, default=None,
+                   help="threads for the main model (default: learned as it answers, fewer when other programs "
+                        "keep cores busy)")
+    p.add_argument("-td", "--threads-draft", type=int, default=None, help="threads for the draft (= --threads; default: learned)")
 
 
 def _gpu_layer_args(p: argparse.ArgumentParser) -> None:
@@ -250,6 +256,8 @@ def _messages(args) -> list[dict]:
 
 
 def cmd_generate(args) -> int:
+    from app.cli_thinking import ReasoningPrinter, thinking_setup
+    from app.core.chat.reasoning import split_reasoning
     from app.core.speculation.events import TokenPiece, run_to_summary
     from app.core.params import SamplingParams
 
@@ -262,15 +270,19 @@ def cmd_generate(args) -> int:
     engine = _generation_engine(args)
     cancel = threading.Event()
     placement = {} if args.remote else {name: where.describe() for name, where in engine.placement().items()}
+    thinking, variables, note = thinking_setup(engine, args.think)
+    printer = ReasoningPrinter(thinking, args.reasoning)
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
 
     def show(event) -> None:
         if isinstance(event, TokenPiece) and not args.json:
-            sys.stdout.write(event.text)
-            sys.stdout.flush()
+            printer.feed(event.text)
 
     try:
         summary = run_to_summary(engine.generate(messages, sampling=sampling, speculation=speculation,
-                                                 drafter=_drafter(args), cancel=cancel), show)
+                                                 drafter=_drafter(args), cancel=cancel,
+                                                 **({"template_variables": variables} if variables else {})), show)
     except KeyboardInterrupt:
         cancel.set()
         raise
@@ -282,8 +294,10 @@ def cmd_generate(args) -> int:
         from app.info_cli import system_summary
 
         extra = {} if args.remote else {"placement": placement, "backend": system_summary()}
-        print(json.dumps({**summary.to_dict(), **extra}, indent=2))
+        reasoning, answer = split_reasoning(thinking, summary.text)
+        print(json.dumps({**summary.to_dict(), "reasoning": reasoning, "answer": answer, **extra}, indent=2))
     else:
+        printer.finish()
         print(file=sys.stdout)
         n_draft = None if args.remote else args.draft_max if _drafter(args) is not DrafterKind.NONE else 0
         print(format_stats(summary, n_draft), file=sys.stderr)
@@ -313,6 +327,9 @@ def format_stats(s, n_draft: int | None) -> str:
     if s.drafted_by_position:
         by_pos = " ".join(f"{100 * r:.0f}%" for r in s.acceptance_by_position())
         lines.append(f"accept by draft position: {by_pos}")
+    from app.cli_thinking import format_parts
+
+    lines += format_parts(s)   # thinking, answer and tool calls apart, when there was more than one
     lines.append(_stopped(s))
     return "\n".join(lines)
 
@@ -398,6 +415,11 @@ def cmd_check_pair(args) -> int:
     if result.compatible:
         how = " (an MTP drafter: it drafts with MTP, on the main model's hidden states and memory)" \
             if draft_info.is_mtp_drafter else ""
+        if result.other_vocabulary:
+            from app.core.gguf.shared_vocab import shared_vocabulary
+
+            how = (f" through text ({'; '.join(result.vocabulary_differences)}); "
+                   f"{shared_vocabulary(main_info, draft_info).describe()}")
         print(f"compatible: {draft_info.display_name} can draft for {main_info.display_name}{how}")
         return 0
     print(f"incompatible: {draft_info.display_name} cannot draft for {main_info.display_name}:")

@@ -16,6 +16,8 @@ def load_engine(args):
     engine = Engine.load(main, draft, profile_store=ProfileStore(app_paths().profiles_dir))
     for warning in engine.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    if engine.shared_vocab is not None:
+        print(f"draft of another vocabulary: {engine.shared_vocab.describe()}", file=sys.stderr)
     return engine
 
 

@@ -75,6 +75,11 @@ def record(args: argparse.Namespace) -> int:
     from app.core.chat.prompt import prompt_tokens
     from app.core.llama.binding import LlamaModel, LlamaSession
 
+    from app.core.gguf.info import read_gguf_info, vocabulary_differences
+
+    if vocabulary_differences(read_gguf_info(args.main), read_gguf_info(args.draft)):
+        raise SystemExit("error: the draft's vocabulary is another: scripts/crossvocab_bench.py --json writes "
+                         "its traces in this form")
     main_model = LlamaModel(ModelParams(args.main))
     main = LlamaSession(main_model, args.ctx, args.threads)
     draft = LlamaSession(LlamaModel(ModelParams(args.draft)), args.ctx, args.threads)

@@ -18,9 +18,10 @@ class TinyModels:
     main: Path
     same: Path          # the main model's weights: every draft token is accepted
     other: Path         # other weights, same vocabulary: almost nothing is accepted
-    other_vocab: Path   # a vocabulary the main model cannot share
+    other_vocab: Path   # another vocabulary: it drafts through text (app/core/speculation/crossvocab.py)
     bigger: Path        # compatible, but larger than the main model
     no_template: Path   # no chat template in its metadata
+    incompatible: Path  # an MTP drafter made for gemma4 models: it cannot draft for the main model
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +34,8 @@ def tiny_models(tmp_path_factory) -> TinyModels:
         other_vocab=write_tiny_model(d / "other-vocab.gguf", TinySpec(seed=2, other_vocab=True)),
         bigger=write_tiny_model(d / "bigger.gguf", TinySpec(seed=3, n_layer=4)),
         no_template=write_tiny_model(d / "no-template.gguf", TinySpec(seed=0, chat_template=None)),
+        incompatible=write_tiny_model(d / "gemma4-assistant.gguf", TinySpec(architecture="gemma4-assistant",
+                                                                            name="tiny-gemma4-assistant")),
     )
 
 

@@ -16,8 +16,11 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from app.core.chat.prompt import Message, Prompt, check_messages, prompt_tokens
+from app.core.chat.reasoning import PartTracker, SpelledVocabulary, ThinkingFormat, prompt_tail, spelled_markers, thinking_format
+from app.core.chat.tools import spelled_tokens
 from app.core.errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
-from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, check_pair, read_gguf_info
+from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, check_pair, read_gguf_info, vocabulary_differences
+from app.core.gguf.shared_vocab import shared_vocabulary
 from app.core.llama import binding as llama, devices, mtp
 from app.core.llama.placement import LayerPlacement, footprint, plan_gpu_layers, resolved
 from app.core.llama.ram import total_memory_bytes
@@ -26,11 +29,13 @@ from app.core.params import AUTO, DEFAULT_DRAFTER, DrafterKind, ModelParams, Pol
 from app.core.speculation.acceptance import AcceptanceModel
 from app.core.speculation.batch_prior import main_batch_shape
 from app.core.speculation.costmodel import CALIBRATION_TEXT, CostModel, CostProfile, ProfileStore, calibrate, profile_key
+from app.core.speculation.crossvocab import CrossVocabDrafter
 from app.core.speculation.drafters import DraftModelDrafter, Drafter, LookupThenModelDrafter, MTPDrafter, PromptLookupDrafter
 from app.core.speculation.events import Event, StopReason, Summary
 from app.core.speculation.loop import SpeculativeGeneration
 from app.core.speculation.policy import AutoPolicy, make_policy
 from app.core.speculation.policy_base import DraftPolicy, FixedPolicy
+from app.core.speculation.stats import tag_parts
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,9 @@ class Engine:
         self.main_info = main_info
         self.draft = draft
         self.draft_info = draft_info
+        # a draft of another vocabulary drafts through text (crossvocab.py) with the tokens both share
+        self.shared_vocab = shared_vocabulary(main_info, draft_info) if draft is not None and draft_info is not None \
+            and vocabulary_differences(main_info, draft_info) else None
         self.warnings = tuple(warnings)
         self.main_params = main_params or ModelParams(main_info.path)
         self.draft_params = draft_params or (ModelParams(draft_info.path) if draft_info else None)
@@ -144,9 +152,12 @@ class Engine:
                  speculation: SpeculationParams = SpeculationParams(),
                  drafter: DrafterKind | str = DEFAULT_DRAFTER,
                  cancel: threading.Event | None = None,
-                 template_variables: Mapping[str, Any] | None = None) -> Iterator[Event]:
+                 template_variables: Mapping[str, Any] | None = None,
+                 spell: Sequence[str] = ()) -> Iterator[Event]:
         """Generate an answer to ``messages`` (or to raw ``prompt`` tokens), yielding a Started event,
         TokenPiece and Round events and, last, a Summary, each stamped on the generation's clock.
+        ``spell``: marker texts a reader of the answer needs (a tool-call format's): where they are
+        control tokens, the answer's text spells them instead of rendering nothing.
         Raises PromptTooLongError before decoding anything."""
         kind = DrafterKind.parse(drafter)
         if kind is None:
@@ -155,9 +166,12 @@ class Engine:
         tokens = list(prompt) if chat is None else list(chat.tokens)
         chosen = self._drafter(kind)
         policy = self._policy(speculation, chosen)
+        thinking = self._thinking_after(tokens)
+        spelled = {**(spelled_markers(self.main.model, thinking) if thinking else {}),
+                   **spelled_tokens(self.main.model, spell)}
         generation = SpeculativeGeneration(
             main=self.main,
-            vocab=self.main.model,
+            vocab=SpelledVocabulary(self.main.model, spelled) if spelled else self.main.model,
             drafter=chosen,
             policy=policy,
             sampling=sampling,
@@ -165,12 +179,29 @@ class Engine:
             cancel=cancel,
             warnings=(chat.warning,) if chat is not None and chat.warning else (),
         )
-        events = generation.run(tokens)
+        events = tag_parts(generation.run(tokens), PartTracker(thinking))
         if isinstance(policy, AutoPolicy):
-            uses_model = isinstance(chosen, (DraftModelDrafter, LookupThenModelDrafter))
+            uses_model = isinstance(chosen, (DraftModelDrafter, LookupThenModelDrafter, CrossVocabDrafter))
             untimed = uses_model and policy.costs.draft_step_s is None
             events = self._keep_what_is_learned(events, policy, tokens[-1:] if untimed else None)
-        return events
+        return self._with_threads(events)
+
+    def _with_threads(self, events: Iterator[Event]) -> Iterator[Event]:
+        """The Summary says how many threads each model decoded with at the end (learned unless the
+        user gave the count: app/core/llama/threads.py)."""
+        for event in events:
+            if isinstance(event, Summary):
+                event = dataclasses.replace(event, threads=self.main.n_threads,
+                                            draft_threads=self.draft.n_threads if self.draft else 0)
+            yield event
+
+    def thinking_format(self, variables: Mapping[str, Any] | None = None) -> ThinkingFormat | None:
+        """How the main model's chat template marks reasoning (None: it does not think); ``variables``
+        (``{"enable_thinking": False}``) decide whether its generation prompt opens the block itself."""
+        return self._thinking_after(prompt_tokens(self.main.model, [{"role": "user", "content": "?"}], variables).tokens)
+
+    def _thinking_after(self, tokens: Sequence[int]) -> ThinkingFormat | None:
+        return thinking_format(self.main.model.chat_template(), prompt_tail(self.main.model, tokens))
 
     def _policy(self, speculation: SpeculationParams, chosen: Drafter | None) -> DraftPolicy:
         """The auto policy learns on the engine's cost model as it answers, never calibrating first."""
@@ -187,12 +218,18 @@ class Engine:
         if kind is DrafterKind.LOOKUP:
             return PromptLookupDrafter()
         if kind is DrafterKind.LOOKUP_MODEL:
-            return LookupThenModelDrafter(PromptLookupDrafter(), DraftModelDrafter(self.draft))
+            return LookupThenModelDrafter(PromptLookupDrafter(), self._model_drafter())
         if kind is DrafterKind.MODEL:
-            return DraftModelDrafter(self.draft)
+            return self._model_drafter()
         if kind is DrafterKind.MTP:
             return MTPDrafter(self._mtp_head())
         return None
+
+    def _model_drafter(self) -> Drafter:
+        """The draft model's drafter: its own tokens, or through text when its vocabulary is another."""
+        if self.shared_vocab is None:
+            return DraftModelDrafter(self.draft)
+        return CrossVocabDrafter(self.draft, self.main.model, self.draft.model, self.shared_vocab)
 
     def _mtp_head(self) -> "mtp.MTPHead | mtp.AssistantHead":
         """The MTP drafting context: on the pair's MTP drafter file if it has one, else on the main
@@ -234,6 +271,8 @@ class Engine:
         """Time one draft-model step at the end of its cache, then put the cache back. Twice: the
         first decode after loading also sets up buffers."""
         keep = len(self.draft.cached)
+        if self.shared_vocab is not None:
+            probe = self.draft.cached[-1:]   # a token of the draft's own vocabulary
         if not probe or keep + 1 >= self.draft.n_ctx:
             return
         times = []
@@ -281,7 +320,9 @@ class Engine:
             return self.cost_model(n_max).profile()
         key = self.profile_key(n_max)
         filler = self.main.model.tokenize(CALIBRATION_TEXT, add_special=False, parse_special=False)
-        profile = calibrate(self.main, self.draft, key, n_max, filler, progress=progress)
+        draft_filler = self.draft.model.tokenize(CALIBRATION_TEXT, add_special=False, parse_special=False) \
+            if self.draft is not None else None
+        profile = calibrate(self.main, self.draft, key, n_max, filler, progress=progress, draft_filler=draft_filler)
         if self.profile_store is not None:
             self.profile_store.save(profile)
         self._costs = CostModel.from_profile(profile, n_max)

@@ -21,6 +21,11 @@ class InvalidMessagesError(QuickdraftError):
     """Chat messages that are not a list of {role, content} texts."""
 
 
+class ChatTemplateError(QuickdraftError):
+    """The model's chat template cannot render what must go through it (tools, a tool conversation):
+    a plain transcript would lose them."""
+
+
 class ModelFileError(QuickdraftError):
     """A model file is missing, not a GGUF, truncated or otherwise unreadable."""
 

@@ -176,6 +176,7 @@ class MainWindow(QMainWindow):
         self.composer.regenerate_requested.connect(c.regenerate)
         self.composer.system_prompt_edited.connect(c.set_system_prompt)
         self.composer.colour_tokens_toggled.connect(c.set_colour_tokens)
+        self.composer.thinking_toggled.connect(c.set_thinking)
         self.chat_view.compare_requested.connect(c.compare)
         self.settings_panel.changed.connect(c.save_settings)
         self.first_run.models_changed.connect(self._models_changed)
@@ -218,9 +219,10 @@ class MainWindow(QMainWindow):
     def _show_conversation(self, shown: ShownConversation) -> None:
         self.chat_view.show_messages(shown.messages)
         self.composer.set_system_prompt(shown.system_prompt)
+        self.composer.set_thinking(shown.thinking)
 
     def _show_live(self, message_id: int, live: LiveStats) -> None:
-        self.chat_view.update_answer(message_id, live.text, live.runs)
+        self.chat_view.update_answer(message_id, live.text, live.runs, live.reasoning, live.thinking_s, live.thinking_now)
         self.speculation.update_from(live)
 
     def _show_generating(self, generating: bool) -> None:
@@ -234,6 +236,7 @@ class MainWindow(QMainWindow):
         if info.remote_url:
             self.model_bar.set_main(info.remote_url)
         self.model_bar.set_loaded(info.main_name, info.draft_name)
+        self.composer.set_thinking_available(info.thinking_off is not None)   # its template has a switch
         self.chat_view.set_loaded(True)
         self.hardware.show_placement(info.placement)
         self._show_first_run()
@@ -251,6 +254,7 @@ class MainWindow(QMainWindow):
 
     def _show_unloaded(self) -> None:
         self.model_bar.set_unloaded()
+        self.composer.set_thinking_available(False)
         self.chat_view.set_loaded(False)
         self.hardware.show_placement(())
 

@@ -32,7 +32,9 @@ class DraftCandidate:
             return "; ".join(self.check.reasons)
         if self.model.info is not None and self.model.info.is_mtp_drafter:
             return "MTP drafter made for this model: drafts with its hidden states and memory"
-        kin = {2: "same family", 1: "related family", 0: "other family, same vocabulary"}[self.kinship]
+        kin = {2: "same family", 1: "related family", 0: "other family"}[self.kinship]
+        if not self.check.other_vocabulary and not self.kinship:
+            kin += ", same vocabulary"
         notes = "; ".join(self.check.warnings)
         return f"{kin}{'; ' + notes if notes else ''}"
 
@@ -69,8 +71,9 @@ def kinship(main: GGUFInfo, draft: GGUFInfo) -> int:
 
 def rank_drafts(main: InstalledModel, installed: list[InstalledModel]) -> PairingResult:
     """Every other installed model as a draft for ``main``: compatible ones ranked (an MTP drafter made
-    for it first, then same family, then smaller first; drafts not smaller than the main model last),
-    the rest with their reasons."""
+    for it first; drafts not smaller than the main model last; among the others, drafts of its own
+    vocabulary before those of another, which draft through text and are slower per accepted token;
+    then same family, then smaller first), the rest with their reasons."""
     if main.info is None:
         raise ValueError(f"{main.name} cannot be read: {main.error}")
     good: list[DraftCandidate] = []
@@ -84,8 +87,8 @@ def rank_drafts(main: InstalledModel, installed: list[InstalledModel]) -> Pairin
         check = check_pair(main.info, model.info)
         candidate = DraftCandidate(model, check, kinship(main.info, model.info))
         (good if check.compatible else bad).append(candidate)
-    good.sort(key=lambda c: (not c.model.info.is_mtp_drafter, c.model.size >= main.size, -c.kinship,
-                             c.model.size, c.model.name))
+    good.sort(key=lambda c: (not c.model.info.is_mtp_drafter, c.model.size >= main.size, c.check.other_vocabulary,
+                             -c.kinship, c.model.size, c.model.name))
     bad.sort(key=lambda c: c.model.name.lower())
     return PairingResult(main, tuple(good), tuple(bad))
 
@@ -104,9 +107,12 @@ def best_draft(main: InstalledModel, candidates: list[InstalledModel]) -> Instal
     """The draft the app picks for ``main``: an MTP drafter made for it, else the catalog's recommended
     draft for it when that is among ``candidates``, else the first compatible draft ``rank_drafts``
     ranks (same family first, then the smallest), as long as it is smaller than the main model; None
-    when no candidate can draft for it."""
-    compatible = [c.model for c in rank_drafts(main, candidates).compatible
-                  if c.model.info.is_mtp_drafter or c.model.size < main.size]
+    when no candidate can draft for it. A draft of the main model's own vocabulary is picked where
+    there is one; a draft of another vocabulary (it drafts through text) only where there is none."""
+    ranked = [c for c in rank_drafts(main, candidates).compatible
+              if c.model.info.is_mtp_drafter or c.model.size < main.size]
+    own = [c.model for c in ranked if not c.check.other_vocabulary]
+    compatible = own or [c.model for c in ranked]
     if not compatible:
         return None
     if compatible[0].info.is_mtp_drafter:

@@ -7,7 +7,8 @@ and the answer's ``model`` names the pair that answered. Only its type is checke
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.errors import InvalidParameterError
@@ -15,7 +16,12 @@ from app.core.params import SamplingParams
 
 # llama-server's defaults for what a request leaves out (the OpenAI API has no top_k or min_p)
 DEFAULT_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+TOOL_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")    # OpenAI's rule, and dots (gpt-oss's built-in tools)
+TOOL_CHOICES = ("auto", "none", "required")
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
+# names the chat template is given by the server itself: chat_template_kwargs may not set them
+RESERVED_TEMPLATE_NAMES = ("messages", "tools", "add_generation_prompt", "bos_token", "eos_token")
 MAX_STOP_STRINGS = 4
 RANDOM_SEED = -1                  # llama-server's "seed": -1: a fresh random seed
 MAX_TOKENS_LIMIT = 2**31 - 1      # llama-server's n_predict is a 32-bit integer
@@ -42,6 +48,20 @@ class ApiError(Exception):
 
 
 @dataclass(frozen=True)
+class ToolChoice:
+    """A request's tools and how it wants them used."""
+
+    tools: tuple[dict, ...]        # the tool definitions, as the request gave them ({"type": "function", ...})
+    mode: str = "auto"             # "auto" | "none" | "required" | "function" (the one named must be called)
+    name: str | None = None        # mode "function": the function's name
+    parallel: bool = True          # parallel_tool_calls: False keeps only the answer's first call
+
+    @property
+    def names(self) -> list[str]:
+        return [t["function"]["name"] for t in self.tools]
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     """What one request asks the engine for: chat messages, or a completion prompt (text or ids)."""
 
@@ -53,13 +73,17 @@ class GenerationRequest:
     stream: bool = False
     include_usage: bool = False
     timings_per_token: bool = False
+    tools: ToolChoice | None = None                               # chat: tools the model may call
+    template_variables: dict = field(default_factory=dict)        # chat: further names for the chat template
 
 
 def parse_chat(body: Any) -> GenerationRequest:
     body = _object(body)
     _check_model(body)
     messages = _messages(body.get("messages"))
-    return GenerationRequest("chat", _sampling(body), messages=messages, **_delivery(body))
+    _check_response_format(body)
+    return GenerationRequest("chat", _sampling(body), messages=messages, tools=_tool_choice(body),
+                             template_variables=_template_variables(body), **_delivery(body))
 
 
 def parse_completion(body: Any) -> GenerationRequest:
@@ -120,13 +144,123 @@ def _messages(value: Any) -> tuple[dict, ...]:
 
 
 def _message(message: Any, index: int) -> dict:
+    """A message as templates read it (app/core/chat/messages.py): an assistant message may carry
+    ``tool_calls`` (its content then may be null), a tool message its ``tool_call_id``."""
     param = f"messages[{index}]"
     if not isinstance(message, dict):
         raise ApiError(400, f"'{param}' must be an object with 'role' and 'content'.", param=param)
     role = message.get("role")
     if role not in ROLES:
         raise ApiError(400, f"'{param}.role' must be one of {', '.join(ROLES)}; got {role!r}.", param=f"{param}.role")
-    return {"role": ROLES[role], "content": _content(message.get("content"), f"{param}.content")}
+    calls = message.get("tool_calls") if role == "assistant" else None
+    out = {"role": ROLES[role]}
+    if calls is not None:
+        if not isinstance(calls, list):
+            raise ApiError(400, f"'{param}.tool_calls' must be an array of tool calls.", param=f"{param}.tool_calls")
+        out["tool_calls"] = [_tool_call(call, f"{param}.tool_calls[{i}]") for i, call in enumerate(calls)]
+    content = message.get("content")
+    out["content"] = "" if content is None and out.get("tool_calls") else _content(content, f"{param}.content")
+    for key in ("tool_call_id", "name", "reasoning_content"):
+        value = message.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ApiError(400, f"'{param}.{key}' must be a string.", param=f"{param}.{key}")
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _tool_call(call: Any, param: str) -> dict:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+        raise ApiError(400, f"'{param}' must be {{\"type\": \"function\", \"function\": {{\"name\": ..., "
+                       f"\"arguments\": ...}}}}.", param=param)
+    arguments = function.get("arguments", "{}")
+    if not isinstance(arguments, (str, dict)):
+        raise ApiError(400, f"'{param}.function.arguments' must be a string of JSON.", param=f"{param}.function.arguments")
+    out = {"type": "function", "function": {"name": function["name"], "arguments": arguments}}
+    if call.get("id") is not None:
+        if not isinstance(call["id"], str):
+            raise ApiError(400, f"'{param}.id' must be a string.", param=f"{param}.id")
+        out["id"] = call["id"]
+    return out
+
+
+def _tool_choice(body: dict) -> ToolChoice | None:
+    """``tools``, ``tool_choice`` and ``parallel_tool_calls``; None when the request has no tools."""
+    tools = _field(body, "tools", list, "an array of tools") or []
+    parallel = _field(body, "parallel_tool_calls", bool, "true or false", True)
+    choice = body.get("tool_choice")
+    checked = tuple(_tool(tool, f"tools[{i}]") for i, tool in enumerate(tools))
+    names = [t["function"]["name"] for t in checked]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise ApiError(400, f"'tools' names the function {twice!r} twice.", param="tools")
+    if choice is None:
+        return ToolChoice(checked, "auto", None, parallel) if checked else None
+    if isinstance(choice, str) and choice in TOOL_CHOICES:
+        mode, name = choice, None
+    elif isinstance(choice, dict) and isinstance(choice.get("function"), dict) \
+            and isinstance(choice["function"].get("name"), str) and choice.get("type", "function") == "function":
+        mode, name = "function", choice["function"]["name"]
+    else:
+        raise ApiError(400, "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                       "{\"type\": \"function\", \"function\": {\"name\": ...}}.", param="tool_choice")
+    if mode in ("required", "function") and not checked:
+        raise ApiError(400, "'tool_choice' asks for a tool call, but the request has no 'tools'.", param="tool_choice")
+    if name is not None and name not in names:
+        raise ApiError(400, f"'tool_choice' names the function {name!r}, which is not among the tools "
+                       f"({', '.join(names)}).", param="tool_choice")
+    return ToolChoice(checked, mode, name, parallel) if checked else None
+
+
+def _tool(tool: Any, param: str) -> dict:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    if not isinstance(function, dict) or tool.get("type", "function") != "function":
+        raise ApiError(400, f"'{param}' must be {{\"type\": \"function\", \"function\": {{\"name\": ..., "
+                       f"\"description\": ..., \"parameters\": {{...}}}}}}.", param=param)
+    name = function.get("name")
+    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+        raise ApiError(400, f"'{param}.function.name' must be 1 to 64 letters, digits, '_', '-' or '.'; got "
+                       f"{name!r:.80}.", param=f"{param}.function.name")
+    if function.get("description") is not None and not isinstance(function["description"], str):
+        raise ApiError(400, f"'{param}.function.description' must be a string.", param=f"{param}.function.description")
+    if function.get("parameters") is not None and not isinstance(function["parameters"], dict):
+        raise ApiError(400, f"'{param}.function.parameters' must be a JSON Schema object.",
+                       param=f"{param}.function.parameters")
+    return {"type": "function", "function": {k: v for k, v in function.items() if v is not None}}
+
+
+def _template_variables(body: dict) -> dict:
+    """What the request tells the chat template: ``chat_template_kwargs`` (any names), and the
+    switches ``enable_thinking`` and ``reasoning_effort`` (gpt-oss's templates read it)."""
+    variables = dict(_field(body, "chat_template_kwargs", dict, "an object") or {})
+    reserved = [name for name in RESERVED_TEMPLATE_NAMES if name in variables]
+    if reserved:
+        raise ApiError(400, f"'chat_template_kwargs' may not set {', '.join(reserved)}: the server sets "
+                       f"{'it' if len(reserved) == 1 else 'them'}.", param="chat_template_kwargs")
+    thinking = _field(body, "enable_thinking", bool, "true or false")
+    if thinking is not None:
+        variables["enable_thinking"] = thinking
+    if "enable_thinking" in variables and not isinstance(variables["enable_thinking"], bool):
+        raise ApiError(400, "'chat_template_kwargs.enable_thinking' must be true or false.",
+                       param="chat_template_kwargs")
+    effort = _field(body, "reasoning_effort", str, "a string")
+    if effort is not None:
+        if effort not in REASONING_EFFORTS:
+            raise ApiError(400, f"'reasoning_effort' must be one of {', '.join(REASONING_EFFORTS)}; got {effort!r:.40}.",
+                           param="reasoning_effort")
+        variables["reasoning_effort"] = effort
+    return variables
+
+
+def _check_response_format(body: dict) -> None:
+    """Only plain text: a JSON schema would need a grammar over the main model's distribution while
+    drafts are verified (else speculation would no longer give the main model's own answer)."""
+    value = _field(body, "response_format", dict, "an object")
+    if value is None or value.get("type") == "text":
+        return
+    raise ApiError(400, f"'response_format' of type {value.get('type')!r:.40} is not supported: Quickdraft answers in "
+                   "plain text only (ask for JSON in the prompt, or use tools).", param="response_format")
 
 
 def _content(content: Any, param: str) -> str:

@@ -21,8 +21,9 @@ from starlette.routing import Route
 
 from app.core.speculation.events import Started, Summary, TokenPiece
 from app.core.speculation.stats import GenerationStats
+from app.server.answers import AnswerStream, answer_message
 from app.server.api import ApiError, GenerationRequest, parse_chat, parse_completion
-from app.server.responses import FINISH_REASONS, ResponseShape, live_timings, sse, summary_timings
+from app.server.responses import ResponseShape, finish_reason, live_timings, sse, summary_timings
 from app.server.worker import Failed, Job, JobQueue
 
 MAX_BODY_BYTES = 8 << 20
@@ -90,6 +91,8 @@ class _Handlers:
                 summary = await _summary(job)
                 if summary.error is not None:
                     raise ApiError(500, summary.error, type="server_error")
+                if _reads_answer(shape, job):
+                    return JSONResponse(shape.complete(summary, *answer_message(job.plan, summary.text)))
                 return JSONResponse(shape.complete(summary))
             live = GenerationStats()
             live.add(started)
@@ -171,16 +174,25 @@ async def _bursts(job: Job, live: GenerationStats | None) -> AsyncIterator[tuple
 
 async def _stream(job: Job, shape: ResponseShape, live: GenerationStats, watcher: asyncio.Task,
                   worker: JobQueue) -> AsyncIterator[bytes]:
-    """Server-sent events: a role chunk (chat), one chunk per text piece, the final chunk with the
+    """Server-sent events: a role chunk (chat), one chunk per text piece (for a chat answer read into
+    parts, per delta of reasoning, content or a tool call: ``AnswerStream``), the final chunk with the
     generation's timings, a usage chunk when asked, [DONE]."""
+    answer = AnswerStream(job.plan) if _reads_answer(shape, job) else None
     try:
         if shape.chat:
             yield sse(shape.chunk("", role=True))
         async for pieces, summary in _bursts(job, live):
-            if pieces:
+            if pieces and answer is None:
                 yield b"".join(sse(shape.chunk(text, timings=_live_timings(job, shape, live))) for text in pieces)
+            elif pieces:
+                deltas = [delta for text in pieces for delta in answer.feed(text)]
+                if deltas:
+                    yield b"".join(sse(shape.delta_chunk(d, timings=_live_timings(job, shape, live))) for d in deltas)
             if summary is not None:
-                yield _closing(shape, summary, job)
+                deltas = answer.finish() if answer is not None and summary.error is None else []
+                if deltas:
+                    yield b"".join(sse(shape.delta_chunk(d)) for d in deltas)
+                yield _closing(shape, summary, job, bool(answer is not None and answer.calls))
     except ApiError as exc:  # the headers are out: the error travels as an event, as OpenAI's do
         yield sse(exc.body())
     finally:
@@ -188,14 +200,19 @@ async def _stream(job: Job, shape: ResponseShape, live: GenerationStats, watcher
     yield sse("[DONE]")
 
 
+def _reads_answer(shape: ResponseShape, job: Job) -> bool:
+    """Whether the chat answer is read into parts (reasoning, tool calls), not sent as its text."""
+    return shape.chat and job.plan is not None and not job.plan.plain
+
+
 def _live_timings(job: Job, shape: ResponseShape, live: GenerationStats) -> dict | None:
     return live_timings(live, shape.speculative) if job.request.timings_per_token else None
 
 
-def _closing(shape: ResponseShape, s: Summary, job: Job) -> bytes:
+def _closing(shape: ResponseShape, s: Summary, job: Job, calls: bool = False) -> bytes:
     if s.error is not None:
         return sse(ApiError(500, s.error, type="server_error").body())
-    finish = FINISH_REASONS.get(s.stop_reason, "stop")
+    finish = finish_reason(s, calls)
     out = sse(shape.chunk(None, finish, timings=summary_timings(s, shape.speculative)))
     if job.request.include_usage:
         out += sse(shape.usage_chunk(s))

@@ -26,6 +26,12 @@ FINISH_REASONS = {StopReason.EOG: "stop", StopReason.STOP_STRING: "stop", StopRe
                   StopReason.LENGTH: "length", StopReason.CONTEXT: "length"}
 
 
+def finish_reason(s: Summary, calls: bool = False) -> str:
+    """OpenAI's finish_reason: "tool_calls" for an answer that ended with calls, as llama-server says."""
+    reason = FINISH_REASONS.get(s.stop_reason, "stop")
+    return "tool_calls" if calls and reason == "stop" else reason
+
+
 def summary_timings(s: Summary, speculative: bool) -> dict:
     """llama-server's ``timings`` for a finished generation (draft counts when the server speculates),
     and the estimated speedup when there is one."""
@@ -81,10 +87,12 @@ class ResponseShape:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model_id,
                 "system_fingerprint": "quickdraft", "choices": choices}
 
-    def complete(self, s: Summary) -> dict:
-        finish = FINISH_REASONS.get(s.stop_reason, "stop")
+    def complete(self, s: Summary, message: dict | None = None, calls: bool = False) -> dict:
+        """The whole answer; ``message``: the chat answer read into its parts (else its text is the
+        content), ``calls``: whether it calls tools."""
+        finish = finish_reason(s, calls)
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": s.text}, "logprobs": None,
+            choice = {"index": 0, "message": message or {"role": "assistant", "content": s.text}, "logprobs": None,
                       "finish_reason": finish}
             body = self._envelope("chat.completion", [choice])
         else:
@@ -101,6 +109,12 @@ class ResponseShape:
         else:
             body = self._envelope("text_completion", [{"index": 0, "text": text or "", "logprobs": None,
                                                        "finish_reason": finish_reason}])
+        return body | ({"timings": timings} if timings is not None else {})
+
+    def delta_chunk(self, delta: dict, finish_reason: str | None = None, timings: dict | None = None) -> dict:
+        """A chat chunk carrying ``delta`` (content, reasoning_content or tool_calls)."""
+        body = self._envelope("chat.completion.chunk",
+                              [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}])
         return body | ({"timings": timings} if timings is not None else {})
 
     def usage_chunk(self, s: Summary) -> dict:

@@ -19,6 +19,7 @@ from app.core.errors import PromptTooLongError, QuickdraftError
 from app.core.params import DEFAULT_DRAFTER, DrafterKind, SpeculationParams
 from app.core.speculation.events import Summary, run_to_summary
 from app.core.speculation.loop import check_prompt_fits
+from app.server.answers import AnswerPlan, chat_prompt
 from app.server.api import ApiError, GenerationRequest
 from app.server.metrics import ServerMetrics
 
@@ -57,6 +58,7 @@ class Job:
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
     card: ModelCard | None = None   # the pair that answers it: set on the engine thread before Started is posted
+    plan: AnswerPlan | None = None  # chat: how to read its answer (tools, reasoning), set there too
 
     def post(self, item) -> None:
         try:
@@ -178,23 +180,27 @@ class JobQueue:
         if job.cancel.is_set():  # its client left before its turn
             return Failed(ApiError(499, "The client closed the request."))
         try:
-            tokens = self._prompt_tokens(job.request)
+            tokens = self._prompt_tokens(job)
             check_prompt_fits(tokens, engine.main.n_ctx)
         except PromptTooLongError as exc:
             param = "messages" if job.request.kind == "chat" else "prompt"
             return Failed(ApiError(400, str(exc), param=param, code="context_length_exceeded"))
         except QuickdraftError as exc:
             return Failed(ApiError(400, str(exc)))
+        except ApiError as exc:
+            return Failed(exc)
+        spell = job.plan.spell if job.plan is not None else ()
         summary = run_to_summary(engine.generate(prompt=tokens, sampling=job.request.sampling,
                                                  speculation=self.speculation, drafter=self.drafter,
-                                                 cancel=job.cancel), lambda event: self._send(job, event))
+                                                 cancel=job.cancel, spell=spell), lambda event: self._send(job, event))
         self.metrics.record(summary)
         return summary
 
-    def _prompt_tokens(self, request: GenerationRequest) -> list[int]:
-        engine = self._engine
+    def _prompt_tokens(self, job: Job) -> list[int]:
+        engine, request = self._engine, job.request
         if request.kind == "chat":
-            return engine.tokenize_messages(request.messages)
+            tokens, job.plan = chat_prompt(engine, request, self.card.id)
+            return tokens
         if request.prompt_ids is not None:
             bad = [t for t in request.prompt_ids if not 0 <= t < self.card.n_vocab]
             if bad:

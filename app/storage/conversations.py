@@ -1,7 +1,9 @@
 """Conversations and their messages in SQLite.
 
 A message keeps its text, the generation's numbers (a JSON object) and its pieces as runs of
-(text, origin) so token colouring still works after a restart.
+(text, origin) so token colouring still works after a restart. A thinking model's answer keeps its
+reasoning apart from its text (``reasoning``); a conversation keeps whether its model thinks
+(``thinking``, for a template with a switch).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 """
+# columns added after the first release: a database made before gets them when opened
+ADDED_COLUMNS = (("conversations", "thinking", "INTEGER NOT NULL DEFAULT 1"),
+                 ("messages", "reasoning", "TEXT"))
 
 Run = tuple[str, str]  # (text, origin value: "draft" or "main")
 
@@ -43,6 +48,7 @@ class Conversation:
     system_prompt: str
     created: float
     updated: float
+    thinking: bool = True           # the model thinks before answering (where its template can switch)
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class StoredMessage:
     content: str
     stats: dict[str, Any] = field(default_factory=dict)
     pieces: tuple[Run, ...] = ()
+    reasoning: str | None = None    # a thinking model's reasoning, shown folded; None: none
 
 
 MEMORY = ":memory:"
@@ -101,6 +108,10 @@ class ConversationStore:
         if problems != ["ok"]:
             raise sqlite3.DatabaseError("; ".join(problems))
         self._db.executescript(SCHEMA)
+        for table, column, kind in ADDED_COLUMNS:
+            if column not in {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}:
+                with self._db:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     def close(self) -> None:
         self._db.close()
@@ -116,23 +127,27 @@ class ConversationStore:
         return self.get(cur.lastrowid)
 
     def get(self, conversation_id: int) -> Conversation | None:
-        row = self._db.execute("SELECT id, title, system_prompt, created, updated FROM conversations WHERE id = ?",
+        row = self._db.execute(f"SELECT {_CONVERSATION} FROM conversations WHERE id = ?",
                                (conversation_id,)).fetchone()
-        return Conversation(*row) if row else None
+        return _conversation(row) if row else None
 
     def conversations(self, search: str = "") -> list[Conversation]:
         """Newest first; ``search`` matches titles, case-insensitively."""
         pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         rows = self._db.execute(
-            "SELECT id, title, system_prompt, created, updated FROM conversations "
+            f"SELECT {_CONVERSATION} FROM conversations "
             "WHERE title LIKE ? ESCAPE '\\' ORDER BY updated DESC, id DESC", (pattern,)).fetchall()
-        return [Conversation(*r) for r in rows]
+        return [_conversation(r) for r in rows]
 
     def rename(self, conversation_id: int, title: str) -> None:
         self._update_conversation(conversation_id, "title", title)
 
     def set_system_prompt(self, conversation_id: int, prompt: str) -> None:
         self._update_conversation(conversation_id, "system_prompt", prompt)
+
+    def set_thinking(self, conversation_id: int, on: bool) -> None:
+        with self._db:
+            self._db.execute("UPDATE conversations SET thinking = ? WHERE id = ?", (int(on), conversation_id))
 
     def delete(self, conversation_id: int) -> None:
         with self._db:
@@ -147,27 +162,31 @@ class ConversationStore:
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
         rows = self._db.execute(
-            "SELECT id, conversation_id, role, content, stats, pieces FROM messages "
-            "WHERE conversation_id = ? ORDER BY id", (conversation_id,)).fetchall()
+            f"SELECT {_MESSAGE} FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)).fetchall()
         return [_message(r) for r in rows]
 
     def add_message(self, conversation_id: int, role: str, content: str, stats: dict | None = None,
-                    pieces: list[Run] | tuple[Run, ...] = ()) -> StoredMessage:
+                    pieces: list[Run] | tuple[Run, ...] = (), reasoning: str | None = None) -> StoredMessage:
         with self._db:
             cur = self._db.execute(
-                "INSERT INTO messages (conversation_id, role, content, stats, pieces, created) VALUES (?, ?, ?, ?, ?, ?)",
-                (conversation_id, role, content, json.dumps(stats or {}), json.dumps(list(pieces)), time.time()))
+                "INSERT INTO messages (conversation_id, role, content, stats, pieces, reasoning, created) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, content, json.dumps(stats or {}), json.dumps(list(pieces)), reasoning,
+                 time.time()))
             self._touch(conversation_id)
         return self.message(cur.lastrowid)
 
     def message(self, message_id: int) -> StoredMessage | None:
-        row = self._db.execute("SELECT id, conversation_id, role, content, stats, pieces FROM messages WHERE id = ?",
-                               (message_id,)).fetchone()
+        row = self._db.execute(f"SELECT {_MESSAGE} FROM messages WHERE id = ?", (message_id,)).fetchone()
         return _message(row) if row else None
 
     def update_message(self, message_id: int, content: str, stats: dict | None = None,
-                       pieces: list[Run] | tuple[Run, ...] | None = None) -> None:
+                       pieces: list[Run] | tuple[Run, ...] | None = None, reasoning: str | None = None) -> None:
+        """``reasoning``: None keeps what is stored (a compare changes only the stats)."""
         sets, values = ["content = ?"], [content]
+        if reasoning is not None:
+            sets.append("reasoning = ?")
+            values.append(reasoning or None)
         if stats is not None:
             sets.append("stats = ?")
             values.append(json.dumps(stats))
@@ -185,7 +204,16 @@ class ConversationStore:
         self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
 
 
+_CONVERSATION = "id, title, system_prompt, created, updated, thinking"
+_MESSAGE = "id, conversation_id, role, content, stats, pieces, reasoning"
+
+
+def _conversation(row: tuple) -> Conversation:
+    *fields, thinking = row
+    return Conversation(*fields, thinking=bool(thinking))
+
+
 def _message(row: tuple) -> StoredMessage:
-    mid, cid, role, content, stats, pieces = row
+    mid, cid, role, content, stats, pieces, reasoning = row
     return StoredMessage(mid, cid, role, content, json.loads(stats or "{}"),
-                         tuple((str(t), str(o)) for t, o in json.loads(pieces or "[]")))
+                         tuple((str(t), str(o)) for t, o in json.loads(pieces or "[]")), reasoning or None)

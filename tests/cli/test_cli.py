@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,15 @@ def test_generate_json_summary(tiny_models, tmp_path):
     s = json.loads(r.stdout)
     assert s["generated_tokens"] == 20 == s["accepted"] + s["main_tokens"]
     assert s["stop_reason"] == "length" and 0 <= s["acceptance_rate"] <= 1
+    assert 1 <= s["threads"] <= os.cpu_count() and 1 <= s["draft_threads"] <= os.cpu_count()  # learned
+
+
+def test_threads_given_are_the_threads_used(tiny_models, tmp_path):
+    r = quickdraft("generate", "-m", str(tiny_models.main), "-md", str(tiny_models.other), "-p", "the cat",
+                   "-n", "8", "-t", "3", "-td", "2", "--json", tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert (s["threads"], s["draft_threads"]) == (3, 2)
 
 
 def test_a_first_auto_answer_learns_the_machine_instead_of_calibrating(tiny_models, tmp_path):
@@ -69,10 +79,25 @@ def test_user_errors_are_one_clear_line(tiny_models, tmp_path, case):
     garbage.write_bytes(b"\x00" * 100)
     args = {"missing": ["-m", str(tmp_path / "none.gguf")],
             "garbage": ["-m", str(garbage)],
-            "incompatible": ["-m", str(tiny_models.main), "-md", str(tiny_models.other_vocab)]}[case]
+            "incompatible": ["-m", str(tiny_models.main), "-md", str(tiny_models.incompatible)]}[case]
     r = quickdraft("generate", *args, "-p", "x", tmp_path=tmp_path)
     assert r.returncode == 1
     assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+
+
+def test_generate_with_a_draft_of_another_vocabulary_gives_the_main_models_answer(tiny_models, tmp_path):
+    from app.core.gguf.tiny import TinySpec, write_tiny_model
+
+    bpe = write_tiny_model(tmp_path / "bpe-draft.gguf", TinySpec(seed=5, bpe_vocab=True))
+    common = ("generate", "-m", str(tiny_models.main), "-md", str(bpe), "-p", "the cat is on the mat", "-n", "24",
+              "--policy", "fixed", "--draft-max", "4", "--json")
+    alone = quickdraft(*common, "--drafter", "none", tmp_path=tmp_path)
+    drafted = quickdraft(*common, "--drafter", "model", tmp_path=tmp_path)
+    assert alone.returncode == 0 and drafted.returncode == 0, drafted.stderr
+    assert "draft of another vocabulary: " in drafted.stderr and "different vocabulary" in drafted.stderr
+    alone, drafted = json.loads(alone.stdout), json.loads(drafted.stdout)
+    assert drafted["token_ids"] == alone["token_ids"] and drafted["drafted"] > 0
+    assert list(drafted["by_drafter"]) == ["model (other vocabulary)"]
 
 
 def test_info_and_check_pair(tiny_models, tmp_path):
@@ -80,8 +105,11 @@ def test_info_and_check_pair(tiny_models, tmp_path):
     assert r.returncode == 0 and json.loads(r.stdout)["file"]["vocab_size"] == 270
     ok = quickdraft("check-pair", str(tiny_models.main), str(tiny_models.other), tmp_path=tmp_path)
     assert ok.returncode == 0 and "compatible" in ok.stdout
-    bad = quickdraft("check-pair", str(tiny_models.main), str(tiny_models.other_vocab), tmp_path=tmp_path)
-    assert bad.returncode == 1 and "vocabularies differ" in bad.stdout
+    bad = quickdraft("check-pair", str(tiny_models.main), str(tiny_models.incompatible), tmp_path=tmp_path)
+    assert bad.returncode == 1 and "MTP drafter for gemma4 models" in bad.stdout
+    other = quickdraft("check-pair", str(tiny_models.main), str(tiny_models.other_vocab), tmp_path=tmp_path)
+    assert other.returncode == 0 and "different vocabulary: slower per accepted token" in other.stdout
+    assert "vocabularies differ" in other.stdout and "main-model tokens too (mapped in" in other.stdout
 
 
 def test_bench_prints_a_table_and_writes_json(tiny_models, tmp_path):

@@ -200,19 +200,19 @@ def test_the_start_event_says_what_the_cache_reused_and_every_event_is_stamped(e
 
 
 def test_incompatible_draft_is_refused_with_the_reason(tiny_models):
-    with pytest.raises(IncompatibleDraftError, match="vocabularies differ"):
-        Engine.load(ModelParams(str(tiny_models.main)), ModelParams(str(tiny_models.other_vocab)))
+    with pytest.raises(IncompatibleDraftError, match="MTP drafter for gemma4 models"):
+        Engine.load(ModelParams(str(tiny_models.main)), ModelParams(str(tiny_models.incompatible)))
 
 
 def test_one_pair_check_reads_the_files_and_refuses_before_loading(tiny_models, monkeypatch):
     """What the window's worker checks before unloading the working pair is what the engine checks."""
     with pytest.raises(IncompatibleDraftError) as refused:
-        read_pair(str(tiny_models.main), str(tiny_models.other_vocab))
+        read_pair(str(tiny_models.main), str(tiny_models.incompatible))
     monkeypatch.setattr("app.core.engine._open", lambda *a: pytest.fail("a model was loaded"))
     with pytest.raises(IncompatibleDraftError) as at_load:
-        Engine.load(ModelParams(str(tiny_models.main)), ModelParams(str(tiny_models.other_vocab)))
+        Engine.load(ModelParams(str(tiny_models.main)), ModelParams(str(tiny_models.incompatible)))
     assert str(at_load.value) == str(refused.value)
-    assert "vocabularies differ" in str(refused.value)
+    assert "MTP drafter for gemma4 models" in str(refused.value)
     _, draft, warnings = read_pair(str(tiny_models.main), str(tiny_models.bigger))
     assert draft is not None and any("not smaller" in w for w in warnings)
     assert read_pair(str(tiny_models.main), None)[1:] == (None, [])

@@ -29,9 +29,10 @@ class GuiModels:
     main: Path
     same: Path          # same weights as main: every drafted token is accepted
     other: Path         # other weights, same vocabulary
-    other_vocab: Path   # a vocabulary the main model cannot share
+    other_vocab: Path   # another vocabulary: it drafts through text
     garbage: Path       # not a GGUF at all
     truncated: Path     # a GGUF cut short
+    incompatible: Path  # an MTP drafter made for gemma4 models: it cannot draft for the main model
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +50,8 @@ def gui_models(tmp_path_factory) -> GuiModels:
         other_vocab=write_tiny_model(d / "other-vocab.gguf", TinySpec(seed=2, other_vocab=True)),
         garbage=garbage,
         truncated=truncated,
+        incompatible=write_tiny_model(d / "gemma4-assistant.gguf", TinySpec(architecture="gemma4-assistant",
+                                                                            name="tiny-gemma4-assistant")),
     )
 
 

@@ -149,12 +149,12 @@ def test_conversation_survives_closing_and_reopening(make_window, gui_models, qt
 def test_incompatible_draft_cannot_be_selected(loaded_window, gui_models, qtbot):
     window = loaded_window
     bar = window.model_bar
-    assert not window.set_model_pair(str(gui_models.main), str(gui_models.other_vocab))
-    assert "cannot draft" in window.error_text() and "vocabular" in window.error_text()
-    assert not bar.is_draft_item_enabled(str(gui_models.other_vocab))
-    assert "vocabular" in bar.option_for(str(gui_models.other_vocab)).reason
+    assert not window.set_model_pair(str(gui_models.main), str(gui_models.incompatible))
+    assert "cannot draft" in window.error_text() and "MTP drafter" in window.error_text()
+    assert not bar.is_draft_item_enabled(str(gui_models.incompatible))
+    assert "MTP drafter for gemma4" in bar.option_for(str(gui_models.incompatible)).reason
     assert bar.is_draft_item_enabled(str(gui_models.same)) and bar.is_draft_item_enabled(str(gui_models.other))
-    assert bar.current_draft() != str(gui_models.other_vocab)
+    assert bar.current_draft() != str(gui_models.incompatible)
     assert not window.controller.loading and window.controller.loaded.draft_path == str(gui_models.same)
 
 

@@ -144,14 +144,14 @@ def test_html_in_a_model_name_is_shown_as_text(make_window, gui_models, tmp_path
     models = tmp_path / "named"
     models.mkdir()
     main = write_tiny_model(models / "html-name.gguf", TinySpec(seed=0, name=name))
-    other_vocab = write_tiny_model(models / "other-vocab.gguf", TinySpec(seed=2, other_vocab=True, name=name))
+    incompatible = write_tiny_model(models / "assistant.gguf", TinySpec(architecture="gemma4-assistant", name=name))
     window = make_window(main_model=str(main), draft_model="", drafter="lookup")
     wait_loaded(qtbot, window)
     status = window.model_bar.status
     assert status.textFormat() == Qt.TextFormat.PlainText and name in status.full_text
     assert html.escape(name) in status.toolTip()
 
-    window.controller.load_pair(str(main), str(other_vocab))  # past the bar: the worker's own refusal names both
+    window.controller.load_pair(str(main), str(incompatible))  # past the bar: the worker's own refusal names both
     qtbot.waitUntil(lambda: not window.controller.loading, timeout=30_000)
     assert name in window.error_text() and "cannot draft" in window.error_text()
     assert window.banner._label.textFormat() == Qt.TextFormat.PlainText

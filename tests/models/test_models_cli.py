@@ -6,6 +6,7 @@ import argparse
 
 import pytest
 
+from app.core.gguf.info import OTHER_VOCABULARY_NOTE
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.models.cli import add_models_parser, run_models_command
 from app.paths import DATA_DIR_ENV, app_paths
@@ -60,7 +61,8 @@ def test_download_list_pairs_rm(fake_hub, data_dir, capsys, monkeypatch):
     assert run("pairs", MAIN_FILE) == 0
     out = capsys.readouterr().out
     assert f"1. {DRAFT_FILE}" in out and "same family" in out
-    assert "french.gguf" in out.split("Incompatible:")[1]
+    # another vocabulary drafts too, after the same vocabulary, saying what it costs
+    assert "2. french.gguf" in out and OTHER_VOCABULARY_NOTE in out and "Incompatible:" not in out
 
     assert run("rm", "french") == 1
     assert "needs confirmation" in capsys.readouterr().err

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.core.errors import ModelFileError
-from app.core.gguf.info import read_gguf_info
+from app.core.gguf.info import OTHER_VOCABULARY_NOTE, read_gguf_info
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.models.catalog import default_catalog_path, find_pair, load_catalog, CatalogError
 from app.models.memory import MachineMemory, estimate_memory, judge_fit, machine_memory
@@ -26,6 +26,8 @@ def source_models(tmp_path):
         "cousin": write_tiny_model(d / "cousin-F32.gguf", TinySpec(seed=3, name="Cousin 1M")),
         "other_vocab": write_tiny_model(d / "other-F32.gguf", TinySpec(seed=2, other_vocab=True, name="Other")),
         "bigger": write_tiny_model(d / "bigger-F32.gguf", TinySpec(seed=4, n_layer=6, name="Tiny Chat 3M")),
+        "assistant": write_tiny_model(d / "assistant-F32.gguf", TinySpec(architecture="gemma4-assistant",
+                                                                         name="Gemma Assistant")),
     }
 
 
@@ -177,14 +179,39 @@ def test_pairing_ranks_compatible_drafts_and_explains_the_others(models_dir, sou
     main = next(m for m in installed if m.name == "tiny-main-F32.gguf")
     result = rank_drafts(main, installed)
     ranked = [c.model.name for c in result.compatible]
-    assert ranked == ["tiny-draft-F32.gguf", "cousin-F32.gguf", "bigger-F32.gguf"], \
-        "same family first, then other families, then drafts not smaller than the main model"
+    assert ranked == ["tiny-draft-F32.gguf", "cousin-F32.gguf", "other-F32.gguf", "bigger-F32.gguf"], \
+        "same family first, then other families, then another vocabulary, then drafts not smaller than the main model"
     assert result.compatible[0].kinship == 2 and "same family" in result.compatible[0].reason()
+    assert "same vocabulary" in result.compatible[1].reason()
+    assert OTHER_VOCABULARY_NOTE in result.compatible[2].reason() and result.compatible[2].check.other_vocabulary
     assert "not smaller" in result.compatible[-1].reason()
     (bad,) = result.incompatible
-    assert bad.model.name == "other-F32.gguf"
-    assert "vocabularies differ" in bad.reason()
+    assert bad.model.name == "assistant-F32.gguf"
+    assert "MTP drafter for gemma4 models" in bad.reason()
     assert main.path not in [c.model.path for c in result.compatible + result.incompatible]
+
+
+def test_a_draft_of_another_vocabulary_is_chosen_only_where_none_of_the_main_models_own_is(models_dir, tmp_path):
+    from app.models.pairing import best_draft
+
+    d = tmp_path / "vocabularies"
+    registry = ModelRegistry(models_dir)
+    main, draft, other, bpe = (registry.import_file(write_tiny_model(d / name, spec)) for name, spec in (
+        ("tiny-main-F32.gguf", TinySpec(seed=0, n_layer=4, name="Tiny Chat 2M")),
+        ("tiny-draft-F32.gguf", TinySpec(seed=1, n_layer=2, name="Tiny Chat 1M")),
+        ("other-F32.gguf", TinySpec(seed=2, n_layer=3, other_vocab=True, name="Other")),
+        ("bpe-F32.gguf", TinySpec(seed=5, n_layer=1, bpe_vocab=True, name="Byte Pair"))))
+    installed = registry.list()
+    main = next(m for m in installed if m.name == main.name)
+    ranked = rank_drafts(main, installed).compatible
+    # the smallest draft is of another vocabulary: it ranks after the main model's own
+    assert [c.model.name for c in ranked] == ["tiny-draft-F32.gguf", "bpe-F32.gguf", "other-F32.gguf"]
+    assert [c.check.other_vocabulary for c in ranked] == [False, True, True]
+    assert best_draft(main, installed).name == "tiny-draft-F32.gguf"
+    # a main model of a vocabulary no other model shares: the smallest draft of another vocabulary
+    other = next(m for m in installed if m.name == other.name)
+    assert best_draft(other, installed).name == "bpe-F32.gguf"
+    assert OTHER_VOCABULARY_NOTE in rank_drafts(other, installed).compatible[0].reason()
 
 
 def test_unreadable_models_are_incompatible_with_the_reason(models_dir, source_models):
@@ -268,12 +295,14 @@ def test_the_app_chooses_the_largest_main_that_fits_and_its_best_draft(models_di
     assert choose_pair(list(models.values()), MachineMemory(1000, None, False, None, None), 256) is None
 
 
-def test_a_main_of_another_vocabulary_gets_no_draft_and_a_gpu_decides_what_fits(models_dir, source_models):
+def test_a_main_of_another_vocabulary_gets_a_draft_through_text_and_a_gpu_decides_what_fits(models_dir,
+                                                                                            source_models):
     from app.core.llama.placement import SAFETY_MARGIN_BYTES, SAFETY_MARGIN_FRACTION, usable_bytes
     from app.models.pairing import best_draft, choose_pair
 
     models = _installed_all(models_dir, source_models, ["main", "draft", "bigger", "other_vocab"])
-    assert best_draft(models["other_vocab"], list(models.values())) is None
+    # no draft shares its vocabulary: the smaller one of another drafts for it, through text
+    assert best_draft(models["other_vocab"], list(models.values())).name == models["draft"].name
     need = {k: estimate_memory(m.info, 256, m.size).total for k, m in models.items()}
     # plenty of RAM, but a GPU whose memory holds the main model and not the bigger one: the GPU decides
     vram = int((need["main"] + SAFETY_MARGIN_BYTES) / (1 - SAFETY_MARGIN_FRACTION)) + 2

@@ -9,7 +9,9 @@ Two guards, because the template comes from a file and the messages from a perso
 
 from __future__ import annotations
 
+import json
 import re
+import secrets
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -17,7 +19,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.core.chat.deadline import Deadline, DeadlineExceeded
-from app.core.errors import InvalidMessagesError
+from app.core.chat.messages import check_messages
+from app.core.errors import ChatTemplateError
+
+__all__ = ["Message", "Prompt", "RenderedPrompt", "check_messages", "prompt_tokens", "render_plain", "render_prompt"]
 
 Message = Mapping[str, str]
 
@@ -31,6 +36,7 @@ class RenderedPrompt:
     text: str
     templated: bool              # False: the plain transcript
     warning: str | None = None   # why the template was not used, when the user should know
+    failure: str | None = None   # why the template was not used (its error), whoever should know
 
 
 @dataclass(frozen=True)
@@ -52,14 +58,14 @@ def render_prompt(messages: Sequence[Message], template: str | None, bos_token: 
             return RenderedPrompt(_render_jinja(template, messages, bos_token, eos_token, variables or {}), True)
         except _TemplateTooCostly as exc:
             return RenderedPrompt(render_plain(messages), False,
-                                  f"The model's chat template {exc}; a plain transcript was used instead.")
-        except Exception:
-            pass  # a template our Jinja cannot render: the plain format still works
-    return RenderedPrompt(render_plain(messages), False)
+                                  f"The model's chat template {exc}; a plain transcript was used instead.", str(exc))
+        except Exception as exc:   # a template our Jinja cannot render: the plain format still works
+            return RenderedPrompt(render_plain(messages), False, failure=f"{type(exc).__name__}: {exc}")
+    return RenderedPrompt(render_plain(messages), False, failure="the model has no chat template")
 
 
 def render_plain(messages: Sequence[Message]) -> str:
-    lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
+    lines = [f"{m['role'].capitalize()}: {m.get('content') or ''}" for m in messages]
     return "\n\n".join(lines) + "\n\nAssistant:"
 
 
@@ -99,7 +105,14 @@ def _compile(template: str):
     env = _bounded_sandbox_class()(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    env.filters["tojson"] = _tojson
     return env.from_string(template)
+
+
+def _tojson(value, ensure_ascii: bool = False, indent=None, separators=None, sort_keys: bool = False) -> str:
+    """JSON as chat templates expect it (Hugging Face's and llama.cpp's ``tojson``): keys in their
+    order, text not escaped for HTML, as Jinja's own filter does (it writes "<" as "\\u003c")."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
 @lru_cache(maxsize=1)
@@ -130,57 +143,110 @@ def _repeat_size(left, right) -> int:
 
 
 
-def check_messages(messages) -> list[dict]:
-    """``messages`` as a list of dicts whose role and content are text that can be encoded; an
-    InvalidMessagesError that says what is wrong otherwise (a JSON file of the wrong shape, a lone
-    surrogate such as "\\ud800", bytes that were not UTF-8 on a command line)."""
-    if not isinstance(messages, (list, tuple)) or not messages:
-        raise InvalidMessagesError('The messages must be a non-empty list of {"role": ..., "content": ...} objects.')
-    checked = []
-    for i, message in enumerate(messages, 1):
-        if not (isinstance(message, Mapping) and isinstance(message.get("role"), str)
-                and isinstance(message.get("content"), str)):
-            raise InvalidMessagesError(f'Message {i} is not a {{"role": text, "content": text}} object.')
-        for key in ("role", "content"):
-            _check_encodable(message[key], f"The {key} of message {i}")
-        checked.append(dict(message))
-    return checked
-
-
-def _check_encodable(text: str, what: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        bad = text[exc.start]
-        raise InvalidMessagesError(
-            f"{what} is not valid text: character {exc.start + 1} is {bad!r}, a lone surrogate (invalid UTF-8 "
-            f"bytes on the command line, or an unpaired \\u escape in JSON).") from None
-
-
 # --- tokens ---------------------------------------------------------------------------------------
 
-def prompt_tokens(model, messages: Sequence[Message], variables: Mapping[str, Any] | None = None) -> Prompt:
+def prompt_tokens(model, messages: Sequence[Message], variables: Mapping[str, Any] | None = None,
+                  prefill: Sequence[tuple[str, bool]] = ()) -> Prompt:
     """Tokens of the chat prompt for a loaded ``LlamaModel``, with the warning of a template that
-    could not be used. Raises InvalidMessagesError for messages that are not text. ``variables``: as
-    for ``render_prompt``."""
+    could not be used. Raises InvalidMessagesError for messages that are not text, ChatTemplateError
+    where only the template can say it (``needs_template``) but it cannot render. ``variables``: as
+    for ``render_prompt``. ``prefill``: text that begins the answer, after the generation prompt, as
+    pieces (text, whether its control-token text counts as control tokens), tokenized with the prompt
+    as one text (as llama.cpp would tokenize the prompt with it: no word boundary at the seam)."""
     messages = check_messages(messages)
-    rendered = render_prompt(messages, model.chat_template(), model.token_text(model.bos),
-                             model.token_text(model.eos), variables)
-    tokens = _template_tokens(model, rendered.text, messages) if rendered.templated else None
+    slots = _Slots(model)
+    rendered = render_prompt([slots.message(m) for m in messages], model.chat_template(),
+                             model.token_text(model.bos), model.token_text(model.eos),
+                             slots.protect(dict(variables or {})))
+    tokens = None
+    if rendered.templated:
+        text, guarded = slots.restore(rendered.text)
+        for piece, special in prefill:
+            guarded += [] if special else [(len(text), len(text) + len(piece))]
+            text += piece
+        tokens = _template_tokens(model, text, messages, guarded)
+        if tokens is None:   # the template rewrote message text that holds control-token text
+            rendered = RenderedPrompt(render_plain(messages), False, rendered.warning,
+                                      "it rewrites message text that spells the model's control tokens")
     if tokens is None:
-        if rendered.templated:   # the template rewrote message text that holds control-token text
-            rendered = RenderedPrompt(render_plain(messages), False, rendered.warning)
-        tokens = model.tokenize(rendered.text, add_special=False, parse_special=False)
+        if needs_template(messages, variables):
+            raise ChatTemplateError(f"The model's chat template cannot render this conversation with its tools "
+                                    f"({rendered.failure}); a plain transcript would lose them.")
+        tokens = model.tokenize(render_plain(messages) + "".join(piece for piece, _ in prefill), add_special=False,
+                                parse_special=False)
     if model.add_bos and tokens[:1] != [model.bos]:
         tokens = [model.bos, *tokens]
     return Prompt(tokens, rendered.warning)
 
 
-def _template_tokens(model, text: str, messages: Sequence[Message]) -> list[int] | None:
+def needs_template(messages: Sequence[Message], variables: Mapping[str, Any] | None) -> bool:
+    """Whether only the chat template can write this prompt: tools are given, or the conversation
+    holds tool calls or tool results (a plain transcript would drop them)."""
+    return bool((variables or {}).get("tools")) or any(m.get("tool_calls") or m.get("role") == "tool"
+                                                       for m in messages)
+
+
+class _Slots:
+    """Control-token text inside the strings a template reads besides message content (tool
+    definitions, tool calls' names and arguments, ids, a request's template variables), put aside
+    while the template renders: each such text becomes a placeholder that survives what templates do
+    to strings (``tojson``, ``trim``), and comes back as plain text at a known place (``restore``)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.texts: list[str] = []
+        self.nonce = secrets.token_hex(4)
+
+    def message(self, message: dict) -> dict:
+        return {k: v if k in ("role", "content") else self.protect(v) for k, v in message.items()}
+
+    def protect(self, value):
+        if isinstance(value, str):
+            return self._text(value)
+        if isinstance(value, Mapping):
+            return {self.protect(k): self.protect(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.protect(v) for v in value]
+        return value
+
+    def _text(self, text: str) -> str:
+        if not text:
+            return text
+        spelled = {self.model.token_text(t) for t in self.model.tokenize(text, add_special=False, parse_special=True)
+                   if self.model.is_control(t)} - {""}
+        if not spelled:
+            return text
+        pattern = re.compile("|".join(re.escape(s) for s in sorted(spelled, key=len, reverse=True)))
+        return pattern.sub(self._slot, text)
+
+    def _slot(self, match: re.Match) -> str:
+        self.texts.append(match.group(0))
+        return f"\ue000{self.nonce}.{len(self.texts) - 1}\ue001"
+
+    def restore(self, text: str) -> tuple[str, list[tuple[int, int]]]:
+        """``text`` with the control-token texts put back, and where they are (to keep them plain)."""
+        if not self.texts:
+            return text, []
+        out, spans, pos, length = [], [], 0, 0
+        for match in re.finditer(f"\ue000{self.nonce}\\.(\\d+)\ue001", text):
+            out.append(text[pos:match.start()])
+            length += match.start() - pos
+            original = self.texts[int(match.group(1))]
+            spans.append((length, length + len(original)))
+            out.append(original)
+            length += len(original)
+            pos = match.end()
+        out.append(text[pos:])
+        return "".join(out), spans
+
+
+def _template_tokens(model, text: str, messages: Sequence[Message],
+                     reserved: Sequence[tuple[int, int]] = ()) -> list[int] | None:
     """Tokenize ``text`` the way llama.cpp does with special tokens parsed, except that control tokens
-    count only in the template's own text, never inside a message. None when a message's text cannot
-    be found in ``text`` (the template changed it) and that text spells a control token."""
-    spans = _message_spans(model, text, messages)
+    count only in the template's own text, never inside a message or at the ``reserved`` spans (the
+    control-token texts of other strings the template read). None when a message's text cannot be
+    found in ``text`` (the template changed it) and that text spells a control token."""
+    spans = _message_spans(model, text, messages, reserved)
     if spans is None:
         return None
     segments = _segments(text, spans)
@@ -194,10 +260,12 @@ def _template_tokens(model, text: str, messages: Sequence[Message]) -> list[int]
     return tokens
 
 
-def _message_spans(model, text: str, messages: Sequence[Message]) -> list[tuple[int, int]] | None:
+def _message_spans(model, text: str, messages: Sequence[Message],
+                   reserved: Sequence[tuple[int, int]] = ()) -> list[tuple[int, int]] | None:
     """Where each message's text sits in the rendered ``text`` (found in order, or anywhere free for a
-    template that moves a message, such as a system prompt put into the last user turn)."""
-    spans: list[tuple[int, int]] = []
+    template that moves a message, such as a system prompt put into the last user turn), with the
+    ``reserved`` spans."""
+    spans: list[tuple[int, int]] = list(reserved)
     cursor = 0
     for message in messages:
         content = str(message.get("content") or "")

@@ -50,6 +50,8 @@ class GGUFInfo:
     add_eos: bool
     chat_template: str | None
     tokens: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    token_types: tuple[int, ...] = field(default=(), repr=False, compare=False)   # gguf.TokenType per token
+    tokenizer_pre: str = ""            # the pre-tokenizer a byte-level BPE vocabulary names (qwen2, gemma4, ...)
     key_length: int | None = None      # per-head K/V widths when the model states them (Gemma 3, Qwen3)
     kv_layers: int | None = None       # layers with keys and values (fewer than n_layers in a hybrid, 0 recurrent)
     mtp_layers: int = 0                # MTP (nextn) layers the model carries beside its stack: it can draft for itself
@@ -120,11 +122,17 @@ class GGUFInfo:
         return 2 * layers * (self.n_head_kv or self.n_head) * (k + v)
 
 
+# what a draft of another vocabulary is offered as (the pickers, check-pair, the pairing ranking)
+OTHER_VOCABULARY_NOTE = "different vocabulary: slower per accepted token, works with any main model"
+
+
 @dataclass(frozen=True)
 class PairCheck:
     compatible: bool
     reasons: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    other_vocabulary: bool = False        # compatible through text (app/core/speculation/crossvocab.py)
+    vocabulary_differences: tuple[str, ...] = ()   # how the two vocabularies differ (llama.cpp's rules)
 
     def message(self) -> str:
         return "; ".join(self.reasons or self.warnings) or "compatible"
@@ -212,6 +220,8 @@ def _info_from_header(header: GGUFHeader, path: str, size: int) -> GGUFInfo:
         add_eos=bool(meta.flag("tokenizer.ggml.add_eos_token")),
         chat_template=meta.string("tokenizer.chat_template"),
         tokens=tuple(tokens),
+        token_types=tuple(meta.integers("tokenizer.ggml.token_type")),
+        tokenizer_pre=meta.string("tokenizer.ggml.pre") or "",
         key_length=meta.integer(f"{arch}.attention.key_length"),
         value_length=meta.integer(f"{arch}.attention.value_length"),
         n_embd_out=meta.integer(f"{arch}.embedding_length_out"),
@@ -318,39 +328,50 @@ ROLLBACK_ARCHITECTURES = frozenset({
 
 
 def check_pair(main: GGUFInfo, draft: GGUFInfo) -> PairCheck:
-    """Can ``draft`` draft for ``main``? The rules are llama.cpp's: the draft's tokens must mean the
-    same as the main model's, or its proposals would be nonsense to the main model. An MTP drafter
-    also reads the main model's hidden states and memory, so it drafts only for the model it was made for."""
+    """Can ``draft`` draft for ``main``? A draft whose tokens mean the same as the main model's (llama.cpp's
+    rules, ``vocabulary_differences``) proposes its own tokens. Any other draft with a tokenizer drafts
+    through text: its tokens become text, which the main model's tokenizer reads again (slower per
+    accepted token; ``other_vocabulary``). An MTP drafter reads the main model's hidden states and
+    memory, so it drafts only for the model it was made for, in its vocabulary."""
     reasons: list[str] = _mtp_drafter_mismatch(main, draft)
-    if main.vocab_type != draft.vocab_type:
-        reasons.append(
-            f"different tokenizer types: the main model uses {main.vocab_type_name}, "
-            f"the draft {draft.vocab_type_name}"
-        )
-    else:
-        reasons += _special_token_differences(main, draft)
-        size_gap = abs(main.vocab_size - draft.vocab_size)
-        if size_gap > VOCAB_MAX_SIZE_DIFFERENCE:
-            reasons.append(
-                f"vocabulary sizes differ by {size_gap} tokens ({main.vocab_size:,} vs {draft.vocab_size:,}; "
-                f"at most {VOCAB_MAX_SIZE_DIFFERENCE} allowed)"
-            )
-        else:
-            mismatch = _first_token_mismatch(main.tokens, draft.tokens)
-            if mismatch is not None:
-                i = mismatch
-                reasons.append(
-                    f"the vocabularies differ: token {i} is {main.tokens[i]!r} in the main model "
-                    f"but {draft.tokens[i]!r} in the draft"
-                )
-    warnings: list[str] = [f"the {who} is a {note}" for who, info in (("main model", main), ("draft", draft))
-                           if (note := info.memory_note())]
+    differences = vocabulary_differences(main, draft)
+    other = bool(differences)
+    if other and draft.is_mtp_drafter:
+        reasons += differences
+    elif other:
+        reasons += [f"the {who} has no tokenizer, so its tokens cannot become text"
+                    for who, info in (("main model", main), ("draft", draft)) if info.vocab_type == "none"]
+    warnings: list[str] = [OTHER_VOCABULARY_NOTE] if other and not reasons else []
+    warnings += [f"the {who} is a {note}" for who, info in (("main model", main), ("draft", draft))
+                 if (note := info.memory_note())]
     if draft.file_size >= main.file_size and not main.is_mtp_drafter:
         warnings.append(
             f"the draft ({_gb(draft.file_size)}) is not smaller than the main model "
             f"({_gb(main.file_size)}): drafting will slow generation down"
         )
-    return PairCheck(not reasons, tuple(reasons), tuple(warnings))
+    return PairCheck(not reasons, tuple(reasons), tuple(warnings), other and not reasons, tuple(differences))
+
+
+def vocabulary_differences(main: GGUFInfo, draft: GGUFInfo) -> list[str]:
+    """Why the draft's tokens do not mean the same as the main model's, by llama.cpp's rules
+    (common/speculative.cpp): the tokenizer type, the special tokens, the sizes, the token texts. Empty:
+    the same vocabulary, so the draft's tokens can be verified as they are."""
+    if main.vocab_type != draft.vocab_type:
+        return [f"different tokenizer types: the main model uses {main.vocab_type_name}, "
+                f"the draft {draft.vocab_type_name}"]
+    reasons = _special_token_differences(main, draft)
+    size_gap = abs(main.vocab_size - draft.vocab_size)
+    if size_gap > VOCAB_MAX_SIZE_DIFFERENCE:
+        reasons.append(
+            f"vocabulary sizes differ by {size_gap} tokens ({main.vocab_size:,} vs {draft.vocab_size:,}; "
+            f"at most {VOCAB_MAX_SIZE_DIFFERENCE} allowed)"
+        )
+    else:
+        i = _first_token_mismatch(main.tokens, draft.tokens)
+        if i is not None:
+            reasons.append(f"the vocabularies differ: token {i} is {main.tokens[i]!r} in the main model "
+                           f"but {draft.tokens[i]!r} in the draft")
+    return reasons
 
 
 def _mtp_drafter_mismatch(main: GGUFInfo, draft: GGUFInfo) -> list[str]:

@@ -23,6 +23,8 @@ draft):
   type ``LLAMA_CONTEXT_TYPE_MTP``) only with ``ctx_other``, the main model's context.
 
 Any other name gets the llama layout under that name (to test an architecture llama.cpp refuses).
+``other_vocab`` and ``bpe_vocab`` give another vocabulary: another SentencePiece one, or a byte-level
+BPE one (another tokenizer type, as Qwen's is to Gemma's); such a draft drafts through text.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.gguf.tiny_vocab import CHATML_TEMPLATE, add_vocabulary, vocabulary
+from app.core.gguf.tiny_vocab import (CHATML_TEMPLATE, THINKING_TEMPLATE, add_bpe_vocabulary, add_vocabulary,
+                                      bpe_vocabulary, vocabulary)
 
 @dataclass(frozen=True)
 class TinySpec:
@@ -44,12 +47,14 @@ class TinySpec:
     n_ff: int = 128
     context_length: int = 2048
     weight_scale: float = 0.35
-    other_vocab: bool = False     # a vocabulary a "normal" tiny model's draft is incompatible with
+    other_vocab: bool = False     # another SentencePiece vocabulary: ids and words differ from the usual one
+    bpe_vocab: bool = False       # a byte-level BPE vocabulary (another tokenizer type), as Qwen's
     chat_template: str | None = CHATML_TEMPLATE
     architecture: str = "llama"   # or one of ARCHITECTURES; a made-up name tests one llama.cpp refuses
     name: str = "tiny"
     chat_tokens: bool = False     # add ChatML's <|im_start|> and <|im_end|> as control tokens
     vocab_size: int = 0           # pad the vocabulary with filler words to this many tokens (0: no padding)
+    think_tokens: bool = False    # add Qwen3's <think> and </think> (user-defined tokens; see THINKING_SPEC)
     n_expert: int = 4             # qwen3moe: experts in each layer
     n_expert_used: int = 2        # qwen3moe: experts each token is routed to
     n_nextn: int = 1              # qwen35: MTP (nextn) layers after the n_layer trunk ones (llama.cpp drafts
@@ -57,6 +62,11 @@ class TinySpec:
     sliding_window: int = 8       # gemma4, gemma4-assistant: the window (tokens) of the sliding-window layers
     n_embd_assistant: int = 32    # gemma4-assistant: its own width; n_embd (with n_head, n_head_kv) is its
                                   # backbone's, the gemma4 main's, whose hidden states and KV cache it reads
+
+
+# a model that thinks as Qwen3.5 does: its template opens a <think> block (enable_thinking switches it off),
+# <think> and </think> are tokens of their own, ChatML's control tokens too
+THINKING_SPEC = TinySpec(chat_template=THINKING_TEMPLATE, chat_tokens=True, think_tokens=True, name="tiny-thinking")
 
 
 # lfm2 and qwen35 layers alternate: recurrent, attention, recurrent, attention, ...
@@ -87,12 +97,18 @@ def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tokens, scores, types = vocabulary(spec.other_vocab, spec.chat_tokens, spec.vocab_size)
+    if spec.bpe_vocab:
+        tokens, types, merges = bpe_vocabulary(spec.chat_tokens)
+    else:
+        tokens, scores, types = vocabulary(spec.other_vocab, spec.chat_tokens, spec.vocab_size, spec.think_tokens)
     w = gguf.GGUFWriter(str(path), spec.architecture)
     w.add_name(spec.name)
     _LAYOUTS.get(spec.architecture, _write_llama)(_Tiny(w, spec, len(tokens)))
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    add_vocabulary(w, tokens, scores, types)
+    if spec.bpe_vocab:
+        add_bpe_vocabulary(w, tokens, types, merges)
+    else:
+        add_vocabulary(w, tokens, scores, types)
     if spec.chat_template:
         w.add_chat_template(spec.chat_template)
 

@@ -11,6 +11,10 @@ from app.core.params import DrafterKind
 # Which drafter proposed a token: DrafterKind's members (a draft's ``sources``, a Round's ``drafter``),
 # by their short names here
 MODEL, LOOKUP, MTP = DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.MTP
+# A draft model of another vocabulary (chosen as ``model``, drafting through text: crossvocab.py): named
+# apart so that its acceptance is learned apart and the statistics show it by name
+CROSS = "model (other vocabulary)"
+DRAFT_MODELS = frozenset({MODEL, CROSS})   # the drafters that run a draft model: its step costs, its catch-up
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,7 @@ class AcceptanceModel:
         if source == LOOKUP:
             where = "prompt" if score.in_prompt else "answer"
             return (LOOKUP, where, "next" if n > 0 else "first", _length_bucket(score.length))
-        return (MTP if source == MTP else MODEL, min(9, int(score * 10)))
+        return (source if source in (MTP, CROSS) else MODEL, min(9, int(score * 10)))
 
     def prior(self, key: tuple) -> float:
         if key[0] == LOOKUP:

@@ -362,19 +362,23 @@ class CostModel:
 
 def calibrate(main: Session, draft: Session | None, key: dict, n_max: int, filler: Sequence[int],
               repeats: int = 3, context_tokens: int = 256,
-              progress: Callable[[str], None] | None = None) -> CostProfile:
+              progress: Callable[[str], None] | None = None,
+              draft_filler: Sequence[int] | None = None) -> CostProfile:
     """Measure the main model's batch times for n = 1..n_max and the draft's step time at a
     realistic context position. Sizes are measured round-robin, ``repeats`` times, and each keeps
     its median, so a burst of load elsewhere on the machine does not land on one size only.
-    Leaves both caches empty."""
+    ``draft_filler``: the draft's own tokens for the filler (another vocabulary's ids differ; default
+    ``filler``). Leaves both caches empty."""
     started = time.perf_counter()
     prefix = _repeat(filler, min(context_tokens, main.n_ctx - n_max - 1))
     batches = [_repeat(filler[::-1], n) for n in range(1, n_max + 1)]
     main_times = round_robin_medians(main, prefix, batches, repeats, progress, "main model")
     draft_time = 0.0
     if draft is not None:
-        draft_prefix = _repeat(filler, min(context_tokens, draft.n_ctx - 2))
-        draft_time = round_robin_medians(draft, draft_prefix, [filler[:1]], repeats + 2, progress, "draft model")[0]
+        draft_filler = list(draft_filler) if draft_filler is not None else list(filler)
+        draft_prefix = _repeat(draft_filler, min(context_tokens, draft.n_ctx - 2))
+        draft_time = round_robin_medians(draft, draft_prefix, [draft_filler[:1] or [0]], repeats + 2, progress,
+                                         "draft model")[0]
     for session in (main, draft):
         if session is not None:
             session.truncate(0)

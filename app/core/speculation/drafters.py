@@ -206,7 +206,7 @@ class LookupThenModelDrafter:
 
     name = DrafterKind.LOOKUP_MODEL
 
-    def __init__(self, lookup: PromptLookupDrafter, model: DraftModelDrafter):
+    def __init__(self, lookup: PromptLookupDrafter, model: Drafter):   # a DraftModelDrafter or CrossVocabDrafter
         self.lookup = lookup
         self.model = model
 

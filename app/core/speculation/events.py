@@ -71,6 +71,7 @@ class Round:
     at_s: float = 0.0      # when the round ended, since generation started (prompt processing included)
     learning: bool = False  # the policy was still learning this machine's costs after this round
     drafter: str = ""       # who drafted this round's tokens (a DrafterKind value); "" when none were drafted
+    part: str = ""          # the part of the answer its tokens belong to: "reasoning", "answer", "tool_call"
 
 
 @dataclass(frozen=True)
@@ -100,9 +101,15 @@ class Summary(rates.CountRates):
     policy_learning: bool = False      # the auto policy was still learning this machine's costs at the end
     cost_rounds_observed: int = 0      # rounds of this answer whose times the cost model learned from
     by_drafter: tuple[tuple[str, int, int], ...] = ()   # (drafter, drafted, accepted) for each drafter that drafted
+    # (part, drafted, accepted, tokens, seconds) for each part of the answer (reasoning, answer, tool call)
+    by_part: tuple[tuple[str, int, int, int, float], ...] = ()
     # how much faster than the main model alone, estimated: its learned step time for the tokens after the
     # first, over the generation's time (None: no cost model to say; Compare measures it)
     estimated_speedup: float | None = None
+    # threads the main model and the draft decoded with at the end (learned unless the user gave them;
+    # 0: not known, as for a remote server)
+    threads: int = 0
+    draft_threads: int = 0
 
     @property
     def prompt_tps(self) -> float:
@@ -140,7 +147,10 @@ class Summary(rates.CountRates):
             "accepted_by_position": list(self.accepted_by_position),
             "acceptance_by_position": self.acceptance_by_position(),
             "by_drafter": {name: {"drafted": d, "accepted": a} for name, d, a in self.by_drafter},
+            "by_part": {part: part_dict(d, a, n, s) for part, d, a, n, s in self.by_part},
             "estimated_speedup": self.estimated_speedup,
+            "threads": self.threads,
+            "draft_threads": self.draft_threads,
             "stop_reason": self.stop_reason.value,
             "error": self.error,
             "text": self.text,
@@ -150,6 +160,12 @@ class Summary(rates.CountRates):
             "policy_learning": self.policy_learning,
             "cost_rounds_observed": self.cost_rounds_observed,
         }
+
+
+def part_dict(drafted: int, accepted: int, tokens: int, seconds: float) -> dict:
+    """One part's numbers (``Summary.by_part``) as JSON: counts, acceptance and speed."""
+    return {"drafted": drafted, "accepted": accepted, "tokens": tokens, "seconds": seconds,
+            "acceptance_rate": rates.ratio(accepted, drafted), "tokens_per_s": rates.per_second(tokens, seconds)}
 
 
 Event = Started | TokenPiece | Round | Summary

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from app.core.params import PolicyName, SpeculationParams
-from app.core.speculation.acceptance import LOOKUP, MODEL, MTP, AcceptanceModel, Score
+from app.core.speculation.acceptance import CROSS, DRAFT_MODELS, LOOKUP, MODEL, MTP, AcceptanceModel, Score
 from app.core.speculation.costmodel import CostModel, CostProfile
 from app.core.speculation.draft import Draft
 from app.core.speculation.policy_base import Decision, DraftPolicy, FixedPolicy, below_p_min
@@ -47,7 +47,9 @@ class AutoPolicy:
 
     The costs are a CostModel's estimates at the current context, which every round's measured times
     correct (``observe`` with ``verify_s``): the policy starts from a stored profile, or from a prior
-    that cannot lose. Given a CostProfile instead, the costs are fixed (a replay, a test). Without a measured draft step the draft model is never asked (the engine
+    that cannot lose. Given a CostProfile instead, the costs are fixed (a replay, a test). A draft model
+    of another vocabulary (CROSS) is weighed as a draft model: its step, learned from its rounds' times,
+    includes turning its tokens into text and the main model's tokens; its acceptance is learned apart. Without a measured draft step the draft model is never asked (the engine
     times one step after the first answer that could have used it). A batch size never measured is
     verified only as a bounded probe: see ``_may_verify``.
     """
@@ -69,9 +71,9 @@ class AutoPolicy:
         self.max_len = max(0, min(params.draft_max, self.costs.n_max - 1))
         self._chain: list[float] = []          # this round's acceptance chances
         self._chain_cost: list[float] = []     # and the cost of drafting each token
-        self._backoff = {MODEL: 0, LOOKUP: 0, MTP: 0}  # rounds a drafter sits out after a losing round
-        self._wait = {MODEL: 0, LOOKUP: 0, MTP: 0}
-        self._balance = {MODEL: 0.0, LOOKUP: 0.0, MTP: 0.0}  # seconds saved by a drafter's recent rounds
+        self._backoff = dict.fromkeys((MODEL, CROSS, LOOKUP, MTP), 0)  # rounds a drafter sits out after losing
+        self._wait = dict.fromkeys((MODEL, CROSS, LOOKUP, MTP), 0)
+        self._balance = dict.fromkeys((MODEL, CROSS, LOOKUP, MTP), 0.0)  # seconds saved by its recent rounds
         self._mtp_step_s: float | None = None  # one MTP token, learned from this answer's MTP rounds
         self._model_parked = False
         self._model_in_play = False            # a draft model drafter asked may_draft
@@ -186,7 +188,7 @@ class AutoPolicy:
         """Seconds to draft one token (the steps do not depend on the context: no profile is read)."""
         if source == MTP:
             return self._mtp_step()
-        return (self.costs.draft_step_s or 0.0) if source == MODEL else self.costs.lookup_step_s
+        return (self.costs.draft_step_s or 0.0) if source in DRAFT_MODELS else self.costs.lookup_step_s
 
     def _mtp_step(self) -> float:
         """An MTP token: one layer and the output projection. Until this answer's MTP rounds have
@@ -230,16 +232,16 @@ class AutoPolicy:
     # -- the policy protocol ----------------------------------------------------------------------
 
     def may_draft(self, source: str) -> bool:
-        if source == MODEL:
+        if source in DRAFT_MODELS:
             self._model_in_play = True
-        return self.max_len > 0 and (source != MODEL or self._model.can_pay)
+        return self.max_len > 0 and (source not in DRAFT_MODELS or self._model.can_pay)
 
     def draft_length(self, source: str, behind: int = 0) -> int:
         self._chain, self._chain_cost = [], []
         self._behind, self._more = behind, 0
-        if source == MODEL and behind * self._model.catch_up_s > self._model.best_gain_s:
+        if source in DRAFT_MODELS and behind * self._model.catch_up_s > self._model.best_gain_s:
             self._model_parked = True  # it only falls further behind from here
-        if source == MODEL and (self._model_parked or not self._model.can_pay):
+        if source in DRAFT_MODELS and (self._model_parked or not self._model.can_pay):
             return 0
         # Even always right, an MTP token costs more than verifying it saves here: judged on the
         # estimates, prior included. At the most unmeasured sizes can cost (a step per token) no MTP
@@ -252,7 +254,7 @@ class AutoPolicy:
         if self._wait[source] > 0:
             self._wait[source] -= 1
             return 0
-        if source == MODEL and self._main_is_unsure():
+        if source in DRAFT_MODELS and self._main_is_unsure():
             return 0
         self._round_source = source
         return self.max_len
@@ -327,7 +329,7 @@ class AutoPolicy:
         it drafted (its catch-up on skipped tokens, then a step per token after the first)."""
         self.costs.observe_main(batch, context, verify_s)
         self.rounds_learned += 1
-        if self._round_source == MODEL and draft_s is not None:
+        if self._round_source in DRAFT_MODELS and draft_s is not None:
             steps = 1 + max(0, self._behind - 1) * self._catch_up_ratio() + self._more
             self.costs.observe_draft(steps, draft_s)
         if self._round_source == MTP and draft_s is not None:  # the head's catch-up and its steps
@@ -352,7 +354,7 @@ class AutoPolicy:
         step = self.profile.main_batch(1)
         saved = (accepted + 1) * step - (spent + self.profile.main_batch(verified + 1))
         self._balance[source] = self._balance[source] * self.BALANCE_DECAY + saved
-        if source == MODEL and self._balance[source] < -self.PARK_STEPS * step:
+        if source in DRAFT_MODELS and self._balance[source] < -self.PARK_STEPS * step:
             self._model_parked = True
         if self._balance[source] >= 0:
             self._backoff[source] = 0

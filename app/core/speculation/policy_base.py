@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Protocol, Sequence
 
 from app.core.params import SpeculationParams
-from app.core.speculation.acceptance import MODEL, MTP, Score
+from app.core.speculation.acceptance import CROSS, MODEL, MTP, Score
 from app.core.speculation.draft import Draft
 
 
@@ -63,7 +63,7 @@ class DraftPolicy(Protocol):
 def below_p_min(params: SpeculationParams, score: Score, source: str) -> bool:
     """Whether a draft-model or MTP token is less sure than ``p_min`` (llama.cpp's --draft-p-min): it
     ends the draft under every policy. Lookup's scores are match lengths, not probabilities."""
-    return params.p_min > 0 and source in (MODEL, MTP) and score < params.p_min
+    return params.p_min > 0 and source in (MODEL, CROSS, MTP) and score < params.p_min
 
 
 class FixedPolicy:

@@ -117,6 +117,10 @@ class Sampler:
         token = self._draw(q)
         return DraftPick(token, q, float(q.max()))
 
+    def pick(self, p: np.ndarray) -> int:
+        """An index drawn from ``p`` (a drafter's own distribution, sums to 1), with this generation's generator."""
+        return self._draw(p)
+
     def verify(self, rows: np.ndarray, draft_tokens: Sequence[int],
                draft_q: Sequence[np.ndarray | None]) -> tuple[int, int]:
         """Check a draft against the main model's logits rows (row i predicts the token after

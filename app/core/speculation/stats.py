@@ -6,10 +6,11 @@ Plain data: every time comes from the events' own stamps (``at_s``, the engine's
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterable, Iterator, Protocol, Sequence
 
 from app.core.speculation import rates
 from app.core.speculation.events import Event, Round, Started, StopReason, Summary, TokenPiece
@@ -35,11 +36,13 @@ class GenerationStats(rates.CountRates):
     drafted_by_position: list[int] = field(default_factory=list)
     accepted_by_position: list[int] = field(default_factory=list)
     by_drafter: dict[str, list[int]] = field(default_factory=dict)   # drafter -> [drafted, accepted]
+    by_part: dict[str, list] = field(default_factory=dict)   # part -> [drafted, accepted, tokens, seconds]
     alone_steps: list[float] = field(default_factory=list)   # verify times of the rounds that drafted nothing
     summary: Summary | None = None    # the final record, once it arrived
     learning: bool = False            # the auto policy is still learning this machine's costs
     _window: deque = field(default_factory=deque, repr=False)                 # (at_s, generated)
     _rolling: deque = field(default_factory=lambda: deque(maxlen=ROLLING_ROUNDS), repr=False)
+    _last_round: tuple[float, int] | None = field(default=None, repr=False)   # (at_s, generated_total)
 
     # --- feeding -------------------------------------------------------------------------------
 
@@ -70,6 +73,9 @@ class GenerationStats(rates.CountRates):
         self._token_at(piece.at_s)
 
     def _add_round(self, r: Round) -> None:
+        if r.part:
+            self._add_to_part(r)
+        self._last_round = (r.at_s, r.generated_total)
         self.rounds += 1
         self.learning = r.learning
         self.generated = max(self.generated, r.generated_total)
@@ -92,6 +98,23 @@ class GenerationStats(rates.CountRates):
         counts[1] += r.accepted
         self._rolling.append((r.drafted, r.accepted))
 
+    def _add_to_part(self, r: Round) -> None:
+        """A tagged round's counts, its new tokens and its time (since the round before, or the first
+        token) go to its part."""
+        counts = self.by_part.setdefault(r.part, [0, 0, 0, 0.0])
+        if r.drafted > 0:
+            counts[0] += r.drafted
+            counts[1] += r.accepted
+        since_s, before = self._last_round or (self.ttft_s or 0.0, 1)   # the first token came before any round
+        counts[2] += max(0, r.generated_total - before)
+        counts[3] += max(0.0, r.at_s - since_s)
+
+    def part_rows(self) -> tuple[tuple[str, int, int, int, float], ...]:
+        """``by_part`` as the Summary keeps it, parts in their usual order."""
+        order = {"reasoning": 0, "answer": 1, "tool_call": 2}
+        return tuple((part, d, a, n, s) for part, (d, a, n, s)
+                     in sorted(self.by_part.items(), key=lambda kv: order.get(kv[0], len(order))))
+
     def _finish(self, s: Summary) -> None:
         """The summary is the final word (a remote server's counts may differ from what streamed)."""
         self.summary = s
@@ -104,6 +127,8 @@ class GenerationStats(rates.CountRates):
         self.drafted_by_position = list(s.drafted_by_position)
         self.accepted_by_position = list(s.accepted_by_position)
         self.by_drafter = {name: [d, a] for name, d, a in s.by_drafter}
+        if s.by_part:   # a remote server's answer has no parts: keep what was counted
+            self.by_part = {part: [d, a, n, sec] for part, d, a, n, sec in s.by_part}
 
     # --- the final record ------------------------------------------------------------------------
 
@@ -141,6 +166,7 @@ class GenerationStats(rates.CountRates):
             at_s=end_s,
             warnings=tuple(warnings),
             by_drafter=tuple((str(name), d, a) for name, (d, a) in self.by_drafter.items()),
+            by_part=self.part_rows(),
             policy_learning=policy_learning,
             cost_rounds_observed=cost_rounds_observed,
             estimated_speedup=rates.ratio(alone_s, generation_s) if alone_s and generation_s > 0 else None,
@@ -186,6 +212,30 @@ class GenerationStats(rates.CountRates):
     def rolling_acceptance_rate(self) -> float:
         """Acceptance over the latest ROLLING_ROUNDS rounds that drafted."""
         return rates.ratio(sum(a for _, a in self._rolling), sum(d for d, _ in self._rolling))
+
+
+class PartsOfText(Protocol):
+    """What tells the part of streamed text (app/core/chat/reasoning.py's PartTracker)."""
+
+    def piece(self, text: str, n_tokens: int) -> str: ...
+
+    def take(self) -> str: ...
+
+
+def tag_parts(events: Iterable[Event], parts: PartsOfText) -> Iterator[Event]:
+    """The events with each Round marked with the part of the answer most of its tokens belong to
+    (reasoning, answer, tool call: ``parts`` reads every piece), and the Summary's ``by_part``
+    counted from those rounds."""
+    counted = GenerationStats()
+    for event in events:
+        if isinstance(event, TokenPiece):
+            parts.piece(event.text, len(event.token_ids))
+        elif isinstance(event, Round):
+            event = dataclasses.replace(event, part=parts.take())
+        elif isinstance(event, Summary):
+            event = dataclasses.replace(event, by_part=counted.part_rows())
+        counted.add(event)
+        yield event
 
 
 def _add_ones(by_position: list[int], n: int) -> None:

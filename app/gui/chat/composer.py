@@ -1,4 +1,5 @@
-"""Where the user writes: a per-conversation system prompt, the message box and its buttons."""
+"""Where the user writes: a per-conversation system prompt, the message box and its buttons, and the
+conversation's "Think" switch where the model's template has one."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ class Composer(QWidget):
     regenerate_requested = Signal()
     system_prompt_edited = Signal(str)
     colour_tokens_toggled = Signal(bool)
+    thinking_toggled = Signal(bool)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -36,6 +38,12 @@ class Composer(QWidget):
         self.regenerate_button.clicked.connect(self.regenerate_requested)
         self.colour_tokens = QCheckBox("Colour tokens by origin")
         self.colour_tokens.toggled.connect(self.colour_tokens_toggled)
+        self.think = QCheckBox("Think")
+        self.think.setToolTip("Let the model reason before it answers (its reasoning is shown folded above the "
+                              "answer). Kept per conversation.")
+        self.think.setChecked(True)
+        self.think.hide()   # shown for a model whose chat template can switch thinking on and off
+        self.think.clicked.connect(self.thinking_toggled)
         self._layout()
         self.set_generating(False)
 
@@ -50,6 +58,7 @@ class Composer(QWidget):
         self.colour_tokens.toggled.connect(legend.setVisible)
         legend.hide()
         options = QHBoxLayout()
+        options.addWidget(self.think)
         options.addWidget(self.colour_tokens)
         options.addWidget(legend)
         options.addStretch(1)
@@ -100,6 +109,13 @@ class Composer(QWidget):
         """Show the choice; the checkbox signals only a change."""
         if self.colour_tokens.isChecked() != on:
             self.colour_tokens.setChecked(on)
+
+    def set_thinking(self, on: bool) -> None:
+        """Show the conversation's switch; the checkbox signals only a click."""
+        self.think.setChecked(on)
+
+    def set_thinking_available(self, available: bool) -> None:
+        self.think.setVisible(available)
 
     def toggle_colour_tokens(self) -> None:
         self.colour_tokens.toggle()

@@ -1,4 +1,5 @@
-"""The chat view: one framed widget per message, Markdown rendered, growing as the answer streams."""
+"""The chat view: one framed widget per message, Markdown rendered, growing as the answer streams; a
+thinking model's reasoning folded above its answer (reasoning_fold.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePo
                                QVBoxLayout, QWidget)
 
 from app.gui.chat import render
+from app.gui.chat.reasoning_fold import ReasoningFold
 from app.gui.runtime.live_stats import format_footer
 from app.storage.conversations import StoredMessage
 
@@ -44,7 +46,7 @@ class MessageWidget(QFrame):
     compare_requested = Signal(int)   # message id
 
     def __init__(self, message_id: int | None, role: str, text: str = "", stats: dict | None = None,
-                 runs: list | tuple = (), colour_tokens: bool = False, parent=None):
+                 runs: list | tuple = (), colour_tokens: bool = False, reasoning: str | None = None, parent=None):
         super().__init__(parent)
         self.message_id = message_id
         self.role = role
@@ -55,6 +57,7 @@ class MessageWidget(QFrame):
         self.streaming = False
         self.setObjectName("userMessage" if role == "user" else "assistantMessage")
         self._build()
+        self.reasoning.set_reasoning(reasoning or "", self.stats.get("thinking_s"), False)
         self._render()
 
     def _build(self) -> None:
@@ -74,6 +77,8 @@ class MessageWidget(QFrame):
         self.copy_button.clicked.connect(self.copy_text)
         header.addWidget(self.copy_button)
         layout.addLayout(header)
+        self.reasoning = ReasoningFold(MessageBody())
+        layout.addWidget(self.reasoning)
         self.body = MessageBody()
         self.body.anchorClicked.connect(self._anchor_clicked)
         layout.addWidget(self.body)
@@ -98,6 +103,14 @@ class MessageWidget(QFrame):
         if runs is not None:
             self.runs = [list(r) for r in runs]
         self._render()
+
+    def set_reasoning(self, text: str, seconds: float | None, thinking: bool = False) -> None:
+        """The reasoning above the answer: ``thinking`` while the model is still at it (the answer's
+        "…" waits hidden until then)."""
+        was_thinking = self.reasoning.thinking
+        self.reasoning.set_reasoning(text, seconds, thinking)
+        if thinking != was_thinking:
+            self._render()
 
     def set_stats(self, stats: dict) -> None:
         self.stats = dict(stats)
@@ -124,6 +137,7 @@ class MessageWidget(QFrame):
         else:
             html = '<p style="color:#6a737d;">…</p>' if self.streaming or self.role == "assistant" else ""
         self.body.setHtml(html)
+        self.body.setVisible(bool(html) and not (self.reasoning.thinking and not self.text))
         self._render_footer()
 
     def _render_footer(self) -> None:
@@ -183,8 +197,8 @@ class ChatView(QScrollArea):
         self._placeholder.show()
 
     def add_message(self, message_id: int | None, role: str, text: str = "", stats: dict | None = None,
-                    runs: list | tuple = ()) -> MessageWidget:
-        widget = MessageWidget(message_id, role, text, stats, runs, self.colour_tokens)
+                    runs: list | tuple = (), reasoning: str | None = None) -> MessageWidget:
+        widget = MessageWidget(message_id, role, text, stats, runs, self.colour_tokens, reasoning)
         widget.compare_requested.connect(self.compare_requested)
         self._layout.insertWidget(self._layout.count() - 1, widget)
         self._placeholder.hide()
@@ -207,7 +221,8 @@ class ChatView(QScrollArea):
             self.add_stored(message)
 
     def add_stored(self, message: StoredMessage) -> MessageWidget:
-        return self.add_message(message.id, message.role, message.content, message.stats, message.pieces)
+        return self.add_message(message.id, message.role, message.content, message.stats, message.pieces,
+                                message.reasoning)
 
     def remove_id(self, message_id: int) -> None:
         widget = self.find(message_id)
@@ -220,15 +235,22 @@ class ChatView(QScrollArea):
         widget.set_streaming(True)
         return widget
 
-    def update_answer(self, message_id: int, text: str, runs: list | tuple) -> None:
+    def update_answer(self, message_id: int, text: str, runs: list | tuple, reasoning: str = "",
+                      thinking_s: float | None = None, thinking: bool = False) -> None:
+        """The streaming answer so far; ``reasoning`` above it (``thinking``: still being written)."""
         widget = self.find(message_id)
-        if widget is not None and text != widget.text:
+        if widget is None:
+            return
+        if reasoning or thinking:
+            widget.set_reasoning(reasoning, thinking_s, thinking)
+        if text != widget.text:
             widget.set_content(text, runs)
 
     def finish_answer(self, message: StoredMessage) -> None:
         widget = self.find(message.id)
         if widget is None:
             return
+        widget.set_reasoning(message.reasoning or "", message.stats.get("thinking_s"))
         if message.content != widget.text or [list(r) for r in message.pieces] != widget.runs:
             widget.set_content(message.content, message.pieces)   # rendering a long answer takes a while
         widget.set_stats(message.stats)

@@ -48,7 +48,8 @@ def _option(main: GGUFInfo, path: str) -> DraftOption:
     pair = check_pair(main, draft)
     if not pair.compatible:
         return DraftOption(path, f"{name} (incompatible)", False, "; ".join(pair.reasons))
-    return DraftOption(path, name, True, "; ".join(pair.warnings))
+    label = f"{name} (different vocabulary)" if pair.other_vocabulary else name
+    return DraftOption(path, label, True, "; ".join(pair.warnings))
 
 
 def is_remote(choice: str) -> bool:

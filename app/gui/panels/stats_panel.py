@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from app.gui.panels.charts import ChartsPanel
-from app.gui.runtime.live_stats import LiveStats
+from app.gui.runtime.live_stats import LiveStats, format_parts, parts_json
 
 # three tiles a row: the speeds, then latency and accepted per round, then the draft counts
 TILES = [
@@ -27,6 +27,18 @@ LEARNING = "learning this machine's speed…"
 LEARNING_TIP = ("The auto policy drafts cautiously until it has measured what drafting and checking "
                 "tokens cost on this machine.")
 NOT_REPORTED = "not reported"   # a remote server said nothing about drafting
+PARTS_TIP = ("Speed and acceptance apart for each part of the answer: the model's thinking, its answer, and "
+             "the JSON of its tool calls. Drafting pays most where the text is predictable.")
+THREADS_TIP = ("CPU threads each model decoded with. Unless you set them, they are learned while the "
+               "app answers: fewer when another program keeps cores busy, all of them when the machine is quiet.")
+
+
+def format_threads(main: int, draft: int) -> str:
+    """"threads: main 2 · draft 2 (learned)": the window never sets them, so they are always learned;
+    "" when not known (a remote server)."""
+    if main <= 0:
+        return ""
+    return f"threads: main {main}" + (f" · draft {draft}" if draft > 0 else "") + " (learned)"
 
 
 def format_duration(seconds: float | None) -> str:
@@ -66,6 +78,15 @@ class StatsPanel(QWidget):
         for i, (key, name) in enumerate(TILES):
             grid.addWidget(self._tile(key, name), i // COLUMNS, i % COLUMNS)
         layout.addLayout(grid)
+        self.parts = QLabel()   # thinking, answer and tool calls apart, when an answer had more than one
+        self.parts.setObjectName("statName")
+        self.parts.setToolTip(PARTS_TIP)
+        self.parts.setWordWrap(True)
+        layout.addWidget(self.parts)
+        self.threads = QLabel()
+        self.threads.setObjectName("statName")
+        self.threads.setToolTip(THREADS_TIP)
+        layout.addWidget(self.threads)
         self.clear()
 
     def _header(self) -> QHBoxLayout:
@@ -105,6 +126,9 @@ class StatsPanel(QWidget):
     def clear(self) -> None:
         for label in self._values.values():
             label.setText(DASH)
+        self.threads.setText("")
+        self.parts.setText("")
+        self.parts.hide()
         self.set_learning(False)
 
     def set_learning(self, learning: bool) -> None:
@@ -132,6 +156,9 @@ class StatsPanel(QWidget):
             }
         for key, text in counts.items():
             self._values[key].setText(text)
+        parts = format_parts(parts_json(stats), "\n")
+        self.parts.setText(parts)
+        self.parts.setVisible(bool(parts))
         self.set_learning(stats.learning)
 
     def _show_rates(self, stats: LiveStats) -> None:
@@ -142,6 +169,8 @@ class StatsPanel(QWidget):
         # the estimate comes with the answer's summary: "–" while it is generating
         summary = stats.summary
         self._values["speedup"].setText(format_speedup(summary.estimated_speedup if summary else None))
+        if summary is not None:
+            self.threads.setText(format_threads(summary.threads, summary.draft_threads))
 
 
 class SpeculationPanel(QWidget):

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 
+from app.core.chat.reasoning import ThinkingFormat, split_reasoning
 from app.core.compare import CompareResult
-from app.gui.runtime.live_stats import LiveStats
+from app.core.speculation.events import Summary
+from app.gui.runtime.live_stats import INTERRUPTED, LiveStats
 from app.gui.runtime.worker import Batch, GenerateRequest, LoadedInfo
 from app.storage.conversations import ConversationStore, StoredMessage
 from app.storage.settings import Settings
 
 TITLE_CHARS = 48
 NEW_TITLE = "New chat"
+SAVE_PARTIAL_S = 2.0      # a streaming answer is saved this often: a crash or kill -9 loses at most this much
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,7 @@ class ShownConversation:
     conversation_id: int | None     # None: no conversation yet, the first message starts one
     system_prompt: str
     messages: tuple[StoredMessage, ...]
+    thinking: bool = True           # the conversation's "Think" switch (for a template that has one)
 
 
 @dataclass
@@ -44,15 +49,56 @@ def feed(live: LiveStats, batch: Batch) -> None:
 
 def prompt_messages(store: ConversationStore, conversation_id: int, upto_id: int | None = None) -> list[dict]:
     """The chat messages sent to the model: the system prompt, then each message with text, up to
-    (not including) message ``upto_id``."""
+    (not including) message ``upto_id``. A thinking model's earlier reasoning goes as
+    ``reasoning_content``, apart from its answer: the template keeps or drops it by its own rule."""
     conv = store.get(conversation_id)
     messages = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt.strip() else []
     for m in store.messages(conversation_id):
         if upto_id is not None and m.id >= upto_id:
             break
-        if m.content:
-            messages.append({"role": m.role, "content": m.content})
+        if m.content or m.reasoning:   # an answer cut off while thinking still holds the turn
+            messages.append({"role": m.role, "content": m.content, **({"reasoning_content": m.reasoning}
+                                                                      if m.reasoning else {})})
     return messages
+
+
+def thinking_request(loaded: LoadedInfo | None, on: bool) -> tuple[ThinkingFormat | None, tuple]:
+    """The reasoning markers an answer will use and the template variables that ask for them: with a
+    switch in the template, thinking on or off as the conversation says; without one, as it is."""
+    if loaded is None or loaded.thinking is None:
+        return None, ()
+    if loaded.thinking_off is None:
+        return loaded.thinking, ()
+    return (loaded.thinking if on else loaded.thinking_off), ((loaded.thinking.switch, on),)
+
+
+def answer_parts(live: LiveStats, summary: Summary | None = None) -> tuple[str, str]:
+    """(the answer, its reasoning) to save: from the summary's whole text once there is one (a remote
+    server's is the final word), else as streamed."""
+    if summary is not None and summary.text:
+        reasoning, answer = split_reasoning(live.thinking, summary.text)
+        return answer, reasoning or ""
+    return live.text, live.reasoning
+
+
+def save_partial(store: ConversationStore, active: ActiveGeneration, interrupted: bool = False) -> None:
+    """Keep what was generated so far (``interrupted``: marked so, until its summary replaces it); an
+    answer with no text at all is removed."""
+    answer, reasoning = answer_parts(active.live)
+    if answer or reasoning:
+        store.update_message(active.message_id, answer, {"stop_reason": INTERRUPTED} if interrupted else {},
+                             active.runs, reasoning=reasoning)
+    elif not interrupted:
+        store.delete_message(active.message_id)
+
+
+def keep_partial(store: ConversationStore, active: ActiveGeneration) -> None:
+    """Save the answer as it streams (first text at once, then every SAVE_PARTIAL_S) marked interrupted
+    until its summary is saved instead: after a crash it shows as interrupted."""
+    now, live = time.monotonic(), active.live
+    if (live.text or live.reasoning) and live.summary is None and now - (active.saved_at or 0.0) >= SAVE_PARTIAL_S:
+        save_partial(store, active, interrupted=True)
+        active.saved_at = now
 
 
 def settings_after_load(settings: Settings, info: LoadedInfo, remote_api_key: str = "") -> Settings:

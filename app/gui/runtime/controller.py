@@ -7,8 +7,6 @@ in a LiveStats and reaches the views on a timer (REPAINT_MS), never once per tok
 
 from __future__ import annotations
 
-import time
-
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,9 +15,10 @@ from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, QTimer, Signa
 from app.core.compare import CompareResult
 from app.core.params import DrafterKind
 from app.core.speculation.events import Summary
-from app.gui.runtime.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, compare_notice, feed,
-                                 prompt_messages, settings_after_load, title_from, with_compare)
-from app.gui.runtime.live_stats import INTERRUPTED, message_stats
+from app.gui.runtime.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, answer_parts, compare_notice,
+                                 feed, keep_partial, prompt_messages, save_partial, settings_after_load,
+                                 thinking_request, title_from, with_compare)
+from app.gui.runtime.live_stats import LiveStats, message_stats
 from app.gui.runtime.worker import (Batch, EngineWorker, GenerateRequest, LoadedInfo, LoadFailure,
                             LoadRequest, RemoteRequest, Started)
 from app.paths import AppPaths
@@ -28,7 +27,6 @@ from app.storage.opening import open_storage
 from app.storage.settings import Settings, SettingsStore
 
 REPAINT_MS = 150          # ~7 Hz: counters, charts and the streaming message
-SAVE_PARTIAL_S = 2.0      # a streaming answer is saved this often: a crash or kill -9 loses at most this much
 BUSY_WITH_MODELS = "Wait for the current answer or load to finish before changing models."
 
 
@@ -74,6 +72,7 @@ class ChatController(QObject):
         self.closed = False
         self._remote_key = ""      # the API key of the server being connected to
         self._new_chat_prompt = self.settings.default_system_prompt
+        self._new_chat_thinking = True
         self._repaint_timer = QTimer(self)
         self._repaint_timer.setInterval(REPAINT_MS)
         self._repaint_timer.timeout.connect(self._emit_progress)
@@ -133,6 +132,8 @@ class ChatController(QObject):
     def new_conversation(self, system_prompt: str | None = None) -> int:
         prompt = self.settings.default_system_prompt if system_prompt is None else system_prompt
         conv = self.store.create(NEW_TITLE, prompt)
+        if not self._new_chat_thinking:
+            self.store.set_thinking(conv.id, False)
         self.select_conversation(conv.id)
         return conv.id
 
@@ -143,7 +144,7 @@ class ChatController(QObject):
             return False
         self.conversation_id = conversation_id
         self.conversation_shown.emit(ShownConversation(conv.id, conv.system_prompt,
-                                                       tuple(self.store.messages(conv.id))))
+                                                       tuple(self.store.messages(conv.id)), conv.thinking))
         self._refresh_list()
         return True
 
@@ -175,6 +176,13 @@ class ChatController(QObject):
         else:
             self.store.set_system_prompt(self.conversation_id, text)
 
+    def set_thinking(self, on: bool) -> None:
+        """The shown conversation's "Think" switch (the first message's, with none yet)."""
+        if self.conversation_id is None:
+            self._new_chat_thinking = on
+        else:
+            self.store.set_thinking(self.conversation_id, on)
+
     def prompt_messages(self, conversation_id: int, upto_id: int | None = None) -> list[dict]:
         """What the model is sent for this conversation (up to, not including, ``upto_id``)."""
         return prompt_messages(self.store, conversation_id, upto_id)
@@ -182,7 +190,7 @@ class ChatController(QObject):
     def _show_no_conversation(self) -> None:
         self.conversation_id = None
         self._new_chat_prompt = self.settings.default_system_prompt
-        self.conversation_shown.emit(ShownConversation(None, self._new_chat_prompt, ()))
+        self.conversation_shown.emit(ShownConversation(None, self._new_chat_prompt, (), self._new_chat_thinking))
 
     def _refresh_list(self) -> None:
         self.conversations_changed.emit(self.store.conversations(self.search), self.conversation_id)
@@ -236,8 +244,9 @@ class ChatController(QObject):
         if stored is None or stored.role != "assistant":
             return False
         history = self.prompt_messages(stored.conversation_id, upto_id=message_id)
+        _, variables = thinking_request(self.loaded, self.store.get(stored.conversation_id).thinking)
         request = GenerateRequest(tuple(history), self.settings.sampling(), self.settings.speculation(),
-                                  drafter, compare=True)
+                                  drafter, compare=True, template_variables=variables)
         self.last_compare = None
         self._begin(ActiveGeneration(request, stored.conversation_id, message_id, compare=True))
         self.notice.emit("Comparing: greedy with the draft, then the main model alone…", "info")
@@ -261,11 +270,12 @@ class ChatController(QObject):
 
     def _start_answer(self) -> None:
         # the request first: if it cannot be made, no empty answer is saved or left "generating…"
+        thinking, variables = thinking_request(self.loaded, self.store.get(self.conversation_id).thinking)
         request = GenerateRequest(tuple(self.prompt_messages(self.conversation_id)), self.settings.sampling(),
-                                  self.settings.speculation(), self.drafter())
+                                  self.settings.speculation(), self.drafter(), template_variables=variables)
         message = self.store.add_message(self.conversation_id, "assistant", "")
         self.answer_started.emit(message.id)
-        self._begin(ActiveGeneration(request, self.conversation_id, message.id))
+        self._begin(ActiveGeneration(request, self.conversation_id, message.id, live=LiveStats(thinking=thinking)))
 
     def _begin(self, active: ActiveGeneration) -> None:
         self.active = active
@@ -291,9 +301,9 @@ class ChatController(QObject):
         active.live.add(summary)
         loaded = self.loaded
         stats = message_stats(summary, active.request.drafter, loaded.main_name if loaded else "",
-                              loaded.draft_name if loaded else None)
-        text = summary.text or active.live.text
-        self.store.update_message(active.message_id, text, stats, active.runs)
+                              loaded.draft_name if loaded else None, active.live.thinking_s)
+        answer, reasoning = answer_parts(active.live, summary)
+        self.store.update_message(active.message_id, answer, stats, active.runs, reasoning=reasoning)
         if summary.error:
             self.notice.emit(summary.error, "error")
         elif summary.warnings:
@@ -333,28 +343,14 @@ class ChatController(QObject):
 
     def _save_partial(self) -> None:
         """Keep what was generated so far; an answer with no text at all is removed."""
-        active = self.active
-        if active is None or active.compare:
-            return
-        text = active.live.text
-        if text:
-            self.store.update_message(active.message_id, text, {}, active.runs)
-        else:
-            self.store.delete_message(active.message_id)
+        if self.active is not None and not self.active.compare:
+            save_partial(self.store, self.active)
 
     def _emit_progress(self) -> None:
         active = self.active
         if active is not None and not active.compare:
             self.answer_updated.emit(active.message_id, active.live)
-            self._keep_partial(active)
-
-    def _keep_partial(self, active: ActiveGeneration) -> None:
-        """Save the answer as it streams (first text at once, then every SAVE_PARTIAL_S) marked interrupted
-        until its summary is saved instead: after a crash it shows as interrupted."""
-        now, text = time.monotonic(), active.live.text
-        if text and active.live.summary is None and now - (active.saved_at or 0.0) >= SAVE_PARTIAL_S:
-            self.store.update_message(active.message_id, text, {"stop_reason": INTERRUPTED}, active.runs)
-            active.saved_at = now
+            keep_partial(self.store, active)   # saved as it streams, marked interrupted until it ends
 
     # --- models --------------------------------------------------------------------------------
 

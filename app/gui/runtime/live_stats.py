@@ -1,14 +1,15 @@
 """One generation as the window shows it while it runs: the core's numbers (GenerationStats, from
-the engine's stamped events) plus what only the window needs: chart series and the text in runs by
-origin. No Qt, no clocks.
+the engine's stamped events) plus what only the window needs: chart series, the answer's text in runs
+by origin and, for a thinking model, its reasoning apart. No Qt, no clocks.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from app.core.chat.reasoning import REASONING, ReasoningSplitter, ThinkingFormat
 from app.core.params import DrafterKind
-from app.core.speculation.events import Event, Round, Summary, TokenPiece
+from app.core.speculation.events import Event, Round, Summary, TokenPiece, part_dict
 from app.core.speculation.stats import GenerationStats
 
 MAX_CHART_POINTS = 400   # longer series are thinned before they reach a chart
@@ -21,6 +22,15 @@ class LiveStats(GenerationStats):
     rolling_acceptance: list[tuple[int, float]] = field(default_factory=list)
     runs: list[list[str]] = field(default_factory=list)                       # [text, origin] merged
     round_ends_s: list[float] = field(default_factory=list)                    # each round's at_s
+    thinking: ThinkingFormat | None = None    # a thinking model's markers: its reasoning goes apart
+    reasoning: str = ""
+    reasoning_from_s: float | None = None     # when the reasoning began and ended (the engine's clock)
+    reasoning_until_s: float | None = None
+    _splitter: ReasoningSplitter | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.thinking is not None:
+            self._splitter = ReasoningSplitter(self.thinking)
 
     def add(self, event: Event) -> None:
         super().add(event)
@@ -28,13 +38,48 @@ class LiveStats(GenerationStats):
             self._add_text(event)
         elif isinstance(event, Round):
             self._add_points(event)
+        elif isinstance(event, Summary) and self._splitter is not None:
+            self._add_parts(self._splitter.finish(), "main")
 
     def _add_text(self, piece: TokenPiece) -> None:
-        origin = piece.origin.value
+        if self._splitter is None:
+            self._add_run(piece.text, piece.origin.value)
+            return
+        before = self._splitter.part
+        self._add_parts(self._splitter.feed(piece.text), piece.origin.value)
+        if REASONING in (before, self._splitter.part) and self.reasoning_from_s is None:
+            self.reasoning_from_s = piece.at_s
+        if before == REASONING and self._splitter.part != REASONING and self.reasoning_until_s is None:
+            self.reasoning_until_s = piece.at_s
+
+    def _add_parts(self, parts: list[tuple[str, str]], origin: str) -> None:
+        for part, text in parts:
+            if part == REASONING:
+                self.reasoning += text
+            else:
+                self._add_run(text, origin)
+
+    def _add_run(self, text: str, origin: str) -> None:
         if self.runs and self.runs[-1][1] == origin:
-            self.runs[-1][0] += piece.text
+            self.runs[-1][0] += text
         else:
-            self.runs.append([piece.text, origin])
+            self.runs.append([text, origin])
+
+    @property
+    def thinking_now(self) -> bool:
+        """The model is writing its reasoning (the answer has not begun)."""
+        return self._splitter is not None and self._splitter.part == REASONING and self.summary is None
+
+    @property
+    def thinking_s(self) -> float | None:
+        """How long the model has thought (so far, while it still thinks; to the end, when it never
+        stopped); None: no reasoning."""
+        if self.reasoning_from_s is None or not (self.reasoning or self.thinking_now):
+            return None
+        until = self.reasoning_until_s
+        if until is None:
+            until = (self.ttft_s or 0.0) + self.generation_s
+        return max(0.0, until - self.reasoning_from_s)
 
     def _add_points(self, r: Round) -> None:
         self.round_ends_s.append(r.at_s)
@@ -58,12 +103,38 @@ def thin(points: list[tuple[float, float]], limit: int = MAX_CHART_POINTS) -> li
     return kept if kept[-1] == points[-1] else kept + [points[-1]]
 
 
-def message_stats(summary: Summary, drafter: DrafterKind | str, main_name: str, draft_name: str | None) -> dict:
-    """What a message stores about the generation that produced it."""
+def message_stats(summary: Summary, drafter: DrafterKind | str, main_name: str, draft_name: str | None,
+                  thinking_s: float | None = None) -> dict:
+    """What a message stores about the generation that produced it (``thinking_s``: how long a
+    thinking model thought, for its folded reasoning)."""
     data = summary.to_dict()
     data.pop("text", None)
     data.update(drafter=str(drafter), main_model=main_name, draft_model=draft_name or "")
+    if thinking_s is not None:
+        data["thinking_s"] = thinking_s
     return data
+
+
+PART_NAMES = {"reasoning": "thinking", "answer": "answer", "tool_call": "tool call"}
+
+
+def parts_json(stats: GenerationStats) -> dict:
+    """The live numbers' parts (reasoning, answer, tool call) as a Summary's ``by_part`` is in JSON."""
+    return {part: part_dict(d, a, n, s) for part, d, a, n, s in stats.part_rows()}
+
+
+def format_parts(by_part: dict, sep: str = " · ") -> str:
+    """'thinking 41 tok/s, 80% accepted · answer 25 tok/s, 52% accepted': each part of an answer (a
+    Summary's ``by_part`` as JSON) where there was more than one; "" otherwise."""
+    if len(by_part or {}) < 2:
+        return ""
+    shown = []
+    for part, numbers in by_part.items():
+        text = f"{PART_NAMES.get(part, part)} {numbers.get('tokens_per_s', 0.0):.1f} tok/s"
+        if numbers.get("drafted"):
+            text += f", {round(100 * numbers.get('accepted', 0) / numbers['drafted'])}% accepted"
+        shown.append(text)
+    return sep.join(shown)
 
 
 INTERRUPTED = "interrupted"   # a streaming answer saved before its end (see the controller's _keep_partial)
@@ -71,7 +142,8 @@ INTERRUPTED = "interrupted"   # a streaming answer saved before its end (see the
 
 def format_footer(stats: dict) -> str:
     """'42.1 tok/s · 118 tokens · drafted 96 · accepted 71 (74%) · ≈1.8x vs main alone (estimated) · 1.9x
-    measured by Compare' (parts only when known)."""
+    measured by Compare' (parts only when known), and a line with each part of the answer (thinking,
+    answer, tool call) where there was more than one."""
     if stats and stats.get("stop_reason") == INTERRUPTED:
         return "interrupted: the app closed before this answer ended"
     if not stats or "generated_tokens" not in stats:
@@ -90,4 +162,5 @@ def format_footer(stats: dict) -> str:
         parts.append("stopped")
     elif reason == "error":
         parts.append("failed")
-    return " · ".join(parts)
+    split = format_parts(stats.get("by_part") or {})
+    return " · ".join(parts) + (f"\n{split}" if split else "")

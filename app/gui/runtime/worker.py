@@ -14,6 +14,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 
+from app.core.chat.reasoning import ThinkingFormat
 from app.core.compare import compare_greedy
 from app.core.engine import Engine, read_pair
 from app.core.errors import QuickdraftError
@@ -43,6 +44,8 @@ class LoadedInfo:
     placement: tuple[str, ...] = ()   # where each model's layers went, a line each
     remote_url: str | None = None     # chatting through this server instead of local models
     draft_is_mtp_drafter: bool = False  # the draft is an MTP drafter file: it drafts with MTP
+    thinking: ThinkingFormat | None = None      # the main model thinks: its reasoning markers (thinking on)
+    thinking_off: ThinkingFormat | None = None  # the same with its template's switch off (None: no switch)
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class GenerateRequest:
     drafter: DrafterKind | str        # a DrafterKind or its value
     cancel: threading.Event = field(default_factory=threading.Event, compare=False)
     compare: bool = False             # greedy speculative run, then greedy main-only run
+    template_variables: tuple[tuple[str, object], ...] = ()   # for the chat template: (("enable_thinking", False),)
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,7 @@ class EngineWorker(QObject):
             read_pair(request.main.path, request.draft.path if request.draft else None)
             self._close_engine()
             engine = Engine.load(request.main, request.draft, profile_store=self._profiles)
+            thinking = _thinking_formats(engine)
         except QuickdraftError as exc:
             self._load_failed(str(exc))
         except Exception as exc:  # llama.cpp can fail in ways the engine does not name
@@ -151,7 +156,7 @@ class EngineWorker(QObject):
                 request.main.path, request.draft.path if request.draft else None,
                 engine.main_info.display_name, engine.draft_info.display_name if engine.draft_info else None,
                 engine.warnings, tuple(f"{name}: {where.describe()}" for name, where in engine.placement().items()),
-                draft_is_mtp_drafter=engine.mtp_drafter is not None))
+                draft_is_mtp_drafter=engine.mtp_drafter is not None, thinking=thinking[0], thinking_off=thinking[1]))
 
     @Slot(object)
     def connect_remote(self, request: RemoteRequest) -> None:
@@ -271,18 +276,28 @@ class EngineWorker(QObject):
             else:
                 batches.add(event)
 
+        variables = {"template_variables": dict(request.template_variables)} if request.template_variables else {}
         summary = run_to_summary(engine.generate(list(request.messages), sampling=request.sampling,
                                                  speculation=request.speculation, drafter=request.drafter,
-                                                 cancel=request.cancel), send)
+                                                 cancel=request.cancel, **variables), send)
         batches.flush()
         return summary
 
     def _compare(self, engine: Engine, request: GenerateRequest) -> None:
-        tokens = engine.prompt(list(request.messages)).tokens
+        tokens = engine.prompt(list(request.messages), dict(request.template_variables)).tokens
         result = compare_greedy(engine, tokens, request.drafter, request.sampling.max_tokens,
                                 request.speculation, request.cancel)
         if result is not None:
             self.compared.emit(result)
+
+
+def _thinking_formats(engine: Engine) -> tuple[ThinkingFormat | None, ThinkingFormat | None]:
+    """How the main model marks its reasoning with thinking on, and with its template's switch off
+    (None: the template has no switch, or the model does not think)."""
+    fmt = engine.thinking_format()
+    if fmt is None or fmt.switch is None:
+        return fmt, None
+    return engine.thinking_format({fmt.switch: True}), engine.thinking_format({fmt.switch: False})
 
 
 class _Batcher:

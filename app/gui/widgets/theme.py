@@ -40,6 +40,10 @@ QFrame#banner[kind="error"] {{ background: {ERROR_BG}; border: 1px solid #f3b8b4
 QFrame#banner[kind="warning"] {{ background: {WARN_BG}; border: 1px solid #f0d58a; border-radius: 6px; }}
 QFrame#banner[kind="info"] {{ background: {INFO_BG}; border: 1px solid #a8dbb7; border-radius: 6px; }}
 QTextBrowser#messageBody {{ background: transparent; border: none; }}
+QTextBrowser#reasoningBody {{ background: {CODE_BG}; border: none; border-left: 3px solid {BORDER};
+    color: {MUTED}; }}
+QToolButton#reasoningToggle {{ border: none; color: {MUTED}; padding: 2px 0px; font-style: italic; }}
+QToolButton#reasoningToggle:hover {{ color: {ACCENT}; }}
 QPlainTextEdit, QLineEdit {{
     background: {PANEL_BG}; border: 1px solid {BORDER}; border-radius: 6px; padding: 4px 6px; }}
 QComboBox, QSpinBox, QDoubleSpinBox {{ min-height: 22px; }}

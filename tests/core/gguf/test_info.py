@@ -1,7 +1,7 @@
 import pytest
 
 from app.core.errors import ModelFileError
-from app.core.gguf.info import check_pair, read_gguf_info
+from app.core.gguf.info import OTHER_VOCABULARY_NOTE, check_pair, read_gguf_info, vocabulary_differences
 from app.core.gguf.tiny import TinySpec, vocabulary, write_tiny_model
 
 
@@ -22,28 +22,38 @@ def test_metadata_of_a_tiny_model(tiny_models):
 def test_pairs(tiny_models):
     main = read_gguf_info(tiny_models.main)
     assert check_pair(main, read_gguf_info(tiny_models.other)).compatible
-    bad = check_pair(main, read_gguf_info(tiny_models.other_vocab))
-    assert not bad.compatible and "token 3" not in bad.message() and "token 5" in bad.message()
+    other = check_pair(main, read_gguf_info(tiny_models.other_vocab))   # drafts through text
+    assert other.compatible and other.other_vocabulary and other.message().startswith(OTHER_VOCABULARY_NOTE)
+    assert "token 3" not in other.vocabulary_differences[0] and "token 5" in other.vocabulary_differences[0]
+    bad = check_pair(main, read_gguf_info(tiny_models.incompatible))
+    assert not bad.compatible and "MTP drafter for gemma4 models" in bad.message()
     bigger = check_pair(main, read_gguf_info(tiny_models.bigger))
     assert bigger.compatible and "not smaller" in bigger.warnings[0]
 
 
 def test_pair_rules_follow_llama_cpp(tmp_path, tiny_models):
+    """Which drafts share the main model's vocabulary is llama.cpp's rule; the others draft through text."""
     import dataclasses
 
     main = read_gguf_info(tiny_models.main)
     other_type = dataclasses.replace(main, vocab_type="gpt2")
-    assert "tokenizer types" in check_pair(main, other_type).message()
+    assert "tokenizer types" in vocabulary_differences(main, other_type)[0]
     other_eos = dataclasses.replace(main, eos_token_id=7)
-    assert "end-of-sequence" in check_pair(main, other_eos).message()
+    assert "end-of-sequence" in vocabulary_differences(main, other_eos)[0]
     # up to 128 extra tokens at the end are allowed, more are not
     grown = dataclasses.replace(main, tokens=main.tokens + ("x",) * 128, vocab_size=main.vocab_size + 128)
-    assert check_pair(main, grown).compatible
+    assert vocabulary_differences(main, grown) == [] and not check_pair(main, grown).other_vocabulary
     too_big = dataclasses.replace(main, tokens=main.tokens + ("x",) * 129, vocab_size=main.vocab_size + 129)
-    assert "differ by 129" in check_pair(main, too_big).message()
+    assert "differ by 129" in vocabulary_differences(main, too_big)[0]
     # ids below 5 may differ (special tokens), from 5 on they may not
     early = dataclasses.replace(main, tokens=("a", "b", "c", "d", "e") + main.tokens[5:])
-    assert check_pair(main, early).compatible
+    assert vocabulary_differences(main, early) == []
+    for other in (other_type, other_eos, too_big):
+        pair = check_pair(main, other)
+        assert pair.compatible and pair.other_vocabulary and OTHER_VOCABULARY_NOTE in pair.warnings
+    # without a tokenizer its tokens cannot become text
+    untokenized = check_pair(main, dataclasses.replace(main, vocab_type="none"))
+    assert not untokenized.compatible and "no tokenizer" in untokenized.message()
 
 
 def test_bad_files(tmp_path, tiny_models):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QUrl
+from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QGuiApplication
 
 from app.gui.chat.message_view import ChatView
+from app.gui.chat.reasoning_fold import fold_title
+from app.storage.conversations import StoredMessage
 
 ANSWER = "Use this:\n\n```python\nprint('hi')\n```\n\nand this:\n\n```sh\nls -la\n```\n"
 
@@ -116,3 +118,51 @@ def test_copy_code_links_written_by_the_model_do_nothing(qtbot):
         assert QGuiApplication.clipboard().text() == "unchanged"
     widget.body.anchorClicked.emit(QUrl("copy-code:0"))
     assert QGuiApplication.clipboard().text() == "ls"
+
+
+def test_reasoning_is_folded_above_the_answer_and_opens_on_a_click(qtbot):
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.resize(600, 800)
+    view.show()
+    widget = view.add_message(1, "assistant", "The answer.", {"generated_tokens": 9, "thinking_s": 12.4},
+                              reasoning="First I *consider* the question.")
+    fold = widget.reasoning
+    assert not fold.isHidden() and fold.button.text() == "▸ Thought for 12 s"
+    assert fold.body.isHidden() and fold.body.toPlainText() == ""   # closed: not even rendered
+    qtbot.mouseClick(fold.button, Qt.MouseButton.LeftButton)
+    assert fold.opened and fold.button.text() == "▾ Thought for 12 s"
+    assert not fold.body.isHidden() and fold.body.toPlainText().strip() == "First I consider the question."
+    assert widget.body.toPlainText().strip() == "The answer."
+    widget.copy_button.click()
+    assert QGuiApplication.clipboard().text() == "The answer."   # the answer, without the reasoning
+    qtbot.mouseClick(fold.button, Qt.MouseButton.LeftButton)
+    assert not fold.opened and fold.body.isHidden()
+    plain = view.add_message(2, "assistant", "No reasoning.")
+    assert plain.reasoning.isHidden()
+
+
+def test_while_the_model_thinks_the_fold_says_so_and_the_answer_follows(qtbot):
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.show()
+    widget = view.start_answer(7)
+    view.update_answer(7, "", [], "Hmm", 0.4, thinking=True)
+    assert widget.reasoning.button.text() == "▸ Thinking…"
+    assert widget.body.isHidden()   # no "…" below the fold while only reasoning streams
+    widget.reasoning.set_open(True)
+    view.update_answer(7, "", [], "Hmm, the user", 2.0, thinking=True)
+    assert widget.reasoning.body.toPlainText().strip() == "Hmm, the user"   # open: it streams in
+    view.update_answer(7, "Hi", [["Hi", "main"]], "Hmm, the user", 2.5, thinking=False)
+    assert widget.reasoning.button.text() == "▾ Thought for 2.5 s" and not widget.body.isHidden()
+    view.finish_answer(StoredMessage(7, 1, "assistant", "Hi!", {"generated_tokens": 3, "thinking_s": 0.3},
+                                     reasoning="Hmm, the user greets."))
+    assert widget.reasoning.button.text() == "▾ Thought for less than a second"
+    assert widget.reasoning.body.toPlainText().strip() == "Hmm, the user greets."
+
+
+def test_fold_titles():
+    assert fold_title(True, 3.0, False) == "▸ Thinking…"
+    assert fold_title(False, 104.6, True) == "▾ Thought for 105 s"
+    assert fold_title(False, 9.94, False) == "▸ Thought for 9.9 s"
+    assert fold_title(False, None, False) == "▸ Reasoning"

@@ -1,11 +1,13 @@
 """The model bar lists every installed model (the registry) in both pickers, recent files first,
-without the user ever opening them; incompatible drafts stay listed, disabled, with the reason."""
+without the user ever opening them; a draft of another vocabulary is offered as one, incompatible
+drafts stay listed, disabled, with the reason."""
 
 from __future__ import annotations
 
 import pytest
 from PySide6.QtWidgets import QFileDialog
 
+from app.core.gguf.info import OTHER_VOCABULARY_NOTE
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.gui.models.model_bar import SHOW_HIDE, ModelBar
 from app.models.registry import ModelRegistry
@@ -18,14 +20,17 @@ def models_dir(tmp_path):
 
 @pytest.fixture
 def installed(models_dir, tmp_path):
-    """A main model, a smaller same-vocabulary draft and a model with another vocabulary, imported
-    through the registry as `quickdraft models import` does."""
+    """A main model, a smaller same-vocabulary draft, a model with another vocabulary and an MTP drafter
+    made for gemma4 models (it drafts for none of them), imported through the registry as `quickdraft
+    models import` does."""
     src = tmp_path / "src"
     registry = ModelRegistry(models_dir)
     main = registry.import_file(write_tiny_model(src / "chat-main.gguf", TinySpec(seed=0, n_layer=4)))
     draft = registry.import_file(write_tiny_model(src / "chat-draft.gguf", TinySpec(seed=1)))
     other = registry.import_file(write_tiny_model(src / "other-vocab.gguf", TinySpec(seed=2, other_vocab=True)))
-    return str(main.path), str(draft.path), str(other.path)
+    assistant = registry.import_file(write_tiny_model(src / "gemma4-assistant.gguf",
+                                                      TinySpec(architecture="gemma4-assistant", name="assistant")))
+    return str(main.path), str(draft.path), str(other.path), str(assistant.path)
 
 
 def make_bar(qtbot, models_dir) -> ModelBar:
@@ -51,34 +56,37 @@ def toggle_incompatible(bar: ModelBar) -> None:
 
 
 def test_installed_models_appear_in_both_pickers_without_being_opened(qtbot, models_dir, installed):
-    main, draft, other = installed
+    main, draft, other, assistant = installed
     bar = make_bar(qtbot, models_dir)
     bar.set_recent([], [])
     assert sorted(main_items(bar)) == sorted(installed)
     assert bar.has_models
     bar.set_main(main)
-    assert draft_items(bar) == [draft], "only the drafts that can draft for it"
+    assert sorted(draft_items(bar)) == sorted([draft, other]), "only the drafts that can draft for it"
     assert bar.draft_combo.itemText(bar.draft_combo.count() - 1) == "Show 1 incompatible draft…"
     kept = bar.current_draft()
     toggle_incompatible(bar)
-    assert sorted(draft_items(bar)) == sorted([draft, other]) and bar.current_draft() == kept
-    assert bar.is_draft_item_enabled(draft)
-    assert not bar.is_draft_item_enabled(other)
-    assert "vocabular" in bar.option_for(other).reason
-    assert "incompatible" in bar.option_for(other).label
-    assert not bar.set_draft(other) and bar.set_draft(draft)
+    assert sorted(draft_items(bar)) == sorted([draft, other, assistant]) and bar.current_draft() == kept
+    assert bar.is_draft_item_enabled(draft) and bar.is_draft_item_enabled(other)
+    assert not bar.is_draft_item_enabled(assistant)
+    # another vocabulary is offered, saying what it costs
+    assert bar.option_for(other).label.endswith("(different vocabulary)")
+    assert OTHER_VOCABULARY_NOTE in bar.option_for(other).reason
+    assert "MTP drafter for gemma4" in bar.option_for(assistant).reason
+    assert "incompatible" in bar.option_for(assistant).label
+    assert not bar.set_draft(assistant) and bar.set_draft(other) and bar.set_draft(draft)
     assert bar.current_draft() == draft
 
 
 def test_recent_files_come_first_then_the_installed_models(qtbot, models_dir, installed, tmp_path):
-    main, draft, other = installed
+    main, draft, other, assistant = installed
     elsewhere = str(write_tiny_model(tmp_path / "elsewhere" / "opened-once.gguf", TinySpec(seed=0)))
     bar = make_bar(qtbot, models_dir)
     bar.set_recent([elsewhere, draft], [])
     assert main_items(bar)[:2] == [elsewhere, draft], "recent ones first, most recent at the top"
-    assert sorted(main_items(bar)[2:]) == sorted([main, other])
+    assert sorted(main_items(bar)[2:]) == sorted([main, other, assistant])
     assert bar.current_main() == elsewhere
-    assert sorted(draft_items(bar)) == sorted([main, draft]), "every installed model that can draft for it"
+    assert sorted(draft_items(bar)) == sorted([main, draft, other]), "every installed model that can draft for it"
     toggle_incompatible(bar)
     assert sorted(draft_items(bar)) == sorted(installed), "and, on asking, the others"
 
@@ -100,7 +108,7 @@ def test_refresh_lists_models_installed_after_the_bar_was_built(qtbot, models_di
 
 
 def test_browse_main_and_draft_are_public(qtbot, models_dir, installed, monkeypatch):
-    main, draft, _ = installed
+    main, draft, *_ = installed
     bar = make_bar(qtbot, models_dir)
     picked = iter([main, draft])
     monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *args, **kwargs: (next(picked), ""))
@@ -169,7 +177,7 @@ def test_an_mtp_drafter_file_is_a_draft_that_drafts_with_mtp_and_never_a_main(qt
 
 
 def test_picking_a_main_model_chooses_its_best_draft_and_says_so(qtbot, models_dir, installed, tmp_path):
-    main, draft, other = installed
+    main, draft, other, _ = installed
     registry = ModelRegistry(models_dir)
     bigger = str(registry.import_file(write_tiny_model(tmp_path / "src" / "chat-big.gguf",
                                                        TinySpec(seed=5, n_layer=6))).path)
@@ -181,8 +189,8 @@ def test_picking_a_main_model_chooses_its_best_draft_and_says_so(qtbot, models_d
     bar.draft_chosen.connect(lambda *args: chosen.append(args))
     bar.main_combo.setCurrentIndex(bar.main_combo.findData(bigger))   # as the user picks it
     bar.main_combo.activated.emit(bar.main_combo.currentIndex())
-    # the smallest of the same vocabulary (main is larger than draft); the other vocabulary never
+    # the smallest of the same vocabulary (main is larger than draft), before the other vocabulary's
     assert bar.current_draft() == draft and chosen == [(bigger, draft, "")]
     assert bar.best_draft() == draft
     bar.set_main(other)
-    assert bar.best_draft() == "", "nothing installed can draft for a model of another vocabulary"
+    assert bar.best_draft() == draft, "no draft shares its vocabulary: a smaller one of another drafts through text"

@@ -10,6 +10,7 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QApplication
 
+from app.core.gguf.info import OTHER_VOCABULARY_NOTE
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.gui.models.manager import ModelManagerDialog
 from app.models.download import local_path, partial_path
@@ -45,7 +46,8 @@ def make_dialog(qtbot, qloop, paths, hub):
 
 @pytest.fixture
 def installed(paths, tmp_path):
-    """A main model, a smaller same-family draft and a model with another vocabulary, installed."""
+    """A main model, a smaller same-family draft and a model with another vocabulary (it drafts through
+    text), installed."""
     src = tmp_path / "src"
     registry = ModelRegistry(paths.models_dir)
     main = registry.import_file(write_tiny_model(src / "tiny-chat-2M-F32.gguf",
@@ -160,10 +162,11 @@ def test_choosing_a_pair_emits_pair_chosen(qtbot, make_dialog, installed):
     dialog = make_dialog()
     dialog.tabs.setCurrentIndex(1)
     assert dialog.pairing_tab.main_combo.currentData() == str(main), "the largest model is the default main model"
-    assert _column(dialog.pairing_tab.drafts_table) == [draft.name]
+    # the same vocabulary first; another vocabulary drafts too, and says what it costs
+    assert _column(dialog.pairing_tab.drafts_table) == [draft.name, other.name]
     assert "same family" in dialog.pairing_tab.drafts_table.item(0, 2).text()
-    assert _column(dialog.pairing_tab.incompatible_table) == [other.name]
-    assert "vocabular" in dialog.pairing_tab.incompatible_table.item(0, 1).text()
+    assert OTHER_VOCABULARY_NOTE in dialog.pairing_tab.drafts_table.item(1, 2).text()
+    assert _column(dialog.pairing_tab.incompatible_table) == []
     with qtbot.waitSignal(dialog.pair_chosen, timeout=TIMEOUT_MS) as blocker:
         qtbot.mouseClick(dialog.pairing_tab.use_pair_button, Qt.MouseButton.LeftButton)
     assert blocker.args == [str(main), str(draft)]

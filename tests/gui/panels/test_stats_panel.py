@@ -83,3 +83,40 @@ def test_the_speedup_tile_reads_a_dash_without_an_estimate(qtbot, estimate, show
     live.add(summary(learning=False, estimated_speedup=estimate))   # e.g. a fixed policy: no cost model
     panel.update_from(live)
     assert panel.values()["speedup"] == shown
+
+
+def test_the_panel_shows_the_threads_each_model_decoded_with(qtbot):
+    panel = StatsPanel()
+    qtbot.addWidget(panel)
+    live = LiveStats()
+    live.add(Round(0, 2, 1, 0.01, 0.1, 2, at_s=0.2))
+    panel.update_from(live)
+    assert panel.threads.text() == ""            # known with the summary
+    live.add(replace(summary(learning=False), threads=1, draft_threads=2))
+    panel.update_from(live)
+    assert panel.threads.text() == "threads: main 1 · draft 2 (learned)"
+    live.add(replace(summary(learning=False), threads=2, draft_threads=0))   # no draft model
+    panel.update_from(live)
+    assert panel.threads.text() == "threads: main 2 (learned)"
+    live.add(summary(learning=False))            # a remote server: not known
+    panel.update_from(live)
+    assert panel.threads.text() == ""
+    live.add(replace(summary(learning=False), threads=2))
+    panel.update_from(live)
+    panel.clear()
+    assert panel.threads.text() == ""
+
+
+def test_the_panel_splits_speed_and_acceptance_by_part_when_an_answer_had_more_than_one(qtbot):
+    panel = StatsPanel()
+    qtbot.addWidget(panel)
+    live = LiveStats()
+    live.add(Round(0, 4, 4, 0.01, 0.1, 6, at_s=0.5, part="reasoning"))
+    panel.update_from(live)
+    assert panel.parts.isHidden() and panel.parts.text() == ""   # one part: nothing to split
+    live.add(Round(1, 4, 1, 0.01, 0.1, 8, at_s=1.5, part="answer"))
+    panel.update_from(live)
+    assert not panel.parts.isHidden()
+    assert panel.parts.text().splitlines() == ["thinking 10.0 tok/s, 100% accepted", "answer 2.0 tok/s, 25% accepted"]
+    panel.clear()
+    assert panel.parts.isHidden()

@@ -67,9 +67,9 @@ def test_compare_runs_greedy_with_the_draft_and_alone(worker):
 def test_an_incompatible_pair_is_refused_with_the_engines_own_message(gui_models):
     worker = EngineWorker()
     seen = record(worker)
-    worker.load(LoadRequest(ModelParams(str(gui_models.main)), ModelParams(str(gui_models.other_vocab))))
+    worker.load(LoadRequest(ModelParams(str(gui_models.main)), ModelParams(str(gui_models.incompatible))))
     [failure] = seen["load_failed"]
     with pytest.raises(IncompatibleDraftError) as refused:
-        read_pair(str(gui_models.main), str(gui_models.other_vocab))
+        read_pair(str(gui_models.main), str(gui_models.incompatible))
     assert isinstance(failure, LoadFailure) and failure.message == str(refused.value)
     assert not failure.previous_kept

@@ -97,7 +97,7 @@ def test_without_a_model_a_request_fails_and_still_ends_idle(qtbot, harness):
 
 def test_a_refused_pair_keeps_the_pair_loaded_before(qtbot, harness, gui_models):
     load(qtbot, harness, gui_models.main)
-    load(qtbot, harness, gui_models.main, gui_models.other_vocab)
+    load(qtbot, harness, gui_models.main, gui_models.incompatible)
     failure = harness.last("load_failed")
     assert "cannot draft" in failure.message and failure.previous_kept
     assert generate(qtbot, harness, request())[-2:] == ["finished", "idle"]

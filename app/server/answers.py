@@ -1,0 +1,159 @@
+"""A chat answer's parts for the server: the prompt as a request's tools and template switches make it
+(built on the engine's thread), and the answer's text cut into reasoning, content and tool calls, in
+the shapes of OpenAI's messages and stream deltas (``reasoning_content`` as llama-server sends it).
+
+A forced call is a prefill. ``tool_choice`` "required", or a named function, must make the answer a
+call: the call's opening (Qwen2.5's ``<tool_call>\\n``; with a name, ``<tool_call>\\n{"name":
+"get_weather", "arguments": ``) is written after the generation prompt, as if the model had begun so,
+and the model goes on from there with its own distribution. Nothing is masked or resampled, so the
+draft is verified against the main model's distribution as for any prompt and the answer stays the
+main model's own (token for token when greedy). A grammar instead would have to constrain the main
+model's distribution while drafts are verified. The parsers read the prefill as the answer's start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from collections.abc import Sequence
+
+from app.core.chat.messages import check_messages
+from app.core.chat.prompt import needs_template, prompt_tokens
+from app.core.chat.reasoning import REASONING, ThinkingFormat, ReasoningSplitter, prompt_tail, thinking_format
+from app.core.chat.toolcalls import CALL, CONTENT, ToolCall, ToolCallStream
+from app.core.chat.tools import MARKERS, ToolFormat, ToolSupport, call_opening, template_messages, tool_support
+from app.server.api import ApiError, GenerationRequest
+
+READABLE_FORMATS = ("Hermes and Qwen's <tool_call> JSON, Qwen3-Coder's XML, Llama 3.x's JSON, Mistral's "
+                    "[TOOL_CALLS] and gpt-oss's harmony")
+
+
+@dataclass(frozen=True)
+class AnswerPlan:
+    """How to read one chat answer."""
+
+    thinking: ThinkingFormat | None = None   # the template's reasoning markers (None: it does not think)
+    tools: ToolFormat | None = None          # the format calls are read in (None: the answer is text)
+    tool_defs: tuple[dict, ...] = ()         # the request's tools (their schemas type Qwen3-Coder's values)
+    parallel: bool = True                    # False: only the first call is kept
+    prefill: str = ""                        # the answer's start written into the prompt (a forced call)
+    spell: tuple[str, ...] = ()              # marker texts whose control tokens the answer must spell
+
+    @property
+    def plain(self) -> bool:
+        """The answer is its text as it comes (no reasoning, no tools)."""
+        return self.thinking is None and self.tools is None and not self.prefill
+
+
+def chat_prompt(engine, request: GenerationRequest, model_name: str) -> tuple[list[int], AnswerPlan]:
+    """The prompt tokens of a chat request and how to read its answer. Raises ApiError (400) for tools
+    the model's template cannot take, QuickdraftError for messages or a template that fail."""
+    model = engine.main.model
+    template = model.chat_template()
+    choice = request.tools
+    active = choice is not None and choice.mode != "none"
+    messages = check_messages(list(request.messages))
+    variables = dict(request.template_variables)
+    support = None
+    if active or needs_template(messages, None):
+        support = tool_support(template)
+        _check_support(support, template, active, messages, model_name)
+        messages = template_messages(messages, support)
+    if active:
+        variables["tools"] = [dict(t) for t in choice.tools]
+    tokens = list(engine.prompt(messages, variables).tokens)
+    thinking = thinking_format(template, prompt_tail(model, tokens))
+    if not active:
+        return tokens, AnswerPlan(thinking)
+    prefill: list[tuple[str, bool]] = []
+    if choice.mode in ("required", "function"):
+        if thinking is not None and thinking.starts_open:
+            prefill.append((thinking.end + "\n\n", True))
+        prefill += call_opening(support.format, template, choice.name)
+        tokens = list(prompt_tokens(model, messages, variables, prefill).tokens)
+    return tokens, AnswerPlan(thinking, support.format, choice.tools, choice.parallel,
+                              "".join(text for text, _ in prefill), MARKERS[support.format])
+
+
+def _check_support(support: ToolSupport, template: str | None, active: bool, messages: Sequence[dict],
+                   model_name: str) -> None:
+    if not template:
+        raise ApiError(400, f"{model_name} has no chat template, so it cannot be given tools or a tool "
+                       "conversation.", param="tools" if active else "messages")
+    if active and not support.tools:
+        raise ApiError(400, f"The chat template of {model_name} does not show tools to the model, so it cannot call "
+                       "them. Send the request without 'tools' (or with \"tool_choice\": \"none\"), or serve a model "
+                       "whose template takes tools.", param="tools")
+    if active and support.format is None:
+        raise ApiError(400, f"The chat template of {model_name} takes tools, but its model writes calls in a format "
+                       f"Quickdraft does not read (it reads {READABLE_FORMATS}).", param="tools")
+    if any(m.get("tool_calls") for m in messages) and not support.calls:
+        raise ApiError(400, f"The chat template of {model_name} cannot show an assistant message's tool_calls, so "
+                       "the model would not see its own calls.", param="messages")
+
+
+class AnswerStream:
+    """An answer's text, fed in pieces as they come, as OpenAI stream deltas: {"reasoning_content"},
+    {"content"} and, for each call, {"tool_calls": [{index, id, type, function: {name, arguments: ""}}]}
+    then {"tool_calls": [{index, function: {arguments}}]}, as OpenAI streams a call."""
+
+    def __init__(self, plan: AnswerPlan):
+        self.plan = plan
+        self._splitter = ReasoningSplitter(plan.thinking) if plan.thinking is not None else None
+        self._tools = ToolCallStream(plan.tools, plan.tool_defs, plan.parallel) if plan.tools is not None else None
+        self._prefill = plan.prefill
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return self._tools.calls if self._tools is not None else []
+
+    def feed(self, text: str) -> list[dict]:
+        text, self._prefill = self._prefill + text, ""
+        return self._deltas(self._splitter.feed(text) if self._splitter is not None else [("answer", text)])
+
+    def finish(self) -> list[dict]:
+        out = self.feed("") if self._prefill else []
+        if self._splitter is not None:
+            out += self._deltas(self._splitter.finish())
+        if self._tools is not None:
+            out += self._tool_deltas(self._tools.finish())
+        return out
+
+    def _deltas(self, pieces) -> list[dict]:
+        out: list[dict] = []
+        for part, text in pieces:
+            if part == REASONING:
+                out.append({"reasoning_content": text})
+            elif self._tools is not None:
+                out += self._tool_deltas(self._tools.feed(text))
+            elif text:
+                out.append({"content": text})
+        return out
+
+    def _tool_deltas(self, items) -> list[dict]:
+        out: list[dict] = []
+        for kind, item in items:
+            if kind == CALL:
+                index = self.calls.index(item)
+                out.append({"tool_calls": [{"index": index, "id": item.id, "type": "function",
+                                            "function": {"name": item.name, "arguments": ""}}]})
+                out.append({"tool_calls": [{"index": index, "function": {"arguments": item.arguments}}]})
+            else:
+                out.append({"content" if kind == CONTENT else "reasoning_content": item})
+        return out
+
+
+def answer_message(plan: AnswerPlan, text: str) -> tuple[dict, bool]:
+    """A whole answer as OpenAI's message (content null when it is only calls), and whether it calls
+    tools: what the stream's deltas add up to."""
+    stream = AnswerStream(plan)
+    deltas = stream.feed(text) + stream.finish()
+    content = "".join(d.get("content", "") for d in deltas)
+    reasoning = "".join(d.get("reasoning_content", "") for d in deltas)
+    message: dict = {"role": "assistant", "content": content if content or not stream.calls else None}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if stream.calls:
+        message["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                                 for c in stream.calls]
+    return message, bool(stream.calls)
+
