@@ -20,11 +20,12 @@ import numpy as np
 from app.core.errors import DecodeError, InvalidMessagesError, ModelLoadError
 from app.core.gguf.info import read_gguf_info
 from app.core.llama import library
+from app.core.llama.deadline import ABORTED, DecodeDeadline
 from app.core.llama.devices import DeviceList, choose_device, free_bytes
 from app.core.llama.library import lib
 from app.core.llama.placement import parse_placement, plan_gpu_layers
 from app.core.llama.recurrent import LATEST, PROMPT, SavedState, SavedStates
-from app.core.llama.threads import ThreadTuner
+from app.core.llama.threads import GIVE_UP_RATIO, ThreadTuner
 from app.core.params import AUTO, ModelParams
 
 def default_threads() -> int:
@@ -226,6 +227,7 @@ class LlamaSession:
                 f"Could not create a context of {cparams.n_ctx} tokens for {model.name}: "
                 f"lower the context size or offload fewer layers. {library.take_errors()}".rstrip())
         self._ctx = ctx
+        self._deadline = DecodeDeadline(ctx)
         self.n_ctx = int(llama_cpp.llama_n_ctx(ctx))
         n_batch = self.n_batch = int(llama_cpp.llama_n_batch(ctx))  # llama.cpp caps it at the context size
         self._memory = llama_cpp.llama_get_memory(ctx)
@@ -247,6 +249,7 @@ class LlamaSession:
         self.rereads = 0                 # times the cache was read again from the start (for tests)
         # called with (start, n) after each batch decoded (app/core/llama/mtp.py reads hidden states)
         self.decode_hooks: list[Callable[[int, int], None]] = []
+        self._choose_threads()
 
     @property
     def raw_context(self):
@@ -288,10 +291,16 @@ class LlamaSession:
         self._logits_flags[n - 1] = 1
         self._batch.n_tokens = n
         threads = self._use_threads(self.threads.next_count())
+        limit = self.threads.deadline(n)
         t0 = time.perf_counter()
-        rc = llama_cpp.llama_decode(self._ctx, self._batch)
+        with self._deadline.limit(limit):
+            rc = llama_cpp.llama_decode(self._ctx, self._batch)
         seconds = time.perf_counter() - t0
         self.decode_s += seconds
+        if rc == ABORTED and limit is not None:   # a thread count on trial was far slower: not that one
+            self.threads.stopped()
+            self._after_failed_decode(start, keep_state=True)
+            return self._decode(tokens, all_logits)
         self.threads.observe(n, threads, seconds)
         if rc != 0:
             self._after_failed_decode(start)
@@ -308,6 +317,32 @@ class LlamaSession:
     def n_threads(self) -> int:
         """Threads the next decode uses (the learned count, or the user's)."""
         return self.threads.next_count()
+
+    def _choose_threads(self) -> None:
+        """The starting thread count, from one-token decodes timed now: one thread, then the default
+        count, stopped once clearly slower (where every core is busy it would take seconds)."""
+        if self.threads.fixed or self.threads.current == 1:
+            return
+        token = max(self.model.bos, 0)
+        self._timed_first_token(token, 1, None)          # reads the weights in: not counted
+        one = self._timed_first_token(token, 1, None)
+        self.threads.start_from(one, self._timed_first_token(token, self.threads.current, GIVE_UP_RATIO * one))
+
+    def _timed_first_token(self, token: int, count: int, limit: float | None) -> float | None:
+        """Seconds to decode ``token`` alone with ``count`` threads (None: stopped past ``limit``); the
+        cache is left empty."""
+        self._use_threads(count)
+        self._tokens[0], self._pos[0], self._logits_flags[0] = token, 0, 1
+        self._batch.n_tokens = 1
+        t0 = time.perf_counter()
+        with self._deadline.limit(limit):
+            rc = lib().llama_decode(self._ctx, self._batch)
+        seconds = time.perf_counter() - t0
+        self._remove_from(0)
+        if rc not in (0, ABORTED):
+            raise ModelLoadError(f"llama.cpp failed to decode a first token with {self.model.name} (code {rc}). "
+                                 f"{library.take_errors()}".rstrip())
+        return seconds if rc == 0 else None
 
     def _use_threads(self, count: int) -> int:
         if count != self._threads_set:
@@ -359,14 +394,18 @@ class LlamaSession:
         if len(kept) > saved.n_tokens:
             self._eval(kept[saved.n_tokens:], all_logits=False)
 
-    def _after_failed_decode(self, start: int) -> None:
+    def _after_failed_decode(self, start: int, keep_state: bool = False) -> None:
         """A batch llama.cpp could not decode may have left part of itself behind: drop what it may have
         added to the keys and values; a recurrent state it may have folded in cannot be told apart, so
-        that cache is emptied (the next answer reads its prompt again) instead of being trusted."""
+        that cache is emptied (the next answer reads its prompt again) instead of being trusted, or,
+        with ``keep_state`` (the batch is decoded again at once), read again up to ``start``."""
         self._rollback_window = 0
         if self.memory == ATTENTION:
             self._seq_rm(start)
             return
+        if keep_state:
+            saved = self._saved.latest_within(start)
+            return self._put_back(saved, start) if saved is not None else self._read_again(start)
         self._saved.clear()
         self._remove_from(0)
 

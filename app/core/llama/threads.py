@@ -11,7 +11,12 @@ changes while the app runs, so the count is learned like a step's cost is:
 - now and then, a neighbour of the current count (one fewer, one more) decodes a few batches; it
   takes over when its times beat the current count's by ``WIN_MARGIN`` (median of ratios);
 - a probe that loses is abandoned at its first clearly slower decode, and the next probe waits
-  twice as long (up to ``MAX_INTERVAL`` decodes), so a steady machine pays well under 1%;
+  twice as long (up to ``MAX_INTERVAL`` decodes), so a steady machine pays well under 1%; a decode
+  on trial is stopped once it takes ``GIVE_UP_RATIO`` times the current count's (``deadline``;
+  app/core/llama/deadline.py), because on a machine whose cores are all busy a decode with more
+  threads can take seconds where one thread takes 40 ms;
+- the starting count comes from one-token decodes timed when the context is made (``start_from``),
+  so that not even the first prompt is read with a count the machine cannot give;
 - when the current count's own times move (the machine got busier or quieter), a probe comes at
   once and the waiting starts over.
 
@@ -73,6 +78,28 @@ class ThreadTuner:
     def next_count(self) -> int:
         """Threads for the next decode: the current count, or a neighbour while it is being tried."""
         return self._probe.count if self._probe else self.current
+
+    def start_from(self, one_thread_s: float, current_s: float | None) -> None:
+        """The counts' one-token times at start: one thread's, and the starting count's (None: it was
+        stopped past its deadline). The faster one becomes the count."""
+        if self.fixed:
+            return
+        self._history(1, 1).append(one_thread_s)
+        if current_s is not None:
+            self._history(self.current, 1).append(current_s)
+        if current_s is None or one_thread_s < current_s * (1 - WIN_MARGIN):
+            self.current = 1
+
+    def deadline(self, n_tokens: int) -> float | None:
+        """Seconds after which the next decode should be stopped: a decode on trial that takes
+        ``GIVE_UP_RATIO`` times the current count's has lost (None: no limit)."""
+        baseline = self._times.get((self.current, n_tokens)) if self._probe else None
+        return GIVE_UP_RATIO * median(baseline) if baseline else None
+
+    def stopped(self) -> None:
+        """The decode on trial was stopped at its deadline: the count on trial lost."""
+        if self._probe:
+            self._end_probe(won=False)
 
     def observe(self, n_tokens: int, threads: int, seconds: float) -> None:
         """A decode of ``n_tokens`` tokens took ``seconds`` with ``threads`` threads."""

@@ -5,6 +5,10 @@ Speculation statistics come from wherever the server reports them: llama-server'
 ``timings`` (draft_n, draft_n_accepted; asked for with "timings_per_token"), else the deltas of the
 speculation counters on its /metrics around the answer (vLLM; llama-server started with --metrics).
 When neither reports anything the Summary says ``speculation_reported=False`` instead of zeros.
+
+A thinking model's reasoning comes as ``reasoning_content`` deltas (llama-server, Quickdraft, vLLM);
+it is passed on as the ``<think>`` block a local thinking model writes, so that the window and the
+CLI read both alike (``RemoteEngine.thinking_format``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from app.core.chat.prompt import Message
+from app.core.chat.reasoning import ThinkingFormat
 from app.core.errors import QuickdraftError
 from app.core.params import DEFAULT_DRAFTER, DrafterKind, SamplingParams, SpeculationParams
 from app.core.remote.metrics import SpecCounters, spec_counters
@@ -26,6 +31,8 @@ from app.core.speculation.events import Event, Origin, Round, StopReason, Summar
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 600.0   # a big model may think long before its first token
 FINISH = {"stop": StopReason.EOG, "length": StopReason.LENGTH, "eos": StopReason.EOG}
+# how a server's reasoning_content is marked in the answer's text (no switch: the server's template decides)
+REMOTE_THINKING = ThinkingFormat("<think>", "</think>", starts_open=False, switch=None)
 
 
 class RemoteError(QuickdraftError):
@@ -61,6 +68,10 @@ class RemoteEngine:
 
     def close(self) -> None:
         self._client.close()
+
+    def thinking_format(self, variables=None) -> ThinkingFormat:
+        """How the answer's text marks the reasoning a server sends apart."""
+        return REMOTE_THINKING
 
     def generate(self, messages: Sequence[Message] | None = None, *, prompt: Sequence[int] | None = None,
                  sampling: SamplingParams = SamplingParams(), speculation: SpeculationParams = SpeculationParams(),
@@ -155,6 +166,7 @@ class ChunkReader:
         self.rounds = 0
         self._open: tuple[int, int] | None = None   # (drafted, accepted) of the round being received
         self._drafts_left = 0
+        self._in_reasoning = False
 
     def add(self, chunk: dict) -> Iterator[Event]:
         self.chunks += 1
@@ -165,7 +177,7 @@ class ChunkReader:
             self.usage = chunk["usage"]
         choice = (chunk.get("choices") or [{}])[0]
         self.finish = choice.get("finish_reason") or self.finish
-        text = _choice_text(choice)
+        text = self._marked(*_choice_parts(choice))
         if text:
             self.first_s = now if self.first_s is None else self.first_s
             self.last_s = now
@@ -173,6 +185,17 @@ class ChunkReader:
             origin = Origin.DRAFT if self._drafts_left > 0 else Origin.MAIN
             self._drafts_left -= origin is Origin.DRAFT
             yield TokenPiece(text, (), origin, at_s=now)
+
+    def _marked(self, reasoning: str, content: str) -> str:
+        """A delta's reasoning and content as text, the reasoning inside REMOTE_THINKING's markers."""
+        text = ""
+        if reasoning:
+            text = ("" if self._in_reasoning else REMOTE_THINKING.start) + reasoning
+            self._in_reasoning = True
+        if content and self._in_reasoning:
+            text += REMOTE_THINKING.end
+            self._in_reasoning = False
+        return text + content
 
     def _timings(self, timings: dict, now: float) -> Iterator[Round]:
         self.timings = timings
@@ -261,10 +284,14 @@ def _chunk(data: str) -> dict:
     return chunk
 
 
-def _choice_text(choice: dict) -> str:
+def _choice_parts(choice: dict) -> tuple[str, str]:
+    """(reasoning, content) of a streamed choice: a chat delta's, or a completion's text."""
     delta = choice.get("delta")
-    text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-    return text if isinstance(text, str) else ""
+    if not isinstance(delta, dict):
+        text = choice.get("text")
+        return "", text if isinstance(text, str) else ""
+    reasoning, content = delta.get("reasoning_content"), delta.get("content")
+    return (reasoning if isinstance(reasoning, str) else "", content if isinstance(content, str) else "")
 
 
 def _sampling_body(s: SamplingParams) -> dict:

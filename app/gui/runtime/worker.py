@@ -174,7 +174,7 @@ class EngineWorker(QObject):
         self._close_engine()
         self._engine = engine
         self.loaded.emit(LoadedInfo(request.url, None, name, None, (), (f"remote: {engine.url}",),
-                                    remote_url=request.url))
+                                    remote_url=request.url, thinking=engine.thinking_format()))
 
     def _load_failed(self, message: str) -> None:
         if self._engine is None:

@@ -113,12 +113,16 @@ class Scripted(ThreadTuner):
         self.seen.append((n_tokens, threads))
 
 
-@pytest.fixture
-def tiny_session(tiny_models):
+@pytest.fixture(params=["llama", "lfm2", "mamba"])
+def tiny_session(request, tiny_models, tmp_path_factory):
+    """A session on a tiny model whose memory is attention (llama), hybrid (lfm2) or recurrent (mamba)."""
+    from app.core.gguf.tiny import TinySpec, write_tiny_model
     from app.core.llama.binding import LlamaModel, LlamaSession
     from app.core.params import ModelParams
 
-    model = LlamaModel(ModelParams(str(tiny_models.main), n_gpu_layers=0))
+    path = tiny_models.main if request.param == "llama" else write_tiny_model(
+        tmp_path_factory.mktemp("threads") / f"{request.param}.gguf", TinySpec(architecture=request.param))
+    model = LlamaModel(ModelParams(str(path), n_gpu_layers=0))
     yield lambda threads=None: LlamaSession(model, n_ctx=128, n_threads=threads)
     model.close()
 
@@ -155,4 +159,66 @@ def test_a_count_the_user_gave_is_fixed(tiny_session):
     assert session.threads.fixed and session.n_threads == 3
     greedy(session, [1, 5, 9], 40)
     assert session.n_threads == 3 and session.threads.probes == 0
+    session.close()
+
+
+# --- a trial stopped at its deadline, and the count to start from ------------------------------------
+
+def test_a_decode_on_trial_gets_a_deadline_and_a_stopped_one_loses():
+    tuner = ThreadTuner(1, most=2)
+    assert tuner.deadline(1) is None                   # nothing on trial
+    for _ in range(2):
+        tuner.observe(1, 1, 0.040)
+    assert tuner.next_count() == 2                     # on trial
+    assert tuner.deadline(1) == pytest.approx(0.040 * 1.4)
+    assert tuner.deadline(4) is None                   # no time of the current count for this size
+    tuner.stopped()
+    assert tuner.next_count() == 1 and tuner.current == 1 and tuner.deadline(1) is None
+
+
+def test_the_start_is_the_faster_count_of_the_first_decodes():
+    quiet = ThreadTuner(2, most=2)
+    quiet.start_from(0.040, 0.025)
+    assert quiet.current == 2
+    busy = ThreadTuner(2, most=2)
+    busy.start_from(0.040, None)                       # stopped at its deadline
+    assert busy.current == 1
+    fixed = ThreadTuner(2, most=2, fixed=True)
+    fixed.start_from(0.040, None)
+    assert fixed.current == 2
+
+
+def test_a_stopped_decode_is_decoded_again_and_the_answer_is_the_same(tiny_session):
+    session = tiny_session()
+    plain = greedy(session, [1, 5, 9, 13], 12)
+    session.truncate(0)
+
+    class SomeDecodesStopped(Scripted):
+        """Every third decode is on trial with a deadline already past (llama.cpp stops it after its
+        first node); what follows (a recurrent cache read again, the batch again) has none."""
+
+        def __init__(self):
+            super().__init__([1])
+            self.stops, self.retry = 0, False
+
+        def deadline(self, n_tokens):
+            return 0.0 if len(self.seen) % 3 == 2 and not self.retry else None
+
+        def stopped(self):
+            self.stops, self.retry = self.stops + 1, True
+
+        def observe(self, n_tokens, threads, seconds):
+            super().observe(n_tokens, threads, seconds)
+            self.retry = False
+
+    session.threads = SomeDecodesStopped()
+    assert greedy(session, [1, 5, 9, 13], 12) == plain   # the cache was put back in order each time
+    assert session.threads.stops >= 3 and session.cached[:4] == [1, 5, 9, 13] and len(session.cached) == 16
+    session.close()
+
+
+def test_a_session_starts_from_timed_first_tokens_and_leaves_its_cache_empty(tiny_session):
+    session = tiny_session()
+    assert session.cached == [] and session.kv_positions() == (-1, -1)
+    assert (1, 1) in session.threads._times            # one thread was timed at start
     session.close()

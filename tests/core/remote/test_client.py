@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.core.chat.reasoning import split_reasoning
 from app.core.params import SamplingParams
 from app.core.remote.client import RemoteEngine, RemoteError, root_url
 from app.core.remote.metrics import spec_counters
@@ -58,6 +59,17 @@ def test_remote_engine_reads_another_quickdrafts_estimated_speedup():
                                                "estimated_speedup": 1.7}})
     engine = RemoteEngine("http://other:8080", transport=fake_server(sse_stream(chunks, finish="stop"), metrics=None))
     assert list(engine.generate(MESSAGES))[-1].estimated_speedup == 1.7
+
+
+def test_a_servers_reasoning_content_reads_as_a_thinking_models_reasoning():
+    deltas = [{"role": "assistant"}, {"reasoning_content": "The user"}, {"reasoning_content": " greets."},
+              {"content": "Hel"}, {"content": "lo"}]
+    stream = sse_stream([{"choices": [{"index": 0, "delta": d}]} for d in deltas], finish="stop")
+    engine = RemoteEngine("http://gpu-box:8080", transport=fake_server(stream, metrics=None))
+    events = list(engine.generate(MESSAGES))
+    pieces = [e.text for e in events if isinstance(e, TokenPiece)]
+    assert pieces == ["<think>The user", " greets.", "</think>Hel", "lo"]
+    assert split_reasoning(engine.thinking_format(), events[-1].text) == ("The user greets.", "Hello")
 
 
 def test_remote_engine_says_not_reported_for_a_server_without_a_draft_or_metrics():
