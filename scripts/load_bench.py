@@ -144,7 +144,7 @@ def runners(args, messages_file: Path, prompt_text: str, data_dir: Path) -> dict
     if args.draft:
         runs["auto"] = lambda: quickdraft(args, str(messages_file), ["-md", args.draft], data_dir)
     if args.llama_completion:
-        for n in range(1, machine_threads() + 1):
+        for n in args.llama_threads or range(1, machine_threads() + 1):
             runs[f"llama-t{n}"] = lambda n=n: llama_completion(args, prompt_text, n)
     return runs
 
@@ -253,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
     p.add_argument("--llama-completion", default=None, help="llama.cpp's llama-completion (found on PATH, "
                    "in $LLAMA_COMPLETION or ../build/llama-tools/bin when not given)")
+    p.add_argument("--llama-threads", type=int, nargs="+", default=None,
+                   help="llama-completion's thread counts to try (default: 1 to every core; with every core busy "
+                        "more than one thread can take minutes an answer)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     args.llama_completion = args.llama_completion or find_llama_completion()

@@ -12,7 +12,7 @@ changes while the app runs, so the count is learned like a step's cost is:
   takes over when its times beat the current count's by ``WIN_MARGIN`` (median of ratios);
 - a probe that loses is abandoned at its first clearly slower decode, and the next probe waits
   twice as long (up to ``MAX_INTERVAL`` decodes), so a steady machine pays well under 1%; a decode
-  on trial is stopped once it takes ``GIVE_UP_RATIO`` times the current count's (``deadline``;
+  on trial with more threads is stopped once it takes ``GIVE_UP_RATIO`` times the current count's (``deadline``;
   app/core/llama/deadline.py), because on a machine whose cores are all busy a decode with more
   threads can take seconds where one thread takes 40 ms;
 - the starting count comes from one-token decodes timed when the context is made (``start_from``),
@@ -37,7 +37,7 @@ PROBE_DECODES = 3         # decodes a neighbour gets to show it is faster
 WIN_MARGIN = 0.06         # a neighbour must be this much faster (median ratio below 0.94) to take over
 GIVE_UP_RATIO = 1.4       # one probe decode this much slower ends the probe at once
 FIRST_PROBE = 2           # decodes before the first probe: a slow start under load costs little
-MIN_INTERVAL = 24         # decodes between probes after every change
+MIN_INTERVAL = 32         # decodes between probes after every change
 MAX_INTERVAL = 1024
 DRIFT_RATIO = 1.35        # the current count's times moved this much (smoothed): probe now
 DRIFT_WEIGHT = 0.25       # weight of the newest decode in the smoothed drift
@@ -89,11 +89,16 @@ class ThreadTuner:
             self._history(self.current, 1).append(current_s)
         if current_s is None or one_thread_s < current_s * (1 - WIN_MARGIN):
             self.current = 1
+        self._until_probe = MIN_INTERVAL   # both counts were just compared
 
     def deadline(self, n_tokens: int) -> float | None:
-        """Seconds after which the next decode should be stopped: a decode on trial that takes
-        ``GIVE_UP_RATIO`` times the current count's has lost (None: no limit)."""
-        baseline = self._times.get((self.current, n_tokens)) if self._probe else None
+        """Seconds after which the next decode should be stopped: a decode on trial with more threads
+        that takes ``GIVE_UP_RATIO`` times the current count's has lost (None: no limit). Only more
+        threads can take many times longer (a thread waiting for a core holds every barrier); stopping
+        a trial of fewer threads would cost its time and a decode again for nothing."""
+        if not self._probe or self._probe.count < self.current:
+            return None   # fewer threads than now are slower by a bounded factor: let the decode finish
+        baseline = self._times.get((self.current, n_tokens))
         return GIVE_UP_RATIO * median(baseline) if baseline else None
 
     def stopped(self) -> None:

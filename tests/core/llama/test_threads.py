@@ -174,6 +174,10 @@ def test_a_decode_on_trial_gets_a_deadline_and_a_stopped_one_loses():
     assert tuner.deadline(4) is None                   # no time of the current count for this size
     tuner.stopped()
     assert tuner.next_count() == 1 and tuner.current == 1 and tuner.deadline(1) is None
+    fewer = ThreadTuner(2, most=2)
+    for _ in range(2):
+        fewer.observe(1, 2, 0.025)
+    assert fewer.next_count() == 1 and fewer.deadline(1) is None   # a trial of fewer threads is not stopped
 
 
 def test_the_start_is_the_faster_count_of_the_first_decodes():
@@ -183,6 +187,9 @@ def test_the_start_is_the_faster_count_of_the_first_decodes():
     busy = ThreadTuner(2, most=2)
     busy.start_from(0.040, None)                       # stopped at its deadline
     assert busy.current == 1
+    for _ in range(31):                                # both were just compared: no trial soon
+        busy.observe(1, busy.next_count(), 0.040)
+        assert busy.next_count() == 1
     fixed = ThreadTuner(2, most=2, fixed=True)
     fixed.start_from(0.040, None)
     assert fixed.current == 2
