@@ -99,7 +99,12 @@ class ThreadTuner:
         if not self._probe or self._probe.count < self.current:
             return None   # fewer threads than now are slower by a bounded factor: let the decode finish
         baseline = self._times.get((self.current, n_tokens))
-        return GIVE_UP_RATIO * median(baseline) if baseline else None
+        if baseline:
+            return GIVE_UP_RATIO * median(baseline)
+        # no time for this size: another size's, scaled as if each token cost a step (at most that)
+        known = sorted((n, median(times)) for (threads, n), times in self._times.items()
+                       if threads == self.current and times)
+        return GIVE_UP_RATIO * known[0][1] * max(1.0, n_tokens / known[0][0]) if known else None
 
     def stopped(self) -> None:
         """The decode on trial was stopped at its deadline: the count on trial lost."""
