@@ -16,7 +16,8 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from app.core.chat.prompt import Message, Prompt, check_messages, prompt_tokens
-from app.core.chat.reasoning import PartTracker, SpelledVocabulary, ThinkingFormat, prompt_tail, spelled_markers, thinking_format
+from app.core.chat.reasoning import (TOOL_CALL_MARKERS, PartTracker, SpelledVocabulary, ThinkingFormat, prompt_tail,
+                                     spelled_markers, thinking_format)
 from app.core.chat.tools import spelled_tokens
 from app.core.errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
 from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, check_pair, read_gguf_info, vocabulary_differences
@@ -153,11 +154,13 @@ class Engine:
                  drafter: DrafterKind | str = DEFAULT_DRAFTER,
                  cancel: threading.Event | None = None,
                  template_variables: Mapping[str, Any] | None = None,
-                 spell: Sequence[str] = ()) -> Iterator[Event]:
+                 spell: Sequence[str] = (), tool_spans: Sequence[tuple[str, str]] | None = None) -> Iterator[Event]:
         """Generate an answer to ``messages`` (or to raw ``prompt`` tokens), yielding a Started event,
         TokenPiece and Round events and, last, a Summary, each stamped on the generation's clock.
         ``spell``: marker texts a reader of the answer needs (a tool-call format's): where they are
-        control tokens, the answer's text spells them instead of rendering nothing.
+        control tokens, the answer's text spells them instead of rendering nothing. ``tool_spans``:
+        (opening, closing) texts around a tool call in this answer (``tools.CALL_SPANS``), for the
+        rounds' parts; by default the common markers.
         Raises PromptTooLongError before decoding anything."""
         kind = DrafterKind.parse(drafter)
         if kind is None:
@@ -179,7 +182,7 @@ class Engine:
             cancel=cancel,
             warnings=(chat.warning,) if chat is not None and chat.warning else (),
         )
-        events = tag_parts(generation.run(tokens), PartTracker(thinking))
+        events = tag_parts(generation.run(tokens), PartTracker(thinking, tool_spans or TOOL_CALL_MARKERS))
         if isinstance(policy, AutoPolicy):
             uses_model = isinstance(chosen, (DraftModelDrafter, LookupThenModelDrafter, CrossVocabDrafter))
             untimed = uses_model and policy.costs.draft_step_s is None

@@ -20,7 +20,8 @@ from app.core.chat.messages import check_messages
 from app.core.chat.prompt import needs_template, prompt_tokens
 from app.core.chat.reasoning import REASONING, ThinkingFormat, ReasoningSplitter, prompt_tail, thinking_format
 from app.core.chat.toolcalls import CALL, CONTENT, ToolCall, ToolCallStream
-from app.core.chat.tools import MARKERS, ToolFormat, ToolSupport, call_opening, template_messages, tool_support
+from app.core.chat.tools import (CALL_SPANS, MARKERS, ToolFormat, ToolSupport, call_opening, template_messages,
+                                 tool_support)
 from app.server.api import ApiError, GenerationRequest
 
 READABLE_FORMATS = ("Hermes and Qwen's <tool_call> JSON, Qwen3-Coder's XML, Llama 3.x's JSON, Mistral's "
@@ -37,6 +38,7 @@ class AnswerPlan:
     parallel: bool = True                    # False: only the first call is kept
     prefill: str = ""                        # the answer's start written into the prompt (a forced call)
     spell: tuple[str, ...] = ()              # marker texts whose control tokens the answer must spell
+    call_spans: tuple[tuple[str, str], ...] = ()   # around a call in the answer, for its parts' statistics
 
     @property
     def plain(self) -> bool:
@@ -71,7 +73,8 @@ def chat_prompt(engine, request: GenerationRequest, model_name: str) -> tuple[li
         prefill += call_opening(support.format, template, choice.name)
         tokens = list(prompt_tokens(model, messages, variables, prefill).tokens)
     return tokens, AnswerPlan(thinking, support.format, choice.tools, choice.parallel,
-                              "".join(text for text, _ in prefill), MARKERS[support.format])
+                              "".join(text for text, _ in prefill), MARKERS[support.format],
+                              CALL_SPANS[support.format])
 
 
 def _check_support(support: ToolSupport, template: str | None, active: bool, messages: Sequence[dict],

@@ -189,10 +189,12 @@ class JobQueue:
             return Failed(ApiError(400, str(exc)))
         except ApiError as exc:
             return Failed(exc)
-        spell = job.plan.spell if job.plan is not None else ()
+        plan = job.plan
         summary = run_to_summary(engine.generate(prompt=tokens, sampling=job.request.sampling,
                                                  speculation=self.speculation, drafter=self.drafter,
-                                                 cancel=job.cancel, spell=spell), lambda event: self._send(job, event))
+                                                 cancel=job.cancel, spell=plan.spell if plan else (),
+                                                 tool_spans=plan.call_spans if plan else None),
+                                 lambda event: self._send(job, event))
         self.metrics.record(summary)
         return summary
 

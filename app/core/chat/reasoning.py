@@ -243,8 +243,10 @@ class PartTracker:
         text = self._answer_tail + chunk
         pos = 0
         while True:
+            # a closing marker counts only inside a call; an empty one: the call runs to the answer's end
             wanted = [(i, m, opens) for opening, closing in self._markers
-                      for m, opens in ((opening, True), (closing, False)) if (i := text.find(m, pos)) >= 0]
+                      for m, opens in ((opening, True), (closing, False))
+                      if m and (opens or self._in_tool) and (i := text.find(m, pos)) >= 0]
             if not wanted:
                 break
             at, marker, opens = min(wanted, key=lambda w: (w[0], -len(w[1])))

@@ -49,6 +49,16 @@ MARKERS = {
     ToolFormat.HARMONY: ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>"),
 }
 
+# (opening, closing) around a call in each format's answers, for the parts of an answer (reasoning.PartTracker);
+# "" closes nothing: the call runs to the answer's end. Qwen2.5-Coder writes its Hermes calls in a ```json fence.
+CALL_SPANS = {
+    ToolFormat.HERMES: (("<tool_call>", "</tool_call>"), ("```json", "```")),
+    ToolFormat.QWEN3_CODER: (("<tool_call>", "</tool_call>"),),
+    ToolFormat.LLAMA3: (("<|python_tag|>", ""), ('{"name"', "")),
+    ToolFormat.MISTRAL: (("[TOOL_CALLS]", ""),),
+    ToolFormat.HARMONY: (("<|channel|>commentary", "<|call|>"),),
+}
+
 
 def tool_format(template: str | None) -> ToolFormat | None:
     """The format the model of ``template`` writes tool calls in; None when the template shows none

@@ -120,6 +120,17 @@ def test_each_piece_gets_its_part_tool_calls_included():
     assert no_thinking.take() == "tool_call"   # nothing since: the latest part
 
 
+def test_a_formats_call_spans_tag_its_calls_and_only_a_calls_end_closes_one():
+    from app.core.chat.tools import CALL_SPANS, ToolFormat
+
+    hermes = PartTracker(None, CALL_SPANS[ToolFormat.HERMES])   # Qwen2.5-Coder fences its calls in ```json
+    parts = [hermes.piece(t, 1) for t in ("Sure.", "```json\n{\"name\"", ": \"f\"}", "\n```", " Then", " ```python",
+                                           "\nx = 1")]
+    assert parts == ["answer", "tool_call", "tool_call", "tool_call", "answer", "answer", "answer"]
+    llama3 = PartTracker(None, CALL_SPANS[ToolFormat.LLAMA3])    # a bare call runs to the answer's end
+    assert [llama3.piece(t, 1) for t in ('{"name"', ': "f", "parameters": {}}', "")] == ["tool_call"] * 3
+
+
 def test_control_tokens_of_markers_are_spelled(tmp_path):
     model = LlamaModel(ModelParams(str(write_tiny_model(tmp_path / "chatml.gguf", TinySpec(chat_tokens=True)))))
     try:
