@@ -330,6 +330,8 @@ def format_stats(s, n_draft: int | None) -> str:
     from app.cli_thinking import format_parts
 
     lines += format_parts(s)   # thinking, answer and tool calls apart, when there was more than one
+    if s.threads:
+        lines.append(f"threads   = main {s.threads}" + (f", draft {s.draft_threads}" if s.draft_threads else ""))
     lines.append(_stopped(s))
     return "\n".join(lines)
 

@@ -43,6 +43,8 @@ def test_threads_given_are_the_threads_used(tiny_models, tmp_path):
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     assert (s["threads"], s["draft_threads"]) == (3, 2)
+    r = quickdraft("generate", "-m", str(tiny_models.main), "-p", "the cat", "-n", "4", "-t", "3", tmp_path=tmp_path)
+    assert "threads   = main 3\n" in r.stderr
 
 
 def test_a_first_auto_answer_learns_the_machine_instead_of_calibrating(tiny_models, tmp_path):
