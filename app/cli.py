@@ -154,7 +154,8 @@ def _model_args(p: argparse.ArgumentParser, main_required: bool = True) -> None:
     p.add_argument("-t", "--threads", type=int, default=None,
                    help="threads for the main model (default: learned as it answers, fewer when other programs "
                         "keep cores busy)")
-    p.add_argument("-td", "--threads-draft", type=int, default=None, help="threads for the draft (= --threads; default: learned)")
+    p.add_argument("-td", "--threads-draft", type=int, default=None,
+                   help="threads for the draft (= --threads; default: learned)")
 
 
 def _gpu_layer_args(p: argparse.ArgumentParser) -> None:
