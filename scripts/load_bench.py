@@ -48,6 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from app.bench import load_prompts  # noqa: E402
 from app.core.chat.prompt import render_prompt  # noqa: E402
 from app.core.gguf.info import read_gguf_info  # noqa: E402
 from app.core.llama.binding import default_threads  # noqa: E402
@@ -122,18 +123,6 @@ def llama_completion(args, prompt_text: str, threads: int) -> dict:
 
 # --- the bench ------------------------------------------------------------------------------------
 
-def read_prompts(files: list[str], limit: int) -> list[tuple[str, list[dict]]]:
-    prompts = []
-    for name in files:
-        with open(name, encoding="utf-8") as f:
-            for i, line in enumerate(f):
-                if i >= limit:
-                    break
-                record = json.loads(line)
-                prompts.append((record["id"], record["messages"]))
-    return prompts
-
-
 def runners(args, messages_file: Path, prompt_text: str, data_dir: Path) -> dict:
     """name -> a function that runs it once."""
     runs = {
@@ -155,7 +144,7 @@ def rotated(names: list[str], turn: int) -> list[str]:
 
 
 def bench(args) -> dict:
-    prompts = read_prompts(args.prompts, args.limit)
+    prompts = [p for name in args.prompts for p in load_prompts([name])[:args.limit]]
     info = read_gguf_info(args.main)
     work = Path(tempfile.mkdtemp(prefix="load-bench-"))
     results: dict = {s: {} for s in args.scenarios}

@@ -145,7 +145,7 @@ class ReasoningSplitter:
     def _reasoning(self, buf: str, out: list) -> str:
         cut = min(((i, m) for m in self._ends if (i := buf.find(m)) >= 0), default=None)
         if cut is None:
-            keep = _partial_marker(buf, self._ends)
+            keep = partial_marker(buf, self._ends)
             self._give(REASONING, buf[:len(buf) - keep], out)
             self._held = buf[len(buf) - keep:]
             return ""
@@ -278,9 +278,10 @@ class SpelledVocabulary:
         return spelled if spelled is not None else self._vocab.piece(token)
 
 
-def _partial_marker(text: str, markers) -> int:
-    """Length of the longest tail of ``text`` that begins one of ``markers``."""
-    for n in range(min(len(text), max(map(len, markers)) - 1), 0, -1):
+def partial_marker(text: str, markers: Sequence[str]) -> int:
+    """Length of the longest tail of ``text`` that begins one of ``markers`` (text to hold back from a
+    stream until the next piece says whether a marker starts there)."""
+    for n in range(min(len(text), max(map(len, markers), default=1) - 1), 0, -1):
         if any(m.startswith(text[-n:]) for m in markers):
             return n
     return 0

@@ -9,9 +9,10 @@ import re
 from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 
+from app.core.chat.reasoning import REASONING, partial_marker
 from app.core.chat.tools import ToolFormat
 
-CONTENT, REASONING, CALL = "content", "reasoning", "call"
+CONTENT, CALL = "content", "call"   # the answer's parts as tool-call readers see them, with REASONING
 _TOOL_CALL, _TOOL_CALL_END = "<tool_call>", "</tool_call>"
 _PYTHON_TAG = "<|python_tag|>"
 _SEPARATORS = " \t\r\n;"        # between Llama 3's calls
@@ -39,7 +40,7 @@ class _Reader:
         found = [i for marker in self.openings if (i := buf.find(marker)) >= 0]
         if found:
             return min(found), 0
-        return -1, _partial(buf, self.openings)
+        return -1, partial_marker(buf, self.openings)
 
     def read(self, buf: str, final: bool) -> Read | None:
         """What the text from an opening settles; None while more text is needed."""
@@ -349,11 +350,3 @@ def _json_end(text: str, start: int) -> int | None:
             if depth == 0:
                 return j + 1
     return None
-
-
-def _partial(text: str, markers: Sequence[str]) -> int:
-    """Length of the longest tail of ``text`` that begins one of ``markers``."""
-    for n in range(min(len(text), max(map(len, markers), default=1) - 1), 0, -1):
-        if any(m.startswith(text[-n:]) for m in markers):
-            return n
-    return 0

@@ -285,17 +285,9 @@ class LlamaSession:
         llama_cpp = lib()
         n = len(tokens)
         start = len(self._cached)
-        self._tokens[:n] = tokens
-        self._pos[:n] = np.arange(start, start + n)
-        self._logits_flags[:n] = 1 if all_logits else 0
-        self._logits_flags[n - 1] = 1
-        self._batch.n_tokens = n
-        threads = self._use_threads(self.threads.next_count())
+        threads = self.threads.next_count()
         limit = self.threads.deadline(n)
-        t0 = time.perf_counter()
-        with self._deadline.limit(limit):
-            rc = llama_cpp.llama_decode(self._ctx, self._batch)
-        seconds = time.perf_counter() - t0
+        rc, seconds = self._timed_decode(tokens, start, all_logits, threads, limit)
         self.decode_s += seconds
         if rc == ABORTED and limit is not None:   # a thread count on trial was far slower: not that one
             self.threads.stopped()
@@ -331,24 +323,30 @@ class LlamaSession:
     def _timed_first_token(self, token: int, count: int, limit: float | None) -> float | None:
         """Seconds to decode ``token`` alone with ``count`` threads (None: stopped past ``limit``); the
         cache is left empty."""
-        self._use_threads(count)
-        self._tokens[0], self._pos[0], self._logits_flags[0] = token, 0, 1
-        self._batch.n_tokens = 1
-        t0 = time.perf_counter()
-        with self._deadline.limit(limit):
-            rc = lib().llama_decode(self._ctx, self._batch)
-        seconds = time.perf_counter() - t0
+        rc, seconds = self._timed_decode([token], 0, False, count, limit)
         self._remove_from(0)
         if rc not in (0, ABORTED):
             raise ModelLoadError(f"llama.cpp failed to decode a first token with {self.model.name} (code {rc}). "
                                  f"{library.take_errors()}".rstrip())
         return seconds if rc == 0 else None
 
-    def _use_threads(self, count: int) -> int:
-        if count != self._threads_set:
-            lib().llama_set_n_threads(self._ctx, count, count)
-            self._threads_set = count
-        return count
+    def _timed_decode(self, tokens: Sequence[int], start: int, all_logits: bool, threads: int,
+                      limit: float | None) -> tuple[int, float]:
+        """llama_decode of ``tokens`` at ``start`` with ``threads`` threads, stopped past ``limit``
+        seconds: (its answer, seconds). Logits of the last token, or of all."""
+        n = len(tokens)
+        self._tokens[:n] = tokens
+        self._pos[:n] = np.arange(start, start + n)
+        self._logits_flags[:n] = 1 if all_logits else 0
+        self._logits_flags[n - 1] = 1
+        self._batch.n_tokens = n
+        if threads != self._threads_set:
+            lib().llama_set_n_threads(self._ctx, threads, threads)
+            self._threads_set = threads
+        t0 = time.perf_counter()
+        with self._deadline.limit(limit):
+            rc = lib().llama_decode(self._ctx, self._batch)
+        return rc, time.perf_counter() - t0
 
     def truncate(self, n_keep: int) -> None:
         """Drop every cached position from ``n_keep`` on, exactly, whatever the model's memory.

@@ -29,7 +29,6 @@ class DecodeDeadline:
         self._at = math.inf
         self._callback = llama_cpp.ggml_abort_callback(self._past)   # kept alive as long as the context
         self._none = llama_cpp.ggml_abort_callback()                 # a null callback: nothing asked
-        self.armed = False
 
     def _past(self, _data) -> bool:
         return time.perf_counter() > self._at
@@ -42,10 +41,8 @@ class DecodeDeadline:
         llama_cpp = lib()
         self._at = time.perf_counter() + seconds
         llama_cpp.llama_set_abort_callback(self._ctx, self._callback, None)
-        self.armed = True
         try:
             yield
         finally:
             llama_cpp.llama_set_abort_callback(self._ctx, self._none, None)
-            self.armed = False
             self._at = math.inf

@@ -66,7 +66,7 @@ class ThreadTuner:
         self.most = max(1, most or machine_threads())
         self.current = min(max(1, start), self.most) if not fixed else max(1, start)
         self.fixed = fixed
-        self.changes = 0                  # times the count changed (for the panel and tests)
+        self.changes = 0                  # times the count changed
         self.probes = 0                   # probes started
         self._times: dict[tuple[int, int], deque[float]] = {}
         self._probe: _Probe | None = None
