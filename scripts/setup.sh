@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Create a virtual environment, install Quickdraft with its test tools, and with --run start the app.
 #
 #   scripts/setup.sh [--backend auto|cpu|cuda|vulkan|metal|cuda,vulkan] [--venv DIR] [--run] [--print-backend]

@@ -173,3 +173,11 @@ def test_missing_qt_window_libraries_are_named_in_one_apt_command(tmp_path):
     [apt] = [line.strip() for line in r.stdout.splitlines() if "apt install" in line]
     assert apt.startswith("sudo apt install libxcb-cursor0 ") and "libxkbcommon-x11-0" in apt
     assert "libxcb-icccm4" not in apt and "libegl1" not in apt  # present ones are not asked for
+
+
+def test_every_script_a_user_runs_names_its_interpreter():
+    """README says ./scripts/setup.sh: without a first line naming bash, a shell other than bash (zsh,
+    nohup, a file manager) hands it to /bin/sh, which stops at 'set -o pipefail'."""
+    scripts = [ROOT / ".ci" / "run", *sorted((ROOT / "scripts").rglob("*.sh")), *sorted((ROOT / "packaging").rglob("*.sh"))]
+    for script in scripts:
+        assert script.read_text().startswith("#!/usr/bin/env bash\n"), script
