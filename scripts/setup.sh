@@ -2,6 +2,7 @@
 # Create a virtual environment, install Quickdraft with its test tools, and with --run start the app.
 #
 #   scripts/setup.sh [--backend auto|cpu|cuda|vulkan|metal|cuda,vulkan] [--venv DIR] [--run] [--print-backend]
+#                    [--print-cmake]
 #
 # llama.cpp is built with dynamic backends (Linux, Windows): a CPU module for every instruction-set level,
 # the best one chosen when the app starts, plus a module for each GPU backend this machine can build and
@@ -29,8 +30,9 @@ while [ $# -gt 0 ]; do
     --venv=*) VENV=${1#*=}; shift ;;
     --run) RUN=1; shift ;;
     --print-backend) PRINT_ONLY=1; shift ;;  # say what would be built, build nothing
+    --print-cmake) PRINT_CMAKE=1; shift ;;   # print only the CMake flags (scripts/gpu/measure.py builds with them)
     --check-qt) check_qt_only=1; shift ;;    # only say which libraries Qt's window lacks
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -186,6 +188,7 @@ if [ -n "${CMAKE_ARGS:-}" ]; then
   CMAKE=$CMAKE_ARGS SUMMARY="custom (CMAKE_ARGS is set: $CMAKE_ARGS)" PLAN_NOTES=()
 fi
 if [ "${check_qt_only:-0}" = 1 ]; then check_qt_libraries; exit 0; fi
+if [ "${PRINT_CMAKE:-0}" = 1 ]; then echo "$CMAKE"; exit 0; fi
 echo "setup.sh: llama.cpp backends: $SUMMARY"
 for note in "${PLAN_NOTES[@]}"; do echo "setup.sh:   $note"; done
 echo "setup.sh:   CMake flags: $CMAKE"

@@ -8,7 +8,7 @@ output matrix and for attn_v / ffn_down in the layers that get more bits, and ll
 (Q5_0, Q8_0) where a row is not a multiple of 256 (the 0.5B model's 896-wide rows). Quantized blocks
 hold random bits with small, finite scales, so every kernel sees ordinary numbers.
 
-    python scripts/gpu/make_shapes.py OUT_DIR [--shapes 0.5b,7b,14b]      # tiny: a seconds-long smoke test
+    python scripts/gpu/make_shapes.py OUT_DIR [--shapes 0.5b,7b,14b,qwen35-9b]  # tiny, qwen35-tiny: seconds
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from app.core.gguf.tiny import TinySpec, plan_layout  # noqa: E402
 from app.core.gguf.tiny_vocab import add_vocabulary, vocabulary  # noqa: E402
 
 QK_K = 256
@@ -48,6 +49,17 @@ SHAPES = {
     "tiny": Shape("qwen2.5-tiny-shape", 256, 4, 4, 2, 512, 151_936, tied=True),  # smoke tests of the pipeline
 }
 
+# Qwen3.5 with its MTP layer, laid out by the tiny models' qwen35 writer: that writer ties the delta-net
+# heads to the attention heads (Qwen3.5-9B: 16 key heads of 128 and 32 value heads of 128; here 4 key
+# and 16 value heads of 256, so the same value width) and alternates the two kinds of layer where
+# Qwen3.5 attends in every fourth; widths, depth, FFN and vocabulary are Qwen3.5-9B's
+HYBRIDS = {
+    "qwen35-9b": TinySpec(architecture="qwen35", name="qwen3.5-9b-shape", n_embd=4096, n_layer=32, n_head=16,
+                          n_head_kv=4, n_ff=12288, vocab_size=248_320, context_length=32768, chat_template=None),
+    "qwen35-tiny": TinySpec(architecture="qwen35", name="qwen3.5-tiny-shape", n_embd=256, n_layer=4, n_head=4,
+                            n_head_kv=2, n_ff=512, vocab_size=151_936, context_length=32768, chat_template=None),
+}
+
 # bytes per block and elements per block of the types written here, and their fallbacks
 BLOCKS = {"Q4_K": (144, QK_K), "Q6_K": (210, QK_K), "Q5_0": (22, 32), "Q8_0": (34, 32)}
 FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}
@@ -69,13 +81,19 @@ def tensor_type(name: str, n_cols: int, i_layer: int, n_layer: int) -> str:
     return kind if n_cols % QK_K == 0 else FALLBACK[kind]
 
 
+# random blocks drawn per tensor; a larger tensor repeats them: a kernel's time does not depend on the
+# bits, and drawing every byte of a 14B model took minutes
+POOL_BLOCKS = 1 << 14
+
+
 def random_blocks(rng: np.random.Generator, kind: str, n_rows: int, n_cols: int) -> np.ndarray:
     size, per_block = BLOCKS[kind]
-    blocks = rng.integers(0, 256, size=(n_rows, n_cols // per_block, size), dtype=np.uint8)
+    n_blocks = n_rows * (n_cols // per_block)
+    pool = rng.integers(0, 256, size=(min(n_blocks, POOL_BLOCKS), size), dtype=np.uint8)
     scale = np.frombuffer(np.float16(0.5 / (16 * np.sqrt(n_cols))).tobytes(), dtype=np.uint8)
     for offset in SCALE_OFFSETS[kind]:
-        blocks[:, :, offset:offset + 2] = scale
-    return blocks.reshape(n_rows, -1)
+        pool[:, offset:offset + 2] = scale
+    return np.resize(pool, (n_blocks, size)).reshape(n_rows, -1)
 
 
 def tensors(shape: Shape):
@@ -102,7 +120,6 @@ def tensors(shape: Shape):
 def write_shape(path: Path, shape: Shape, seed: int = 0) -> Path:
     import gguf
 
-    rng = np.random.default_rng(seed)
     tokens, scores, types = vocabulary(size=shape.n_vocab)
     w = gguf.GGUFWriter(str(path), "qwen2")
     w.add_name(shape.name)
@@ -114,25 +131,54 @@ def write_shape(path: Path, shape: Shape, seed: int = 0) -> Path:
     w.add_uint32("qwen2.attention.head_count_kv", shape.n_head_kv)
     w.add_float32("qwen2.attention.layer_norm_rms_epsilon", 1e-6)
     w.add_float32("qwen2.rope.freq_base", 1_000_000.0)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
     add_vocabulary(w, tokens, scores, types)
-    planned = list(tensors(shape))
-    for name, kind, rows, cols in planned:
-        if kind == "F32":
-            w.add_tensor_info(name, (cols,), np.dtype(np.float32), cols * 4)
+    planned = [(name, kind, (rows, cols), None) for name, kind, rows, cols in tensors(shape)]
+    return _write_tensors(w, path, planned, np.random.default_rng(seed))
+
+
+def write_hybrid_shape(path: Path, spec: TinySpec, seed: int = 0) -> Path:
+    """A model laid out by the tiny models' writer for its architecture, at ``spec``'s real sizes, with
+    Q4_K_M's tensor types for its weight matrices (F32 where a row is too short to quantize)."""
+    import gguf
+
+    tokens, scores, types = vocabulary(size=spec.vocab_size)
+    w = gguf.GGUFWriter(str(path), spec.architecture)
+    w.add_name(spec.name)
+    n_layer = spec.n_layer + spec.n_nextn
+    planned = []
+    for name, numpy_shape, data in plan_layout(w, spec, len(tokens)):
+        rows, cols = int(np.prod(numpy_shape[:-1])), numpy_shape[-1]
+        if data is not None or cols % 32:
+            planned.append((name, "F32", numpy_shape, data))
         else:
+            layer = int(name.split(".")[1]) if name.startswith("blk.") else 0
+            planned.append((name, tensor_type(name, cols, layer, n_layer), (rows, cols), None))
+    add_vocabulary(w, tokens, scores, types)
+    return _write_tensors(w, path, planned, np.random.default_rng(seed))
+
+
+def _write_tensors(w, path: Path, planned, rng: np.random.Generator) -> Path:
+    """Write ``planned`` (name, kind, numpy shape, data or None) after the writer's keys: F32 tensors
+    with their data (small random numbers without), quantized ones as random blocks."""
+    import gguf
+
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    for name, kind, shape, _ in planned:
+        if kind == "F32":
+            w.add_tensor_info(name, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
+        else:
+            rows, cols = shape
             size, per_block = BLOCKS[kind]
-            nbytes = rows * cols // per_block * size
-            w.add_tensor_info(name, (rows, cols // per_block * size), np.dtype(np.uint8), nbytes,
-                              raw_dtype=gguf.GGMLQuantizationType[kind])
+            w.add_tensor_info(name, (rows, cols // per_block * size), np.dtype(np.uint8),
+                              rows * cols // per_block * size, raw_dtype=gguf.GGMLQuantizationType[kind])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
-    for name, kind, rows, cols in planned:
-        if kind == "F32":
-            data = np.ones(cols, np.float32) if "norm" in name else (rng.standard_normal(cols) * 0.02).astype(np.float32)
-        else:
-            data = random_blocks(rng, kind, rows, cols)
+    for name, kind, shape, data in planned:
+        if kind != "F32":
+            data = random_blocks(rng, kind, *shape)
+        elif data is None:
+            data = np.ones(shape, np.float32) if "norm" in name else (rng.standard_normal(shape) * 0.02).astype(np.float32)
         w.write_tensor_data(data)
     w.close()
     return path
@@ -141,13 +187,15 @@ def write_shape(path: Path, shape: Shape, seed: int = 0) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir")
-    parser.add_argument("--shapes", default="0.5b,7b,14b", help=f"comma-separated: {', '.join(SHAPES)}")
+    parser.add_argument("--shapes", default="0.5b,7b,14b", help=f"comma-separated: {', '.join([*SHAPES, *HYBRIDS])}")
     args = parser.parse_args(argv)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for key in args.shapes.split(","):
-        shape = SHAPES[key]
-        path = write_shape(out / f"{shape.name}-q4_k_m.gguf", shape)
+        if key in HYBRIDS:
+            path = write_hybrid_shape(out / f"{HYBRIDS[key].name}-q4_k_m.gguf", HYBRIDS[key])
+        else:
+            path = write_shape(out / f"{SHAPES[key].name}-q4_k_m.gguf", SHAPES[key])
         print(f"{key}\t{path}\t{path.stat().st_size / 2**30:.2f} GiB", flush=True)
     return 0
 

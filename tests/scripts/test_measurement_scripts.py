@@ -32,6 +32,20 @@ def test_a_qwen_shaped_model_loads_and_generates(tmp_path):
     assert summary["generated_tokens"] == 6
 
 
+def test_a_qwen35_shaped_model_carries_its_mtp_layer_and_drafts_with_it(tmp_path):
+    """measure.py times an MTP step on this shape: laid out by the tiny models' qwen35 writer, quantized."""
+    out = script("scripts/gpu/make_shapes.py", str(tmp_path), "--shapes", "qwen35-tiny")
+    path = Path(out.split("\t")[1])
+    from app.core.gguf.info import read_gguf_info
+
+    info = read_gguf_info(path)
+    assert (info.architecture, info.quantization, info.vocab_size, info.mtp_layers) == ("qwen35", "Q4_K_M", 151_936, 1)
+    summary = json.loads(script("-m", "app.cli", "--data-dir", str(tmp_path / "d"), "generate", "-m", str(path),
+                                "-p", "hi", "-n", "8", "--drafter", "mtp", "--policy", "fixed", "--draft-max", "1",
+                                "--json"))
+    assert summary["drafted"] > 0 and summary["draft_s"] > 0
+
+
 def test_record_then_replay_with_another_machines_profile(tiny_models, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("\n".join(json.dumps({"id": f"code-{i}", "messages": [{"role": "user", "content": t}]})

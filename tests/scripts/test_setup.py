@@ -143,6 +143,15 @@ def test_a_flag_or_cmake_args_override_the_choice(tmp_path):
     assert custom["backends"] == "custom (CMAKE_ARGS is set: -DGGML_HIP=on)" and custom["cmake"] == "-DGGML_HIP=on"
 
 
+def test_print_cmake_prints_the_plans_flags_alone(tmp_path):
+    """scripts/gpu/measure.py builds the GPU measurement with exactly these flags."""
+    r = run_setup(tmp_path / "a", "--print-cmake", "--backend", "cuda", nvcc=True)
+    assert r.returncode == 0, r.stderr
+    flags = plan(tmp_path / "b", "--backend", "cuda", nvcc=True)["cmake"]
+    assert "-DGGML_CUDA=ON" in flags
+    assert r.stdout.replace(str(tmp_path / "a"), "").splitlines() == [flags.replace(str(tmp_path / "b"), "")]
+
+
 @pytest.mark.parametrize("bad", ["rocm", "gpu", "cuda,rocm"])
 def test_an_unknown_backend_is_refused(tmp_path, bad):
     r = run_setup(tmp_path, "--backend", bad, "--print-backend")
@@ -154,10 +163,11 @@ def test_a_backend_asked_for_that_cannot_be_built_here_is_refused_with_the_reaso
     assert r.returncode == 1 and "--backend vulkan cannot be built here: the Vulkan and SPIR-V headers" in r.stderr
 
 
-def test_ci_builds_for_the_cpu_then_builds_and_smoke_tests_the_bundle():
+def test_ci_builds_for_the_cpu_rehearses_the_gpu_measurement_then_smoke_tests_the_bundle():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "setup.sh --backend cpu" in ci
-    steps = ["python -m pytest -q", ".venv/bin/pyinstaller", "packaging/quickdraft.spec", "packaging/smoke_test.py dist/quickdraft/quickdraft"]
+    steps = ["python -m pytest -q", "scripts/gpu/pack.sh", "scripts/gpu/measure.py --cpu", ".venv/bin/pyinstaller",
+             "packaging/quickdraft.spec", "packaging/smoke_test.py dist/quickdraft/quickdraft"]
     assert all(step in ci for step in steps) and [ci.index(step) for step in steps] == sorted(ci.index(s) for s in steps)
     assert os.access(ROOT / "scripts" / "setup.sh", os.X_OK)
 

@@ -415,6 +415,42 @@ def _write_gemma4_assistant(t: _Tiny) -> None:
         _gemma4_layer_tail(t, i, rope_freqs=i == full[0])
 
 
+class _Planned:
+    """A weight's shape without its numbers (the arithmetic the layouts do on weights keeps it)."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = shape
+
+    def __mul__(self, _factor) -> "_Planned":
+        return self
+
+
+class _PlanningTiny(_Tiny):
+    """Lays a spec out without drawing weights: keys go to the writer, tensors to ``planned``."""
+
+    def __init__(self, writer, spec: TinySpec, n_vocab: int):
+        super().__init__(writer, spec, n_vocab)
+        self.planned: list[tuple[str, tuple[int, ...], np.ndarray | None]] = []
+
+    def weight(self, *shape: int) -> _Planned:
+        return _Planned(shape)
+
+    def tensor(self, name: str, data) -> None:
+        if isinstance(data, _Planned):
+            self.planned.append((name, data.shape, None))
+        else:
+            self.planned.append((name, data.shape, np.ascontiguousarray(data, dtype=np.float32)))
+
+
+def plan_layout(writer, spec: TinySpec, n_vocab: int) -> list[tuple[str, tuple[int, ...], np.ndarray | None]]:
+    """Write ``spec``'s architecture keys to ``writer`` and list its tensors in order, as (name, numpy
+    shape, data): data None for a weight matrix the caller fills (a model shaped like a real one, whose
+    weights would not fit in memory as F32), the exact numbers for the rest (norms, recurrent constants)."""
+    planner = _PlanningTiny(writer, spec, n_vocab)
+    _LAYOUTS.get(spec.architecture, _write_llama)(planner)
+    return planner.planned
+
+
 _LAYOUTS = {
     "llama": _write_llama,
     "lfm2": _write_lfm2,

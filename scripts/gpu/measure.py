@@ -1,0 +1,545 @@
+"""Quickdraft on a real GPU in one call: the product's own build of llama.cpp (setup.sh's CMake flags:
+dynamic backends, one CPU module, the CUDA module for this GPU's architecture only) with llama.cpp's
+llama-bench and llama-speculative-simple built from the same tree, models shaped like real ones with
+random weights (what a model costs depends on its shapes, not its weights), and each of our figures
+measured beside llama.cpp's on the same files in the same run.
+
+    here, once:    scripts/gpu/pack.sh                                  # .gpu/ (about 10 MiB)
+    on the GPU:    python3 scripts/gpu/measure.py                      # every stage, about 7 minutes on an H100
+    rehearsal:     .venv/bin/python scripts/gpu/measure.py --cpu       # the same stages on the CPU, tiny shapes
+
+Stages, in order (name some to run only those): probe build info plain race profiles replay overhead
+mtp. A stage makes the models it needs on first use. Every figure is read from a tool's output; one that
+cannot be read, or a tool that fails, stops the run with the tool's log (never a 0 in a table). Results
+go under --out ($OUT, else results/gpu) as each stage ends: results.json, stages.json (each stage's
+wall time), logs/, profile-*.json, summary.md (the tables README shows). Work (the build, the models)
+stays in --work, so a second call on a warm machine reuses it; the CPU build is kept in
+~/.cache/quickdraft/llama-tools, keyed by the sources' hash and the flags, as setup.sh keeps its wheel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+STAGES = ("probe", "build", "info", "plain", "race", "profiles", "replay", "overhead", "mtp")
+PROMPT = "Write a Python function that parses an ISO 8601 date and returns the weekday, with tests."
+# llama.cpp's own tools, and what the product's build adds to build them from the same tree
+TOOLS = ("llama-bench", "llama-speculative-simple")
+TOOL_FLAGS = ("-DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAVA_BUILD=OFF "
+              "-DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF")
+# one CPU module (ggml's default level: AVX2, FMA, F16C) instead of one per instruction-set level: the
+# GPU does the work, and the rehearsal needs a build of minutes (ggml refuses GGML_NATIVE with modules)
+CPU_MODULE_FLAGS = "-DGGML_CPU_ALL_VARIANTS=OFF"
+REPLAY_DRAFTERS = ("lookup", "model", "lookup+model")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run measures: the GPU's shapes and lengths, or the CPU rehearsal's tiny ones."""
+    cpu: bool
+    mains: tuple[str, ...]          # make_shapes keys of the main models profiled and replayed
+    draft: str                      # ... of the draft model
+    mtp_main: str                   # ... of the main model with an MTP head
+    gpu_layers: str
+    n_predict: int
+    draft_lengths: tuple[int, ...]  # K of the near-free race
+    repeats: int                    # paired runs of plain decoding, ours then llama-bench's
+
+    @staticmethod
+    def for_machine(cpu: bool) -> "Plan":
+        if cpu:
+            return Plan(True, ("tiny",), "tiny", "qwen35-tiny", "0", 32, (1, 4), 1)
+        return Plan(False, ("7b", "14b"), "0.5b", "qwen35-9b", "99", 256, (1, 2, 4, 8, 16), 2)
+
+
+class StageError(RuntimeError):
+    """A stage cannot go on: a tool failed or printed no figure. The message carries the log's tail."""
+
+
+@dataclass
+class Run:
+    plan: Plan
+    work: Path
+    out: Path
+    build_cache: Path
+    python: str = sys.executable
+    tools: Path | None = None       # llama.cpp's tools, once built
+    site: Path | None = None        # the product's Python packages with the build's libraries
+    results: dict = field(default_factory=dict)
+    stages: list = field(default_factory=list)
+
+    # --- running tools ------------------------------------------------------------------------------
+
+    def run(self, name: str, argv: list[str], timeout: float = 900) -> tuple[str, str]:
+        """Run a tool, keep its output in logs/NAME.log, and stop the stage if it fails."""
+        log = self.out / "logs" / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, env=self.env(), cwd=REPO, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            log.write_text(f"$ {shlex.join(argv)}\n(timed out after {timeout:.0f} s)\n", encoding="utf-8")
+            raise StageError(f"{name} ran past {timeout:.0f} s ({log})") from exc
+        log.write_text(f"$ {shlex.join(argv)}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}\n"
+                       f"--- exit code {done.returncode}\n", encoding="utf-8")
+        if done.returncode != 0:
+            raise StageError(f"{name} exited with {done.returncode} ({log}):\n{tail(done.stdout + done.stderr)}")
+        return done.stdout, done.stderr
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.pop("LLAMA_CPP_LIB_PATH", None)   # the build's libraries sit in its llama_cpp package, as a wheel's
+        paths = [str(self.site)] if self.site else []
+        env["PYTHONPATH"] = os.pathsep.join(paths + [str(REPO)])
+        return env
+
+    def quickdraft(self, name: str, *args: str) -> dict:
+        """Our CLI's JSON answer to ``args`` (each command given --json)."""
+        stdout, _ = self.run(name, [self.python, "-m", "app.cli", "--data-dir", str(self.work / "data"), *args])
+        try:
+            return json.loads(stdout)
+        except ValueError as exc:
+            raise StageError(f"{name} printed no JSON ({self.out / 'logs' / name}.log):\n{tail(stdout)}") from exc
+
+    def tool(self, name: str) -> str:
+        if self.tools is None:
+            raise StageError("llama.cpp's tools are not built: run the build stage first")
+        return str(self.tools / name)
+
+    # --- models -------------------------------------------------------------------------------------
+
+    def model(self, key: str) -> Path:
+        """The model make_shapes.py writes for ``key``, written on first use."""
+        folder = self.work / "models"
+        found = sorted(folder.glob(f"*{shape_name(key)}*.gguf"))
+        if found:
+            return found[0]
+        stdout, _ = self.run(f"make-{key}", [self.python, "scripts/gpu/make_shapes.py", str(folder), "--shapes", key])
+        return Path(stdout.split("\t")[1])
+
+    # --- results ------------------------------------------------------------------------------------
+
+    def record(self, key: str, value) -> None:
+        self.results[key] = value
+        write_json(self.out / "results.json", self.results)
+
+
+def shape_name(key: str) -> str:
+    sys.path.insert(0, str(REPO / "scripts" / "gpu"))
+    from make_shapes import HYBRIDS, SHAPES
+
+    return HYBRIDS[key].name if key in HYBRIDS else SHAPES[key].name
+
+
+def tail(text: str, lines: int = 25) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def figure(text: str, pattern: str, what: str, log: str) -> float:
+    """The number ``pattern``'s first group reads in ``text`` (its last match), or a StageError naming
+    what was looked for and where: a tool that prints no figure stops the run."""
+    found = re.findall(pattern, text, flags=re.MULTILINE)
+    if not found:
+        raise StageError(f"no {what} in the output of {log} (looked for /{pattern}/):\n{tail(text)}")
+    value = found[-1][0] if isinstance(found[-1], tuple) else found[-1]
+    return float(value)
+
+
+def write_json(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+# --- stages ---------------------------------------------------------------------------------------
+
+def stage_probe(r: Run) -> None:
+    """What the machine already has: the GPU, the toolchain, Python and its packages."""
+    probes = {
+        "gpu": ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,compute_cap", "--format=csv,noheader"],
+        "nvcc": ["nvcc", "--version"], "cmake": ["cmake", "--version"], "ninja": ["ninja", "--version"],
+        "compiler": ["c++", "--version"],
+    }
+    found = {}
+    for name, argv in probes.items():
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+            found[name] = tail(done.stdout, 1) if done.returncode == 0 else f"exit {done.returncode}"
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            found[name] = f"missing ({exc.__class__.__name__})"
+    found["python"] = sys.version.split()[0]
+    for package in ("numpy", "torch", "jinja2", "yaml"):
+        try:
+            found[package] = getattr(__import__(package), "__version__", "present")
+        except ImportError:
+            found[package] = "missing"
+    found["cores"] = os.cpu_count()
+    found["free disk GiB"] = round(shutil.disk_usage(r.work).free / 2**30, 1)
+    for name, value in found.items():
+        print(f"  {name}: {value}")
+    r.record("machine", found)
+    needed = ["cmake", "compiler"] + ([] if r.plan.cpu else ["nvcc", "gpu"])
+    missing = [n for n in needed if str(found[n]).startswith(("missing", "exit"))]
+    if missing or found["numpy"] == "missing":
+        raise StageError(f"this machine lacks {', '.join(missing or ['numpy'])}: the build cannot run here")
+
+
+def stage_build(r: Run) -> None:
+    """The product's build (setup.sh's flags) with llama.cpp's tools in the same tree; then the product's
+    Python package laid out as its wheel installs it: llama_cpp/ with the libraries and backend modules
+    in llama_cpp/lib, beside the pure-Python packages from .gpu/wheels."""
+    flags = product_flags(r.plan)
+    sha = (REPO / ".gpu" / "llama-src.sha256").read_text().strip()
+    key = hashlib.sha256(f"{sha} {flags} {' '.join(TOOLS)}".encode()).hexdigest()[:16]
+    root = r.build_cache / key
+    print(f"  CMake flags: {flags}\n  build: {root}")
+    if not (root / "built").exists():
+        compile_tree(r, root, flags)
+    r.tools = root / "build" / "bin"
+    r.site = lay_out_site(r, root)
+    r.record("build", {"cmake_flags": flags, "key": key, "sources_sha256": sha})
+
+
+def product_flags(plan: Plan) -> str:
+    """setup.sh's CMake flags for this machine's backend, one CPU module, and the tools."""
+    env = dict(os.environ)
+    backend = "cpu"
+    if not plan.cpu:
+        backend = "cuda"
+        env.setdefault("CUDA_ARCHITECTURES", cuda_architecture())
+    done = subprocess.run(["bash", "scripts/setup.sh", "--backend", backend, "--print-cmake"], capture_output=True,
+                          text=True, cwd=REPO, env=env, timeout=60)
+    if done.returncode != 0:
+        raise StageError(f"setup.sh --print-cmake failed:\n{done.stderr}")
+    return f"{done.stdout.strip()} {CPU_MODULE_FLAGS} {TOOL_FLAGS}"
+
+
+def cuda_architecture() -> str:
+    """This GPU's architecture as CMake names it (compute capability 9.0: "90")."""
+    done = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
+                          text=True, timeout=30)
+    caps = done.stdout.split()
+    return caps[0].replace(".", "") if done.returncode == 0 and caps else "native"
+
+
+def compile_tree(r: Run, root: Path, flags: str) -> None:
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "src").mkdir(parents=True)
+    with tarfile.open(REPO / ".gpu" / "llama-src.tar.gz") as tar:
+        tar.extractall(root / "src", filter="tar")
+    [source] = (root / "src").iterdir()
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    jobs = str(os.cpu_count() or 2)
+    r.run("cmake-configure", ["cmake", "-S", str(source), "-B", str(root / "build"), *generator, *shlex.split(flags)])
+    targets = ["llama", "ggml-cpu", *TOOLS] + ([] if r.plan.cpu else ["ggml-cuda"])
+    r.run("cmake-build", ["cmake", "--build", str(root / "build"), "--target", *targets, "-j", jobs], timeout=3600)
+    (root / "built").write_text(source.name + "\n")
+
+
+def lay_out_site(r: Run, root: Path) -> Path:
+    site = r.work / "site"
+    shutil.rmtree(site, ignore_errors=True)
+    for wheel in compatible_wheels(REPO / ".gpu" / "wheels"):
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(site)
+    [source] = (root / "src").iterdir()
+    shutil.copytree(source / "llama_cpp", site / "llama_cpp", ignore=shutil.ignore_patterns("lib"))
+    lib = site / "llama_cpp" / "lib"
+    lib.mkdir()
+    for library in (root / "build" / "bin").glob("*.so*"):
+        shutil.copy2(library, lib)
+    return site
+
+
+def compatible_wheels(folder: Path) -> list[Path]:
+    """The pure-Python wheels, and of the binary ones those for this Python."""
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    return [w for w in sorted(folder.glob("*.whl")) if "-py3-none-any" in w.name or f"-{tag}-{tag}-" in w.name]
+
+
+def stage_info(r: Run) -> None:
+    """The product names the device and puts every layer of both models on it."""
+    system = r.quickdraft("info", "info", "--json")["system"]
+    placed = r.quickdraft("info-pair", "info", "-m", str(r.model(r.plan.mains[0])), "-md", str(r.model(r.plan.draft)),
+                          "-ngl", r.plan.gpu_layers, "-ngld", r.plan.gpu_layers, "--json")["placement"]
+    print(f"  backends {system['backends']}, modules {[m['name'] for m in system['modules_loaded']]}, "
+          f"device {system['device']}")
+    for name, where in placed.items():
+        print(f"  {name} model: {where}")
+    r.record("info", {"system": system, "placement": placed})
+    if not r.plan.cpu and not system["device"].startswith("CUDA"):
+        raise StageError(f"quickdraft info chose {system['device']}, not a CUDA device ({system['problem']})")
+    check_placement(r, placed, "quickdraft info")
+
+
+def check_placement(r: Run, placement: dict, what: str) -> None:
+    """On the GPU, every model wholly on a CUDA device (the rehearsal's stay on the CPU)."""
+    if r.plan.cpu:
+        return
+    for name, where in placement.items():
+        m = re.match(r"(\d+)/(\d+) layers on the GPU (CUDA\d+)", where)
+        if not m or m.group(1) != m.group(2):
+            raise StageError(f"{what}: the {name} model is not wholly on the GPU: {where}")
+
+
+def generate(r: Run, name: str, main: Path, *args: str) -> dict:
+    summary = r.quickdraft(name, "generate", "-m", str(main), "-ngl", r.plan.gpu_layers, "-n", str(r.plan.n_predict),
+                           "-p", PROMPT, "--json", *args)
+    check_placement(r, summary["placement"], name)
+    if not summary.get("generation_tps"):
+        raise StageError(f"{name}: no generation speed in our summary ({r.out / 'logs' / name}.log)")
+    return summary
+
+
+def stage_plain(r: Run) -> None:
+    """Plain decoding of the first main model: ours (no drafter) against llama-bench's tg, paired."""
+    main = r.model(r.plan.mains[0])
+    ours, theirs = [], []
+    for i in range(r.plan.repeats):
+        ours.append(generate(r, f"plain-ours-{i}", main, "--drafter", "none")["generation_tps"])
+        stdout, _ = r.run(f"plain-llama-bench-{i}", [r.tool("llama-bench"), "-m", str(main), "-ngl", r.plan.gpu_layers,
+                                                     "-p", "0", "-n", str(r.plan.n_predict), "-r", "3", "-o", "json"])
+        theirs.append(figure(stdout, r'"avg_ts":\s*([0-9.]+)', "llama-bench tokens/s", f"plain-llama-bench-{i}"))
+    row = {"model": main.name, "ours_tps": statistics.median(ours), "llama_bench_tps": statistics.median(theirs),
+           "runs": {"ours": ours, "llama_bench": theirs}}
+    row["ratio"] = row["ours_tps"] / row["llama_bench_tps"]
+    print(f"  ours {row['ours_tps']:.1f} t/s, llama-bench {row['llama_bench_tps']:.1f} t/s: {row['ratio']:.2f}x")
+    r.record("plain", row)
+
+
+def stage_race(r: Run) -> None:
+    """The near-free race: the main model as its own draft (every token accepted), ours against
+    llama-speculative-simple with today's flags, for each draft length K."""
+    main = r.model(r.plan.mains[0])
+    rows = []
+    for k in r.plan.draft_lengths:
+        ours = generate(r, f"race-ours-{k}", main, "-md", str(main), "-ngld", r.plan.gpu_layers, "--drafter", "model",
+                        "--policy", "fixed", "--draft-max", str(k))
+        name = f"race-llama-{k}"
+        stdout, stderr = r.run(name, [
+            r.tool("llama-speculative-simple"), "-m", str(main), "-md", str(main), "-ngl", r.plan.gpu_layers,
+            "-ngld", r.plan.gpu_layers, "-c", "4096", "--spec-type", "draft-simple", "--spec-draft-n-max", str(k),
+            "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "--temp", "0", "-n", str(r.plan.n_predict),
+            "-p", PROMPT])
+        text = stdout + stderr
+        theirs = figure(text, r"decoded\s+\d+ tokens in\s+[0-9.]+ seconds, speed:\s+([0-9.]+) t/s", "decoding speed", name)
+        accepted = figure(text, r"^.*accept\s+=\s+([0-9.]+)%", "acceptance", name) / 100
+        row = {"draft_max": k, "ours_tps": ours["generation_tps"], "ours_acceptance": ours["acceptance_rate"],
+               "llama_tps": theirs, "llama_acceptance": accepted, "ratio": ours["generation_tps"] / theirs}
+        print(f"  K={k}: ours {row['ours_tps']:.1f} t/s ({100 * row['ours_acceptance']:.0f}% accepted), "
+              f"llama-speculative-simple {theirs:.1f} t/s ({100 * accepted:.0f}%): {row['ratio']:.2f}x")
+        rows.append(row)
+        r.record("race", rows)
+
+
+def stage_profiles(r: Run) -> None:
+    """Each main model's cost profile with the draft model (batches of 1..33), and what the draft model
+    takes to catch up on skipped tokens."""
+    draft = r.model(r.plan.draft)
+    profiles = {}
+    for key in r.plan.mains:
+        name = f"calibrate-{key}"
+        stdout, _ = r.run(name, [r.python, "-m", "app.cli", "--data-dir", str(r.work / "data"), "calibrate", "-m",
+                                 str(r.model(key)), "-md", str(draft), "-ngl", r.plan.gpu_layers, "-ngld",
+                                 r.plan.gpu_layers, "--draft-max", "32", "-c", "4096"])
+        saved = re.search(r"^saved to (.+)$", stdout, flags=re.MULTILINE)
+        if not saved:
+            raise StageError(f"{name} saved no profile ({r.out / 'logs' / name}.log):\n{tail(stdout)}")
+        shutil.copy(saved.group(1).strip(), r.out / f"profile-{key}.json")
+        profile = json.loads((r.out / f"profile-{key}.json").read_text())
+        batch = profile["main_batch_s"]
+        profiles[key] = {"main_step_ms": 1000 * batch[0], "draft_step_ms": 1000 * profile["draft_step_s"],
+                         "batch_over_step": [round(t / batch[0], 3) for t in batch[:17]]}
+        print(f"  {key}: main step {profiles[key]['main_step_ms']:.2f} ms, draft step "
+              f"{profiles[key]['draft_step_ms']:.2f} ms, T(n)/T(1) n=1..17: "
+              + " ".join(f"{x:.2f}" for x in profiles[key]["batch_over_step"]))
+        r.record("profiles", profiles)
+    stdout, _ = r.run("catch-up", [r.python, "scripts/gpu/catch_up.py", str(draft), r.plan.gpu_layers])
+    (r.out / "catch-up.json").write_text(stdout, encoding="utf-8")
+
+
+def stage_replay(r: Run) -> None:
+    """The real Qwen pair's recorded acceptance replayed against each profile: lookup, the draft model
+    and both, and the best lookup could do (the oracle bound)."""
+    traces = str(REPO / ".gpu" / "traces.json")
+    rows = []
+    for key in r.plan.mains:
+        profile = str(r.out / f"profile-{key}.json")
+        for drafter in REPLAY_DRAFTERS:
+            name = f"replay-{key}-{drafter}"
+            stdout, _ = r.run(name, [r.python, "scripts/policy_replay.py", "replay", traces, profile, "--drafter",
+                                     drafter, "--catch-up", str(r.out / "catch-up.json")])
+            rows.append(replay_row(key, drafter, stdout, name))
+        name = f"replay-{key}-bound"
+        stdout, _ = r.run(name, [r.python, "scripts/policy_replay.py", "bound", traces, profile])
+        rows.append(replay_row(key, "lookup oracle bound", stdout, name))
+        r.record("replay", rows)
+    for row in rows:
+        print(f"  {row['main']:>4} {row['drafter']:<20} median {row['median']:.2f}x, slowest {row['slowest']:.2f}x")
+
+
+def replay_row(key: str, drafter: str, stdout: str, name: str) -> dict:
+    pattern = r"^median ([0-9.]+)x, slowest ([0-9.]+)x"
+    return {"main": key, "drafter": drafter, "median": figure(stdout, pattern, "median speedup", name),
+            "slowest": float(re.findall(pattern, stdout, flags=re.MULTILINE)[-1][1])}
+
+
+def stage_overhead(r: Run) -> None:
+    """The host's work per drafted and per verified token, with the 152k vocabulary on the device."""
+    out = r.out / "host-overhead.json"
+    r.run("host-overhead", [r.python, "scripts/host_overhead.py", str(r.model(r.plan.mains[0])),
+                            str(r.model(r.plan.draft)), "-ngl", r.plan.gpu_layers, "--json", str(out)])
+    rounds = json.loads(out.read_text())["rounds"]
+    if not rounds or not all(row["rounds"] and row["drafted"] for row in rounds):
+        raise StageError(f"host_overhead.py measured no drafting rounds ({out})")
+    rows = [{k: row[k] for k in ("drafter", "vocab", "draft_host_ms_per_drafted", "verify_host_ms_per_verified",
+                                 "other_ms_per_round", "host_fraction")} for row in rounds]
+    for row in rows:
+        print(f"  {row['drafter']:<7} host {row['draft_host_ms_per_drafted']:.3f} ms a drafted token, "
+              f"{row['verify_host_ms_per_verified']:.3f} ms a verified one, {100 * row['host_fraction']:.1f}% of the round")
+    r.record("overhead", rows)
+
+
+def stage_mtp(r: Run) -> None:
+    """One step of the MTP head against one step of its main model, on a Qwen3.5-shaped main."""
+    main = r.model(r.plan.mtp_main)
+    plain = generate(r, "mtp-main-alone", main, "--drafter", "none")
+    drafting = generate(r, "mtp-head", main, "--drafter", "mtp", "--policy", "fixed", "--draft-max", "1")
+    if not drafting["drafted"]:
+        raise StageError(f"the MTP head drafted nothing ({r.out / 'logs' / 'mtp-head.log'})")
+    main_ms = 1000 / plain["generation_tps"]
+    head_ms = 1000 * drafting["draft_s"] / drafting["drafted"]
+    row = {"model": main.name, "main_step_ms": main_ms, "mtp_step_ms": head_ms, "ratio": head_ms / main_ms}
+    print(f"  main step {main_ms:.2f} ms, MTP step {head_ms:.2f} ms: {row['ratio']:.2f} of a main step")
+    r.record("mtp", row)
+
+
+# --- the tables -----------------------------------------------------------------------------------
+
+def summary_markdown(results: dict, device: str) -> str:
+    """The tables README shows, one for each stage that recorded results."""
+    parts = [f"Measured on {device}."]
+    if "plain" in results:
+        p = results["plain"]
+        parts.append(table(["plain decoding", "ours t/s", "llama-bench t/s", "ours / llama.cpp"],
+                           [[p["model"], f"{p['ours_tps']:.1f}", f"{p['llama_bench_tps']:.1f}", f"{p['ratio']:.2f}x"]]))
+    if "race" in results:
+        parts.append(table(
+            ["own draft, K", "ours t/s", "llama-speculative-simple t/s", "ours / llama.cpp", "accepted (ours, llama.cpp)"],
+            [[str(x["draft_max"]), f"{x['ours_tps']:.1f}", f"{x['llama_tps']:.1f}", f"{x['ratio']:.2f}x",
+              f"{100 * x['ours_acceptance']:.0f}%, {100 * x['llama_acceptance']:.0f}%"] for x in results["race"]]))
+    if "profiles" in results:
+        sizes = (2, 5, 9, 17)
+        parts.append(table(
+            ["main (0.5B draft)", "main step ms", "draft step ms", *(f"T({n})/T(1)" for n in sizes)],
+            [[key, f"{x['main_step_ms']:.2f}", f"{x['draft_step_ms']:.2f}",
+              *(f"{x['batch_over_step'][n - 1]:.2f}" if n <= len(x["batch_over_step"]) else "-" for n in sizes)]
+             for key, x in results["profiles"].items()]))
+    if "replay" in results:
+        parts.append(table(["real pair's acceptance replayed on", "drafter", "median speedup", "slowest prompt"],
+                           [[x["main"], x["drafter"], f"{x['median']:.2f}x", f"{x['slowest']:.2f}x"]
+                            for x in results["replay"]]))
+    if "overhead" in results:
+        parts.append(table(["host overhead", "ms per drafted token", "ms per verified token", "share of the round"],
+                           [[x["drafter"], f"{x['draft_host_ms_per_drafted']:.3f}",
+                             f"{x['verify_host_ms_per_verified']:.3f}", f"{100 * x['host_fraction']:.1f}%"]
+                            for x in results["overhead"]]))
+    if "mtp" in results:
+        x = results["mtp"]
+        parts.append(table(["MTP head", "main step ms", "MTP step ms", "MTP / main"],
+                           [[x["model"], f"{x['main_step_ms']:.2f}", f"{x['mtp_step_ms']:.2f}", f"{x['ratio']:.2f}"]]))
+    return "\n\n".join(parts) + "\n"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def device_name(results: dict, cpu: bool) -> str:
+    machine = results.get("machine", {})
+    if cpu:
+        return f"the CPU ({machine.get('cores', '?')} cores; a rehearsal with tiny shapes, not a measurement)"
+    return f"{machine.get('gpu', 'a GPU')}, {machine.get('cores', '?')} cores"
+
+
+# --- driver ---------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("stages", nargs="*", help=f"stages to run: {' '.join(STAGES)} (all)")
+    parser.add_argument("--cpu", action="store_true", default=os.environ.get("CPU_ONLY") == "1",
+                        help="the rehearsal: a CPU build and tiny shapes (or CPU_ONLY=1)")
+    parser.add_argument("--work", default=os.environ.get("QD_GPU_WORK", "/tmp/qd-gpu"))
+    parser.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "results" / "gpu"))
+    parser.add_argument("--build-cache", default=None,
+                        help="where builds are kept (the CPU's: ~/.cache/quickdraft/llama-tools; the GPU's: WORK/builds)")
+    parser.add_argument("--deadline", type=float, default=None,
+                        help="seconds: start no stage after this (the lease's end; the GPU's default 480)")
+    args = parser.parse_args(argv)
+    unknown = [s for s in args.stages if s not in STAGES]
+    if unknown:
+        parser.error(f"unknown stage {', '.join(unknown)}: choose from {' '.join(STAGES)}")
+    plan = Plan.for_machine(args.cpu)
+    work, out = Path(args.work), Path(args.out)
+    work.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = Path(args.build_cache) if args.build_cache else (
+        Path.home() / ".cache" / "quickdraft" / "llama-tools" if args.cpu else work / "builds")
+    run = Run(plan, work, out, cache)
+    deadline = args.deadline if args.deadline is not None else (None if args.cpu else 480)
+    return drive(run, list(args.stages) or list(STAGES), deadline)
+
+
+def drive(run: Run, stages: list[str], deadline: float | None) -> int:
+    start = time.monotonic()
+    if "build" not in stages:   # a later call on a warm machine: the build the first call made
+        reuse_build(run)
+    status = 0
+    for stage in stages:
+        if status or (deadline is not None and time.monotonic() - start > deadline):
+            why = "after a failed stage" if status else f"{deadline:.0f} s had passed"
+            print(f"=== {stage}: not started, {why}")
+            run.stages.append({"stage": stage, "seconds": 0.0, "status": f"not started ({why})"})
+            write_json(run.out / "stages.json", run.stages)
+            continue
+        print(f"=== {stage}", flush=True)
+        began = time.monotonic()
+        try:
+            globals()[f"stage_{stage}"](run)
+            outcome = "ok"
+        except StageError as exc:
+            outcome, status = f"failed: {exc}", 1
+        seconds = time.monotonic() - began
+        run.stages.append({"stage": stage, "seconds": round(seconds, 1), "status": outcome.split("\n")[0]})
+        write_json(run.out / "stages.json", run.stages)
+        print(f"=== {stage}: {seconds:.1f} s{'' if outcome == 'ok' else ', ' + outcome}", flush=True)
+    table = summary_markdown(run.results, device_name(run.results, run.plan.cpu))
+    (run.out / "summary.md").write_text(table, encoding="utf-8")
+    print("\n" + "\n".join(f"{s['stage']:>9}: {s['seconds']:7.1f} s  {s['status']}" for s in run.stages))
+    print(f"{'total':>9}: {time.monotonic() - start:7.1f} s\n\n{table}")
+    return status
+
+
+def reuse_build(run: Run) -> None:
+    site = run.work / "site"
+    built = sorted(run.build_cache.glob("*/built"))
+    if site.exists() and built:
+        run.site, run.tools = site, built[-1].parent / "build" / "bin"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

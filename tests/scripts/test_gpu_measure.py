@@ -1,0 +1,108 @@
+"""scripts/gpu/measure.py stops with the tool's log when a tool fails or prints no figure (never a 0 in
+a table), and its stages run end to end on tiny shapes. CI runs the whole rehearsal with llama.cpp's
+real tools (.ci/run); here the tools are stand-ins that print what a broken or renamed tool would."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def measure():
+    spec = importlib.util.spec_from_file_location("gpu_measure", ROOT / "scripts" / "gpu" / "measure.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_measure"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def fake_tool(folder: Path, name: str, script: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text("#!/usr/bin/env bash\n" + script)
+    path.chmod(0o755)
+
+
+def rehearsal(measure, tmp_path: Path, tools: Path):
+    plan = dataclasses.replace(measure.Plan.for_machine(cpu=True), draft_lengths=(2,), n_predict=8)
+    run = measure.Run(plan, tmp_path / "work", tmp_path / "out", tmp_path / "builds")
+    run.tools = tools
+    return run
+
+
+SPEC_SIMPLE_OK = """echo "encoded   20 tokens in    0.010 seconds, speed: 2000.000 t/s" >&2
+echo "decoded    9 tokens in    0.100 seconds, speed:   90.000 t/s" >&2
+echo "accept    = 100.000%" >&2
+"""
+
+
+def test_a_speed_line_that_cannot_be_read_stops_the_run_with_the_tools_log(measure, tmp_path):
+    tools = tmp_path / "bin"
+    fake_tool(tools, "llama-speculative-simple", 'echo "decoded 9 tokens, speed: fast" >&2\n')
+    run = rehearsal(measure, tmp_path, tools)
+    with pytest.raises(measure.StageError, match="no decoding speed") as stopped:
+        measure.stage_race(run)
+    assert "decoded 9 tokens, speed: fast" in str(stopped.value)   # the log's tail goes with it
+    assert "race" not in run.results                                # nothing recorded, no 0
+
+
+def test_a_flag_the_tool_refuses_stops_the_run_with_the_tools_message(measure, tmp_path):
+    """llama.cpp's argument parser exits 1 on a flag it does not know (or no longer knows)."""
+    tools = tmp_path / "bin"
+    fake_tool(tools, "llama-speculative-simple",
+              'for a in "$@"; do [ "$a" = --spec-draft-n-max ] || continue; '
+              'echo "error: invalid argument: --spec-draft-n-max" >&2; exit 1; done\n')
+    run = rehearsal(measure, tmp_path, tools)
+    with pytest.raises(measure.StageError, match="exited with 1") as stopped:
+        measure.stage_race(run)
+    assert "invalid argument: --spec-draft-n-max" in str(stopped.value)
+    log = (run.out / "logs" / "race-llama-2.log").read_text()
+    assert "--spec-type draft-simple --spec-draft-n-max 2 --spec-draft-n-min 0" in log
+
+
+def test_the_race_reads_both_speeds_and_the_driver_writes_its_tables(measure, tmp_path):
+    tools = tmp_path / "bin"
+    fake_tool(tools, "llama-speculative-simple", SPEC_SIMPLE_OK)
+    fake_tool(tools, "llama-bench", "echo '[{\"n_gen\": 8, \"avg_ts\": 123.5}]'\n")
+    run = rehearsal(measure, tmp_path, tools)
+    assert measure.drive(run, ["race", "plain"], deadline=None) == 0
+    [row] = run.results["race"]
+    assert row["llama_tps"] == 90.0 and row["llama_acceptance"] == 1.0
+    assert row["ours_tps"] > 0 and row["ours_acceptance"] == 1.0   # its own draft: every token accepted
+    assert run.results["plain"]["llama_bench_tps"] == 123.5
+    stages = json.loads((run.out / "stages.json").read_text())
+    assert [s["stage"] for s in stages] == ["race", "plain"] and all(s["status"] == "ok" for s in stages)
+    table = (run.out / "summary.md").read_text()
+    assert "| 2 | " in table and "| 90.0 |" in table and "123.5" in table
+
+
+def test_a_stage_past_the_deadline_is_not_started_and_says_so(measure, tmp_path):
+    run = rehearsal(measure, tmp_path, tmp_path / "bin")
+    assert measure.drive(run, ["race"], deadline=-1) == 0
+    [stage] = json.loads((run.out / "stages.json").read_text())
+    assert stage["status"].startswith("not started (") and "race" not in run.results
+
+
+def test_the_product_flags_are_setup_shs_with_one_cpu_module_and_the_tools(measure):
+    flags = measure.product_flags(measure.Plan.for_machine(cpu=True))
+    assert flags.startswith("-DGGML_BACKEND_DL=ON ") and flags.index("-DGGML_CPU_ALL_VARIANTS=ON") \
+        < flags.index("-DGGML_CPU_ALL_VARIANTS=OFF")   # CMake takes the last
+    assert "-DLLAMA_BUILD_TOOLS=ON" in flags and "-DLLAVA_BUILD=OFF" in flags
+
+
+def test_only_the_wheels_for_this_python_are_laid_out(measure, tmp_path):
+    names = ["gguf-0.19.0-py3-none-any.whl", "pyyaml-6.0.3-cp310-cp310-manylinux2014_x86_64.whl",
+             f"pyyaml-6.0.3-cp{sys.version_info.major}{sys.version_info.minor}-cp{sys.version_info.major}"
+             f"{sys.version_info.minor}-manylinux2014_x86_64.whl"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    chosen = [w.name for w in measure.compatible_wheels(tmp_path)]
+    assert names[0] in chosen and names[2] in chosen and (names[1] in chosen) == (sys.version_info[:2] == (3, 10))
