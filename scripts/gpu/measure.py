@@ -4,9 +4,10 @@ llama-bench and llama-speculative-simple built from the same tree, models shaped
 random weights (what a model costs depends on its shapes, not its weights), and each of our figures
 measured beside llama.cpp's on the same files in the same run.
 
-    here, once:    scripts/gpu/pack.sh                                  # .gpu/ (about 10 MiB)
-    on the GPU:    python3 scripts/gpu/measure.py                      # every stage, about 7 minutes on an H100
-    rehearsal:     .venv/bin/python scripts/gpu/measure.py --cpu       # the same stages on the CPU, tiny shapes
+    here, once:  scripts/gpu/pack.sh                             # .gpu/ (about 10 MiB)
+    on the GPU:  python3 scripts/gpu/measure.py                  # every stage: about 8 minutes on an H100
+                                                                 # (estimated; 3 to 4 of them the build)
+    rehearsal:   .venv/bin/python scripts/gpu/measure.py --cpu   # the same stages on the CPU, tiny shapes
 
 Stages, in order (name some to run only those): probe build info plain race profiles replay overhead
 mtp. A stage makes the models it needs on first use. Every figure is read from a tool's output; one that
