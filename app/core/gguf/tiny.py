@@ -20,7 +20,13 @@ draft):
 * ``gemma4-assistant``: Gemma 4's separate MTP drafter (the "assistant") for the tiny ``gemma4`` of
   the same spec: ``n_layer`` MTP layers ``n_embd_assistant`` wide, with no keys or values of their
   own. It reads the main model's token embedding and KV cache, so llama.cpp creates its context (of
-  type ``LLAMA_CONTEXT_TYPE_MTP``) only with ``ctx_other``, the main model's context.
+  type ``LLAMA_CONTEXT_TYPE_MTP``) only with ``ctx_other``, the main model's context;
+* ``eagle3``: an EAGLE-3 drafter: one decoder layer that reads the main model's hidden states at three
+  ``target_layers`` (fused by ``fc``) beside its token embeddings, which, with no embedding of its
+  own, are the main model's;
+* ``dflash``: a DFlash block drafter: ``n_layer`` layers that propose ``block_size`` tokens in one pass
+  from the main model's hidden states at ``target_layers``, with the main model's embedding and head;
+  with ``markov_rank``, DSpark's Markov head and confidence head too.
 
 Any other name gets the llama layout under that name (to test an architecture llama.cpp refuses).
 ``other_vocab`` and ``bpe_vocab`` give another vocabulary: another SentencePiece one, or a byte-level
@@ -62,6 +68,11 @@ class TinySpec:
     sliding_window: int = 8       # gemma4, gemma4-assistant: the window (tokens) of the sliding-window layers
     n_embd_assistant: int = 32    # gemma4-assistant: its own width; n_embd (with n_head, n_head_kv) is its
                                   # backbone's, the gemma4 main's, whose hidden states and KV cache it reads
+    target_layers: tuple[int, ...] = (0, 1, 1)   # eagle3, dflash: the main's layers whose inputs it reads
+                                  # (eagle3: exactly three, low, middle and high)
+    n_embd_target: int = 0        # eagle3: the main model's width (0: n_embd); dflash drafts at its main's width
+    block_size: int = 16          # dflash: tokens proposed in one pass
+    markov_rank: int = 0          # dflash: DSpark's Markov head and confidence head of this rank (0: none)
 
 
 # a model that thinks as Qwen3.5 does: its template opens a <think> block (enable_thinking switches it off),
@@ -415,6 +426,57 @@ def _write_gemma4_assistant(t: _Tiny) -> None:
         _gemma4_layer_tail(t, i, rope_freqs=i == full[0])
 
 
+def _write_eagle3(t: _Tiny) -> None:
+    """EAGLE-3 as llama.cpp's converter writes it: ``fc`` fuses the main's three hidden states
+    (``n_embd_target`` wide each) to the drafter's width; the single layer normalizes its token
+    embedding (``attn_norm``) and the fused state (``attn_norm_2``) and attends over both side by side
+    (Q, K and V read ``2 * n_embd``); its head is its own, its token embedding the main's."""
+    s = t.spec
+    if s.n_layer != 1 or len(s.target_layers) != 3:
+        raise ValueError("an eagle3 drafter has one layer and reads three target layers")
+    target = s.n_embd_target or t.n_embd
+    _base_keys(t, 1, s.n_ff, s.n_head, s.n_head_kv)
+    t.key("rope.dimension_count", t.head_dim)
+    t.w.add_array("eagle3.target_layers", [int(i) for i in s.target_layers])
+    t.key("target_hidden_size", target)
+    t.tensor("fc.weight", t.weight(t.n_embd, 3 * target))
+    t.norm("output_norm.weight")
+    t.tensor("output.weight", t.weight(t.n_vocab, t.n_embd) * 2)
+    t.norm("blk.0.attn_norm.weight")
+    t.norm("blk.0.attn_norm_2.weight")
+    t.tensor("blk.0.attn_q.weight", t.weight(t.head_dim * s.n_head, 2 * t.n_embd))
+    t.tensor("blk.0.attn_k.weight", t.weight(t.n_embd_kv, 2 * t.n_embd))
+    t.tensor("blk.0.attn_v.weight", t.weight(t.n_embd_kv, 2 * t.n_embd))
+    t.tensor("blk.0.attn_output.weight", t.weight(t.n_embd, t.head_dim * s.n_head))
+    t.norm("blk.0.ffn_norm.weight")
+    _ffn(t, 0)
+
+
+def _write_dflash(t: _Tiny) -> None:
+    """DFlash: ``fc`` fuses the main's hidden states at ``target_layers`` (each ``n_embd`` wide, the
+    main's width) and ``enc.output_norm`` normalizes the result; ``n_layer`` layers with Q/K norms then
+    draft a block; embedding and head are the main's. DSpark adds a Markov head (``markov_w1`` over the
+    previous token, ``markov_w2`` to the vocabulary) and a confidence head over [hidden, Markov state]."""
+    s = t.spec
+    _base_keys(t, s.n_layer, s.n_ff, s.n_head, s.n_head_kv)
+    t.key("rope.dimension_count", t.head_dim)
+    t.w.add_array("dflash.target_layers", [int(i) for i in s.target_layers])
+    t.key("block_size", s.block_size)
+    t.tensor("fc.weight", t.weight(t.n_embd, len(s.target_layers) * t.n_embd))
+    t.norm("enc.output_norm.weight")
+    t.norm("output_norm.weight")
+    if s.markov_rank:
+        t.tensor("markov_w1.weight", t.weight(t.n_vocab, s.markov_rank))
+        t.tensor("markov_w2.weight", t.weight(t.n_vocab, s.markov_rank))
+        t.tensor("conf_proj.weight", t.weight(1, t.n_embd + s.markov_rank))
+        t.tensor("conf_proj.bias", np.zeros(1, dtype=np.float32))
+    for i in range(s.n_layer):
+        t.norm(f"blk.{i}.attn_norm.weight")
+        _attention(t, i, qk_norm=True)
+        t.norm(f"blk.{i}.ffn_norm.weight")
+        _ffn(t, i)
+
+
 class _Planned:
     """A weight's shape without its numbers (the arithmetic the layouts do on weights keeps it)."""
 
@@ -459,5 +521,7 @@ _LAYOUTS = {
     "qwen35": _write_qwen35,
     "gemma4": _write_gemma4,
     "gemma4-assistant": _write_gemma4_assistant,
+    "eagle3": _write_eagle3,
+    "dflash": _write_dflash,
 }
 ARCHITECTURES = tuple(_LAYOUTS)   # what write_tiny_model lays out; any other name gets the llama layout

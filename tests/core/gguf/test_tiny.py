@@ -105,8 +105,9 @@ def test_llama_cpp_sees_the_memory_kind(tiny, arch):
 
 
 def test_every_laid_out_architecture_is_tested():
-    # the gemma4 main and its assistant: tests/core/gguf/test_tiny_gemma4.py
-    assert set(ARCHITECTURES) == set(KINDS) | {"llama", "gemma4", "gemma4-assistant"}
+    # the gemma4 main and its assistant: tests/core/gguf/test_tiny_gemma4.py; eagle3 and dflash:
+    # tests/core/gguf/test_tiny_drafters.py
+    assert set(ARCHITECTURES) == set(KINDS) | {"llama", "gemma4", "gemma4-assistant", "eagle3", "dflash"}
 
 
 def test_hybrids_alternate_recurrent_and_attention_layers():

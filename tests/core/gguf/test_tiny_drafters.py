@@ -1,0 +1,56 @@
+"""The tiny writer's drafters that read the main model's hidden states: EAGLE-3 (one layer over three
+target layers) and DFlash (a block drafter; with DSpark's Markov and confidence heads). llama.cpp loads
+each and reads the target layers it will ask the main model for."""
+
+from __future__ import annotations
+
+import ctypes
+
+import llama_cpp
+import pytest
+
+from app.core.gguf.info import read_gguf_info
+from app.core.gguf.tiny import TinySpec, write_tiny_model
+from app.core.llama.binding import LlamaModel
+from app.core.params import ModelParams
+
+DRAFTERS = {
+    "eagle3": TinySpec(architecture="eagle3", name="tiny-eagle3", n_layer=1, target_layers=(0, 1, 1)),
+    "eagle3-wider-main": TinySpec(architecture="eagle3", name="tiny-eagle3-w", n_layer=1, n_embd_target=96,
+                                  target_layers=(0, 1, 1)),
+    "dflash": TinySpec(architecture="dflash", name="tiny-dflash", n_layer=2, target_layers=(0, 1), block_size=8),
+    "dspark": TinySpec(architecture="dflash", name="tiny-dspark", n_layer=1, target_layers=(0, 1), markov_rank=8),
+}
+
+
+def _staging(name: str, restype, argtypes):
+    """A function of llama.cpp's staging API (C++ linkage: its Itanium-mangled name)."""
+    mangled = {"llama_model_target_layer_ids": "_Z28llama_model_target_layer_idsPK11llama_model",
+               "llama_model_target_layer_ids_n": "_Z30llama_model_target_layer_ids_nPK11llama_model"}[name]
+    function = getattr(llama_cpp.llama_cpp._lib, mangled)
+    function.restype, function.argtypes = restype, argtypes
+    return function
+
+
+def target_layers(model: LlamaModel) -> list[int]:
+    count = _staging("llama_model_target_layer_ids_n", ctypes.c_uint32, (ctypes.c_void_p,))(model._model)
+    ids = _staging("llama_model_target_layer_ids", ctypes.POINTER(ctypes.c_int32), (ctypes.c_void_p,))(model._model)
+    return [ids[i] for i in range(count)]
+
+
+@pytest.mark.parametrize("kind", list(DRAFTERS))
+def test_llama_cpp_loads_the_drafter_and_reads_its_target_layers(tmp_path, kind):
+    spec = DRAFTERS[kind]
+    path = write_tiny_model(tmp_path / f"{kind}.gguf", spec)
+    assert read_gguf_info(path).architecture == spec.architecture
+    model = LlamaModel(ModelParams(str(path), n_gpu_layers=0))
+    try:
+        assert target_layers(model) == list(spec.target_layers)
+        assert llama_cpp.llama_model_n_layer(model._model) == spec.n_layer
+    finally:
+        model.close()
+
+
+def test_an_eagle3_drafter_reads_exactly_three_layers(tmp_path):
+    with pytest.raises(ValueError, match="three target layers"):
+        write_tiny_model(tmp_path / "e.gguf", TinySpec(architecture="eagle3", n_layer=1, target_layers=(0, 1)))
