@@ -43,6 +43,19 @@ _STAGING = {
     "llama_get_embeddings_nextn_ith": ({"itanium": "_Z30llama_get_embeddings_nextn_ithP13llama_contexti",
                                         "msvc": "?llama_get_embeddings_nextn_ith@@YAPEAMPEAUllama_context@@H@Z"},
                                        ctypes.POINTER(ctypes.c_float), (ctypes.c_void_p, ctypes.c_int32)),
+    # EAGLE-3 and DFlash read the main model's hidden states entering their target layers (j: unsigned)
+    "llama_set_embeddings_layer_inp": ({"itanium": "_Z30llama_set_embeddings_layer_inpP13llama_contextjb",
+                                        "msvc": "?llama_set_embeddings_layer_inp@@YAXPEAUllama_context@@I_N@Z"},
+                                       None, (ctypes.c_void_p, ctypes.c_uint32, ctypes.c_bool)),
+    "llama_get_embeddings_layer_inp": ({"itanium": "_Z30llama_get_embeddings_layer_inpP13llama_contextj",
+                                        "msvc": "?llama_get_embeddings_layer_inp@@YAPEAMPEAUllama_context@@I@Z"},
+                                       ctypes.POINTER(ctypes.c_float), (ctypes.c_void_p, ctypes.c_uint32)),
+    "llama_model_target_layer_ids": ({"itanium": "_Z28llama_model_target_layer_idsPK11llama_model",
+                                      "msvc": "?llama_model_target_layer_ids@@YAPEBHPEBUllama_model@@@Z"},
+                                     ctypes.POINTER(ctypes.c_int32), (ctypes.c_void_p,)),
+    "llama_model_target_layer_ids_n": ({"itanium": "_Z30llama_model_target_layer_ids_nPK11llama_model",
+                                        "msvc": "?llama_model_target_layer_ids_n@@YAIPEBUllama_model@@@Z"},
+                                       ctypes.c_uint32, (ctypes.c_void_p,)),
 }
 ABI = "msvc" if sys.platform == "win32" else "itanium"
 # the public (C) API MTP drafting also needs, which older llama-cpp-python builds lack
@@ -108,25 +121,40 @@ class HiddenStates:
     re-decodes of a rollback) writes its rows. ``valid`` counts the leading positions whose rows
     belong to the tokens now cached (tokens decoded before the hook was set have none)."""
 
-    def __init__(self, session):
+    def __init__(self, session, n_embd: int | None = None):
         self.session = session
-        self.n_embd = n_embd_out(session.model)
+        self.n_embd = n_embd or n_embd_out(session.model)
         self._rows = np.zeros((0, self.n_embd), dtype=np.float32)
         self.valid = 0
-        _function("llama_set_embeddings_nextn")(session.raw_context, True, False)  # every token, not only outputs
+        self._switch(True)
         session.decode_hooks.append(self._after_decode)
 
-    def _after_decode(self, start: int, n: int) -> None:
+    def _switch(self, on: bool) -> None:
+        """Have the main context keep these states for every token it decodes (not only outputs), or stop."""
+        _function("llama_set_embeddings_nextn")(self.session.raw_context, on, False)
+
+    def _read(self, n: int) -> np.ndarray:
+        """The states of the batch just decoded, ``n`` rows ``n_embd`` wide."""
         data = _function("llama_get_embeddings_nextn")(self.session.raw_context)
         if not data:
             raise DecodeError("llama.cpp gave no MTP hidden states for the main model's batch.")
+        return np.ctypeslib.as_array(data, shape=(n, self.n_embd))
+
+    def _after_decode(self, start: int, n: int) -> None:
+        rows = self._read(n)
         if start + n > len(self._rows):
             grown = np.zeros((max(start + n, 2 * len(self._rows), 256), self.n_embd), dtype=np.float32)
             grown[:len(self._rows)] = self._rows
             self._rows = grown
-        self._rows[start:start + n] = np.ctypeslib.as_array(data, shape=(n, self.n_embd))
+        self._rows[start:start + n] = rows
         if start <= self.valid:
             self.valid = start + n
+
+    def rows(self, start: int, end: int) -> np.ndarray:
+        """The states at positions ``start`` .. ``end`` - 1, all decoded by the main model."""
+        if end > min(self.valid, len(self.session.cached)):
+            raise DecodeError(f"the main model's hidden state at position {end - 1} is not known")
+        return self._rows[start:end]
 
     def row(self, position: int) -> np.ndarray:
         """The hidden state at ``position``; zeros before the first."""
@@ -140,7 +168,7 @@ class HiddenStates:
         if self._after_decode in self.session.decode_hooks:
             self.session.decode_hooks.remove(self._after_decode)
         if self.session.raw_context:
-            _function("llama_set_embeddings_nextn")(self.session.raw_context, False, False)
+            self._switch(False)
 
 
 class _DraftContext:
@@ -149,24 +177,28 @@ class _DraftContext:
     ``model`` is the main model itself (its MTP layers) or a separate MTP drafter; ``shares_memory``
     (Gemma 4's assistant) reads the main context's keys and values instead of keeping its own."""
 
-    def __init__(self, session, model, shares_memory: bool = False):
+    def __init__(self, session, model, shares_memory: bool = False, mtp_type: bool = True,
+                 hidden: HiddenStates | None = None):
         llama_cpp = lib()   # the subclasses checked the symbols first: they read the model with them
         self.session = session
         self.n_vocab = session.n_vocab
         self.n_ctx = session.n_ctx
         cparams = context_params(session.n_ctx, session.n_batch, session.n_threads)
-        cparams.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
-        if shares_memory:
+        if mtp_type:
+            cparams.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
+        if shares_memory:   # ctx_other: the main context (its memory, or for EAGLE-3 its token embeddings)
             cparams.ctx_other = session.raw_context
         ctx = llama_cpp.llama_init_from_model(model._model, cparams)
         if not ctx:
-            raise ModelLoadError(f"llama.cpp could not create the MTP drafting context of {model.name}.")
+            raise ModelLoadError(f"llama.cpp could not create the drafting context of {model.name}.")
         self._ctx = ctx
         self._threads = session.n_threads
         self.n_batch = int(llama_cpp.llama_n_batch(ctx))
         self._batch = llama_cpp.llama_batch_ext_init(ctx)
         _function("llama_set_embeddings_nextn")(ctx, True, True)  # its own h for the rows it outputs
-        self.hidden = HiddenStates(session)
+        self.hidden = hidden if hidden is not None else HiddenStates(session)
+        # the width of the drafting context's own h (the MTP head's is the main model's)
+        self.n_embd_own = self.hidden.n_embd if hidden is None else int(llama_cpp.llama_model_n_embd(model._model))
         self._last: tuple[int, np.ndarray] | None = None   # (batch index, h) of the last output row
 
     def _process(self, rows: list[tuple[int, int, np.ndarray]], output_last: bool) -> None:
@@ -196,7 +228,7 @@ class _DraftContext:
             h = _function("llama_get_embeddings_nextn_ith")(self._ctx, idx)
             if not h:
                 raise DecodeError("llama.cpp gave no hidden state for the MTP batch's output row.")
-            self._last = (idx, np.ctypeslib.as_array(h, shape=(self.hidden.n_embd,)).copy())
+            self._last = (idx, np.ctypeslib.as_array(h, shape=(self.n_embd_own,)).copy())
 
     def _follow_threads(self) -> None:
         """The head decodes with the main session's thread count, as that count is learned."""
@@ -220,10 +252,32 @@ class _DraftContext:
             self._ctx = None
 
 
-class MTPHead(_DraftContext):
-    """An MTP context on a main model loaded with its nextn layers, kept in step with the main
-    session: ``start`` reads the accepted tokens it has not seen and returns the logits for the
-    token after the context; ``step`` chains one drafted token and returns the next logits."""
+class ChainingHead(_DraftContext):
+    """A drafting context with a memory of its own, kept in step with the main session: ``start``
+    (each kind's own) feeds the accepted tokens it has not seen and returns the logits for the token
+    after the context; ``step`` chains one drafted token and returns the next logits."""
+
+    def __init__(self, session, model, **context):
+        super().__init__(session, model, **context)
+        self._memory = lib().llama_get_memory(self._ctx)
+        self.cached: list[int] = []   # tokens fed with the main model's hidden states, by position
+        self._pos = 0                 # where the next drafted token goes
+
+    def step(self, token: int) -> np.ndarray:
+        """Chain ``token`` (just drafted) with the context's own state for the token before it."""
+        _, h = self._last
+        self._process([(token, self._pos, h)], output_last=True)
+        self._pos += 1
+        return self._logits()
+
+    def _failed(self) -> None:
+        self.cached = []
+        lib().llama_memory_seq_rm(self._memory, 0, -1, -1)
+
+
+class MTPHead(ChainingHead):
+    """An MTP context on a main model loaded with its nextn layers: the token at position p goes in
+    with the main model's hidden state at p - 1."""
 
     def __init__(self, session):
         model = session.model
@@ -232,9 +286,6 @@ class MTPHead(_DraftContext):
             raise MTPUnavailable(f"{model.name} has no MTP layers loaded: it cannot draft for itself "
                                  f"(choose a model whose GGUF keeps its MTP / nextn layers).")
         super().__init__(session, model)
-        self._memory = lib().llama_get_memory(self._ctx)
-        self.cached: list[int] = []   # tokens fed with the main model's hidden states, by position
-        self._pos = 0                 # where the next drafted token goes
 
     def can_follow(self, context: Sequence[int]) -> bool:
         """Whether the main model's hidden states cover what ``start`` needs for ``context``."""
@@ -252,17 +303,6 @@ class MTPHead(_DraftContext):
         self.cached = list(context)
         self._pos = n
         return self._logits()
-
-    def step(self, token: int) -> np.ndarray:
-        """Chain ``token`` (just drafted) with the head's own state for the token before it."""
-        _, h = self._last
-        self._process([(token, self._pos, h)], output_last=True)
-        self._pos += 1
-        return self._logits()
-
-    def _failed(self) -> None:
-        self.cached = []
-        lib().llama_memory_seq_rm(self._memory, 0, -1, -1)
 
     def _remove_from(self, keep: int) -> None:
         """Drop positions from ``keep`` on (the MTP layer is attention: any suffix goes)."""
