@@ -49,15 +49,28 @@ SHAPES = {
     "tiny": Shape("qwen2.5-tiny-shape", 256, 4, 4, 2, 512, 151_936, tied=True),  # smoke tests of the pipeline
 }
 
-# Qwen3.5 with its MTP layer, laid out by the tiny models' qwen35 writer: that writer ties the delta-net
-# heads to the attention heads (Qwen3.5-9B: 16 key heads of 128 and 32 value heads of 128; here 4 key
-# and 16 value heads of 256, so the same value width) and alternates the two kinds of layer where
-# Qwen3.5 attends in every fourth; widths, depth, FFN and vocabulary are Qwen3.5-9B's
-HYBRIDS = {
+# Models laid out by the tiny models' writer for their architecture, at real sizes. Qwen3.5 with its MTP
+# layer: that writer ties the delta-net heads to the attention heads (Qwen3.5-9B: 16 key heads of 128
+# and 32 value heads of 128; here 4 key and 16 value heads of 256, so the same value width) and
+# alternates the two kinds of layer where Qwen3.5 attends in every fourth; widths, depth, FFN and
+# vocabulary are Qwen3.5-9B's. Llama 3.1 8B and an EAGLE-3 drafter of its published shape (one layer
+# at the main's width, the main's layers 2, 16 and 29, a head over 32,000 tokens mapped by d2t), with
+# Q4_K_M's types like the rest (published EAGLE-3 files are mostly BF16: a bigger head and layer).
+LAID_OUT = {
     "qwen35-9b": TinySpec(architecture="qwen35", name="qwen3.5-9b-shape", n_embd=4096, n_layer=32, n_head=16,
                           n_head_kv=4, n_ff=12288, vocab_size=248_320, context_length=32768, chat_template=None),
     "qwen35-tiny": TinySpec(architecture="qwen35", name="qwen3.5-tiny-shape", n_embd=256, n_layer=4, n_head=4,
                             n_head_kv=2, n_ff=512, vocab_size=151_936, context_length=32768, chat_template=None),
+    "llama3.1-8b": TinySpec(architecture="llama", name="llama3.1-8b-shape", n_embd=4096, n_layer=32, n_head=32,
+                            n_head_kv=8, n_ff=14336, vocab_size=128_256, context_length=32768, chat_template=None),
+    "eagle3-llama3.1-8b": TinySpec(architecture="eagle3", name="eagle3-llama3.1-8b-shape", n_embd=4096, n_layer=1,
+                                   n_head=32, n_head_kv=8, n_ff=14336, vocab_size=128_256, target_layers=(2, 16, 29),
+                                   draft_vocab=32_000, context_length=32768, chat_template=None),
+    "llama-tiny": TinySpec(architecture="llama", name="llama-tiny-shape", n_embd=256, n_layer=4, n_head=4,
+                           n_head_kv=2, n_ff=512, vocab_size=32_000, context_length=32768, chat_template=None),
+    "eagle3-tiny": TinySpec(architecture="eagle3", name="eagle3-tiny-shape", n_embd=256, n_layer=1, n_head=4,
+                            n_head_kv=2, n_ff=512, vocab_size=32_000, target_layers=(0, 2, 3), draft_vocab=8_000,
+                            context_length=32768, chat_template=None),
 }
 
 # bytes per block and elements per block of the types written here, and their fallbacks
@@ -136,9 +149,10 @@ def write_shape(path: Path, shape: Shape, seed: int = 0) -> Path:
     return _write_tensors(w, path, planned, np.random.default_rng(seed))
 
 
-def write_hybrid_shape(path: Path, spec: TinySpec, seed: int = 0) -> Path:
+def write_laid_out_shape(path: Path, spec: TinySpec, seed: int = 0) -> Path:
     """A model laid out by the tiny models' writer for its architecture, at ``spec``'s real sizes, with
-    Q4_K_M's tensor types for its weight matrices (F32 where a row is too short to quantize)."""
+    Q4_K_M's tensor types for its weight matrices (F32 where a row is too short to quantize; integer
+    tables as they are)."""
     import gguf
 
     tokens, scores, types = vocabulary(size=spec.vocab_size)
@@ -148,7 +162,9 @@ def write_hybrid_shape(path: Path, spec: TinySpec, seed: int = 0) -> Path:
     planned = []
     for name, numpy_shape, data in plan_layout(w, spec, len(tokens)):
         rows, cols = int(np.prod(numpy_shape[:-1])), numpy_shape[-1]
-        if data is not None or cols % 32:
+        if data is not None and np.issubdtype(data.dtype, np.integer):
+            planned.append((name, "RAW", numpy_shape, data))
+        elif data is not None or cols % 32:
             planned.append((name, "F32", numpy_shape, data))
         else:
             layer = int(name.split(".")[1]) if name.startswith("blk.") else 0
@@ -163,8 +179,10 @@ def _write_tensors(w, path: Path, planned, rng: np.random.Generator) -> Path:
     import gguf
 
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
-    for name, kind, shape, _ in planned:
-        if kind == "F32":
+    for name, kind, shape, data in planned:
+        if kind == "RAW":
+            w.add_tensor_info(name, shape, data.dtype, data.nbytes)
+        elif kind == "F32":
             w.add_tensor_info(name, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
         else:
             rows, cols = shape
@@ -175,7 +193,7 @@ def _write_tensors(w, path: Path, planned, rng: np.random.Generator) -> Path:
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     for name, kind, shape, data in planned:
-        if kind != "F32":
+        if kind not in ("F32", "RAW"):
             data = random_blocks(rng, kind, *shape)
         elif data is None:
             data = np.ones(shape, np.float32) if "norm" in name else (rng.standard_normal(shape) * 0.02).astype(np.float32)
@@ -187,13 +205,13 @@ def _write_tensors(w, path: Path, planned, rng: np.random.Generator) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir")
-    parser.add_argument("--shapes", default="0.5b,7b,14b", help=f"comma-separated: {', '.join([*SHAPES, *HYBRIDS])}")
+    parser.add_argument("--shapes", default="0.5b,7b,14b", help=f"comma-separated: {', '.join([*SHAPES, *LAID_OUT])}")
     args = parser.parse_args(argv)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for key in args.shapes.split(","):
-        if key in HYBRIDS:
-            path = write_hybrid_shape(out / f"{HYBRIDS[key].name}-q4_k_m.gguf", HYBRIDS[key])
+        if key in LAID_OUT:
+            path = write_laid_out_shape(out / f"{LAID_OUT[key].name}-q4_k_m.gguf", LAID_OUT[key])
         else:
             path = write_shape(out / f"{SHAPES[key].name}-q4_k_m.gguf", SHAPES[key])
         print(f"{key}\t{path}\t{path.stat().st_size / 2**30:.2f} GiB", flush=True)

@@ -10,7 +10,7 @@ measured beside llama.cpp's on the same files in the same run.
     rehearsal:   .venv/bin/python scripts/gpu/measure.py --cpu   # the same stages on the CPU, tiny shapes
 
 Stages, in order (name some to run only those): probe build info plain race profiles replay overhead
-mtp. A stage makes the models it needs on first use. Every figure is read from a tool's output; one that
+mtp eagle3. A stage makes the models it needs on first use. Every figure is read from a tool's output; one that
 cannot be read, or a tool that fails, stops the run with the tool's log (never a 0 in a table). Results
 go under --out ($OUT, else results/gpu) as each stage ends: results.json, stages.json (each stage's
 wall time), logs/, profile-*.json, summary.md (the tables README shows). Work (the build, the models)
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-STAGES = ("probe", "build", "info", "plain", "race", "profiles", "replay", "overhead", "mtp")
+STAGES = ("probe", "build", "info", "plain", "race", "profiles", "replay", "overhead", "mtp", "eagle3")
 PROMPT = "Write a Python function that parses an ISO 8601 date and returns the weekday, with tests."
 # llama.cpp's own tools, and what the product's build adds to build them from the same tree
 TOOLS = ("llama-bench", "llama-speculative-simple")
@@ -56,6 +56,7 @@ class Plan:
     mains: tuple[str, ...]          # make_shapes keys of the main models profiled and replayed
     draft: str                      # ... of the draft model
     mtp_main: str                   # ... of the main model with an MTP head
+    eagle3_pair: tuple[str, str]    # ... of a main model and an EAGLE-3 drafter of its shape
     gpu_layers: str
     n_predict: int
     draft_lengths: tuple[int, ...]  # K of the near-free race
@@ -64,8 +65,9 @@ class Plan:
     @staticmethod
     def for_machine(cpu: bool) -> "Plan":
         if cpu:
-            return Plan(True, ("tiny",), "tiny", "qwen35-tiny", "0", 32, (1, 4), 1)
-        return Plan(False, ("7b", "14b"), "0.5b", "qwen35-9b", "99", 256, (1, 2, 4, 8, 16), 2)
+            return Plan(True, ("tiny",), "tiny", "qwen35-tiny", ("llama-tiny", "eagle3-tiny"), "0", 32, (1, 4), 1)
+        return Plan(False, ("7b", "14b"), "0.5b", "qwen35-9b", ("llama3.1-8b", "eagle3-llama3.1-8b"), "99", 256,
+                    (1, 2, 4, 8, 16), 2)
 
 
 class StageError(RuntimeError):
@@ -141,9 +143,9 @@ class Run:
 
 def shape_name(key: str) -> str:
     sys.path.insert(0, str(REPO / "scripts" / "gpu"))
-    from make_shapes import HYBRIDS, SHAPES
+    from make_shapes import LAID_OUT, SHAPES
 
-    return HYBRIDS[key].name if key in HYBRIDS else SHAPES[key].name
+    return LAID_OUT[key].name if key in LAID_OUT else SHAPES[key].name
 
 
 def tail(text: str, lines: int = 25) -> str:
@@ -428,6 +430,22 @@ def stage_mtp(r: Run) -> None:
     r.record("mtp", row)
 
 
+def stage_eagle3(r: Run) -> None:
+    """One step of an EAGLE-3 drafter against one step of its main model (Llama 3.1 8B shaped): a
+    drafted token chained, and an accepted token taken in (its encoder and pair)."""
+    main_key, drafter_key = r.plan.eagle3_pair
+    main = r.model(main_key)
+    stdout, _ = r.run("eagle3-step", [r.python, "scripts/gpu/eagle3_step.py", str(main), str(r.model(drafter_key)),
+                                      r.plan.gpu_layers])
+    try:
+        row = {"model": main.name, **json.loads(stdout)}
+    except ValueError as exc:
+        raise StageError(f"eagle3_step.py printed no JSON ({r.out / 'logs' / 'eagle3-step.log'}):\n{tail(stdout)}") from exc
+    print(f"  main step {row['main_step_ms']:.2f} ms, EAGLE-3 step {row['eagle3_step_ms']:.2f} ms "
+          f"({row['step_over_main']:.2f} of a main step), an accepted token taken in {row['eagle3_start_ms']:.2f} ms")
+    r.record("eagle3", row)
+
+
 # --- the tables -----------------------------------------------------------------------------------
 
 def summary_markdown(results: dict, device: str) -> str:
@@ -462,6 +480,12 @@ def summary_markdown(results: dict, device: str) -> str:
         x = results["mtp"]
         parts.append(table(["MTP head", "main step ms", "MTP step ms", "MTP / main"],
                            [[x["model"], f"{x['main_step_ms']:.2f}", f"{x['mtp_step_ms']:.2f}", f"{x['ratio']:.2f}"]]))
+    if "eagle3" in results:
+        x = results["eagle3"]
+        parts.append(table(["EAGLE-3 drafter", "main step ms", "drafted token ms", "accepted token taken in ms",
+                            "drafted / main"],
+                           [[x["model"], f"{x['main_step_ms']:.2f}", f"{x['eagle3_step_ms']:.2f}",
+                             f"{x['eagle3_start_ms']:.2f}", f"{x['step_over_main']:.2f}"]]))
     return "\n\n".join(parts) + "\n"
 
 

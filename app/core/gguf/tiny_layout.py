@@ -37,7 +37,7 @@ class Layout:
         return (self.rng.standard_normal(shape) * self.spec.weight_scale).astype(np.float32)
 
     def tensor(self, name: str, data: np.ndarray) -> None:
-        self.w.add_tensor(name, np.ascontiguousarray(data, dtype=np.float32))
+        self.w.add_tensor(name, _stored(data))
 
     def norm(self, name: str, n: int | None = None) -> None:
         self.tensor(name, np.ones(n or self.n_embd, dtype=np.float32))
@@ -308,7 +308,8 @@ def _write_eagle3(t: Layout) -> None:
     """EAGLE-3 as llama.cpp's converter writes it: ``fc`` fuses the main's three hidden states
     (``n_embd_target`` wide each) to the drafter's width; the single layer normalizes its token
     embedding (``attn_norm``) and the fused state (``attn_norm_2``) and attends over both side by side
-    (Q, K and V read ``2 * n_embd``); its head is its own, its token embedding the main's."""
+    (Q, K and V read ``2 * n_embd``); its head is its own (over ``draft_vocab`` tokens mapped to the
+    main's by ``d2t``, when set), its token embedding the main's."""
     s = t.spec
     if s.n_layer != 1 or len(s.target_layers) != 3:
         raise ValueError("an eagle3 drafter has one layer and reads three target layers")
@@ -319,7 +320,9 @@ def _write_eagle3(t: Layout) -> None:
     t.key("target_hidden_size", target)
     t.tensor("fc.weight", t.weight(t.n_embd, 3 * target))
     t.norm("output_norm.weight")
-    t.tensor("output.weight", t.weight(t.n_vocab, t.n_embd) * 2)
+    t.tensor("output.weight", t.weight(s.draft_vocab or t.n_vocab, t.n_embd) * 2)
+    if s.draft_vocab:   # its head's rows are the main vocabulary's first draft_vocab tokens
+        t.tensor("d2t", np.arange(s.draft_vocab, dtype=np.int64))
     t.norm("blk.0.attn_norm.weight")
     t.norm("blk.0.attn_norm_2.weight")
     t.tensor("blk.0.attn_q.weight", t.weight(t.head_dim * s.n_head, 2 * t.n_embd))
@@ -379,7 +382,13 @@ class PlanningLayout(Layout):
         if isinstance(data, _Planned):
             self.planned.append((name, data.shape, None))
         else:
-            self.planned.append((name, data.shape, np.ascontiguousarray(data, dtype=np.float32)))
+            self.planned.append((name, data.shape, _stored(data)))
+
+
+def _stored(data: np.ndarray) -> np.ndarray:
+    """A tensor as the file keeps it: F32, but an integer table (EAGLE-3's d2t) as its integers."""
+    data = np.asarray(data)
+    return np.ascontiguousarray(data if np.issubdtype(data.dtype, np.integer) else data.astype(np.float32))
 
 _LAYOUTS = {
     "llama": _write_llama,

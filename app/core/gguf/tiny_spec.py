@@ -36,6 +36,7 @@ class TinySpec:
     target_layers: tuple[int, ...] = (0, 1, 1)   # eagle3, dflash: the main's layers whose inputs it reads
                                   # (eagle3: exactly three, low, middle and high)
     n_embd_target: int = 0        # eagle3: the main model's width (0: n_embd); dflash drafts at its main's width
+    draft_vocab: int = 0          # eagle3: its head's own, smaller vocabulary (d2t maps it; 0: the main's)
     block_size: int = 16          # dflash: tokens proposed in one pass
     markov_rank: int = 0          # dflash: DSpark's Markov head and confidence head of this rank (0: none)
 

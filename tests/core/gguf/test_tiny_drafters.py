@@ -18,6 +18,8 @@ DRAFTERS = {
     "eagle3": TinySpec(architecture="eagle3", name="tiny-eagle3", n_layer=1, target_layers=(0, 1, 1)),
     "eagle3-wider-main": TinySpec(architecture="eagle3", name="tiny-eagle3-w", n_layer=1, n_embd_target=96,
                                   target_layers=(0, 1, 1)),
+    "eagle3-draft-vocabulary": TinySpec(architecture="eagle3", name="tiny-eagle3-d2t", n_layer=1,
+                                        target_layers=(0, 1, 1), draft_vocab=100),
     "dflash": TinySpec(architecture="dflash", name="tiny-dflash", n_layer=2, target_layers=(0, 1), block_size=8),
     "dspark": TinySpec(architecture="dflash", name="tiny-dspark", n_layer=1, target_layers=(0, 1), markov_rank=8),
 }

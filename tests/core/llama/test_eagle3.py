@@ -26,6 +26,8 @@ def files(tmp_path_factory):
         "eagle3": write_tiny_model(d / "eagle3.gguf", EAGLE3),
         "wide": write_tiny_model(d / "wide.gguf", TinySpec(architecture="eagle3", n_layer=1, n_embd_target=96,
                                                            target_layers=(0, 1, 2))),
+        "d2t": write_tiny_model(d / "d2t.gguf", TinySpec(architecture="eagle3", n_layer=1, target_layers=(0, 1, 2),
+                                                         draft_vocab=100)),
         "deep": write_tiny_model(d / "deep.gguf", TinySpec(architecture="eagle3", n_layer=1, target_layers=(0, 1, 7))),
         "big-vocab": write_tiny_model(d / "big-vocab.gguf", TinySpec(architecture="eagle3", n_layer=1,
                                                                      target_layers=(0, 1, 2), vocab_size=300)),
@@ -110,6 +112,23 @@ def test_it_drafts_from_the_main_models_hidden_states(pair):
     head.forget()
     head.hidden._rows[:len(tokens)] *= 1.5
     assert np.abs(head.start(tokens) - ours).max() > 0.3
+
+
+def test_a_drafter_with_a_smaller_vocabulary_proposes_only_tokens_it_maps(files):
+    """EAGLE-3 drafters often carry a head over the most frequent tokens only (d2t maps them)."""
+    main, drafter = _load(files["main"]), _load(files["d2t"])
+    session = LlamaSession(main, n_ctx=256, n_threads=1)
+    head = Eagle3Head(session, drafter)
+    try:
+        tokens = main.tokenize(PROMPT)
+        _follow(session, tokens)
+        logits = head.start(tokens)
+        assert logits.shape == (main.n_vocab,) and np.isneginf(logits[100:]).all() and np.isfinite(logits[:100]).all()
+    finally:
+        head.close()
+        session.close()
+        drafter.close()
+        main.close()
 
 
 @pytest.mark.parametrize("drafter, reason", [
