@@ -133,7 +133,7 @@ class MessageWidget(QFrame):
         if self.showing_origins():
             html = render.render_runs(self.runs)
         elif self.text:
-            html = render.render_markdown(self.text)
+            html = render.render_plain(self.text) if self.role == "user" else render.render_markdown(self.text)
         else:
             html = '<p style="color:#6a737d;">…</p>' if self.streaming or self.role == "assistant" else ""
         self.body.setHtml(html)

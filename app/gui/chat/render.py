@@ -100,8 +100,23 @@ def render_markdown(text: str) -> str:
             parts.append(_code_html(block, code_index))
             code_index += 1
         elif block.content.strip():
-            parts.append(_prose_html(block.content))
+            parts.append(_prose_html(hard_breaks(block.content)))
     return "".join(parts)
+
+
+def hard_breaks(markdown: str) -> str:
+    """Each single line break made a hard one (two trailing spaces), as chat apps show answers:
+    Markdown alone joins a model's "one per line" lines into one paragraph. Blank lines still part
+    paragraphs, and a break at the end of a block (a list item, a heading) is no break at all."""
+    lines = markdown.split("\n")
+    return "\n".join(line + "  " if line.strip() and following.strip() else line
+                     for line, following in zip(lines, [*lines[1:], ""]))
+
+
+def render_plain(text: str) -> str:
+    """A user's message as typed: no Markdown, every line break and space kept."""
+    escaped = html.escape(clean(text)).replace("\n", "<br/>")
+    return f'<p style="white-space:pre-wrap;">{escaped}</p>'
 
 
 def render_runs(runs: list[tuple[str, str]] | list[list[str]]) -> str:

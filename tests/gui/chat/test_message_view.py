@@ -166,3 +166,27 @@ def test_fold_titles():
     assert fold_title(False, 104.6, True) == "▾ Thought for 105 s"
     assert fold_title(False, 9.94, False) == "▸ Thought for 9.9 s"
     assert fold_title(False, None, False) == "▸ Reasoning"
+
+
+def test_an_answer_keeps_its_single_line_breaks(qtbot):
+    """"Count from 1 to 5, one number per line" is shown one number per line, as chat apps show it
+    (Markdown alone joins such lines into one paragraph: "1 2 3 4 5")."""
+    view = ChatView()
+    qtbot.addWidget(view)
+    widget = view.add_message(1, "assistant", "Here:\n1\n2\n3\n4\n5\n\n- Apple\n- Banana\n\n**Done**\nbye")
+    shown = widget.body.toPlainText().splitlines()
+    assert shown[:6] == ["Here:", "1", "2", "3", "4", "5"]
+    assert "Apple" in shown[6] and "Banana" in shown[7]          # a list stays a list
+    assert shown[-2:] == ["Done", "bye"]                          # emphasis still rendered, the break kept
+    table = view.add_message(3, "assistant", "| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 |")
+    assert table.body.document().toHtml().count("<tr") == 3                # a table stays a table
+    code = view.add_message(2, "assistant", "```python\ndef f():\n    return 1\n```")
+    assert code.body.toPlainText().splitlines()[-2:] == ["def f():", "    return 1"]   # code blocks as before
+
+
+def test_a_users_message_is_shown_as_typed(qtbot):
+    view = ChatView()
+    qtbot.addWidget(view)
+    typed = "line one\nline two\n\n  indented *not emphasis* <b>x</b>\n# not a heading"
+    widget = view.add_message(1, "user", typed)
+    assert widget.body.toPlainText() == typed
