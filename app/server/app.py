@@ -15,7 +15,7 @@ from typing import AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -114,10 +114,13 @@ async def _json_body(request: Request):
     if length.isdigit() and int(length) > MAX_BODY_BYTES:
         raise too_big
     body = bytearray()
-    async for chunk in request.stream():   # counted as it arrives: a chunked body states no length
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise too_big
+    try:
+        async for chunk in request.stream():   # counted as it arrives: a chunked body states no length
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                raise too_big
+    except ClientDisconnect:   # it left, or was too slow (protocol.py): nobody to answer, nothing to log
+        raise ApiError(400, "The client left before its request body was in.") from None
     try:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:

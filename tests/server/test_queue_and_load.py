@@ -253,6 +253,53 @@ def test_a_client_that_trickles_its_headers_is_disconnected_and_others_are_serve
                 assert client.post(s.url + "/v1/chat/completions", json=SHORT).status_code == 200
 
 
+def test_a_client_that_trickles_its_body_gets_a_408_and_others_are_served_meanwhile(tiny_models, monkeypatch):
+    """Once the headers were in, a body sent a byte every few seconds held its connection for good
+    (300 of them filled a 256-file limit). Now the body must keep up with MIN_BODY_RATE after
+    BODY_GRACE_S, counted per connection as it arrives; one that falls behind is answered 408 and closed."""
+    import socket
+
+    from app.server import protocol
+
+    monkeypatch.setattr(protocol, "BODY_GRACE_S", 0.5)
+    with serving(tiny_models.main) as s:
+        port = int(s.url.rsplit(":", 1)[1])
+        slow = socket.create_connection(("127.0.0.1", port), timeout=30)   # a guard, not the assertion
+        slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000000\r\n\r\n{")
+        with httpx.Client() as client:   # the slow client does not hold up another
+            assert client.post(s.url + "/v1/chat/completions", json=SHORT).status_code == 200
+        reply = b""
+        try:
+            while chunk := slow.recv(4096):
+                reply += chunk
+        except socket.timeout:
+            pass
+        slow.close()
+        assert reply.startswith(b"HTTP/1.1 408 "), reply[:80]
+        assert b'"code":"request_timeout"' in reply.replace(b" ", b""), reply
+
+
+def test_refused_accepts_are_reported_once_per_interval_with_their_count(capsys):
+    """asyncio logs a traceback for each accept() refused for want of file descriptors: 76 MB of
+    stderr in 50 s under a crowd. The server's loop reports them once per ACCEPT_LOG_INTERVAL_S."""
+    import asyncio
+    import errno
+
+    from app.server.protocol import AcceptErrorThrottle
+
+    async def refuse_many():
+        AcceptErrorThrottle.install()
+        loop = asyncio.get_running_loop()
+        for _ in range(1000):
+            loop.call_exception_handler({"message": "socket.accept() out of system resource",
+                                         "exception": OSError(errno.EMFILE, "Too many open files")})
+
+    asyncio.run(refuse_many())
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "Too many open files" in lines[0], lines
+
+
 def test_under_a_crowd_with_misbehaving_clients_the_server_stays_responsive(tiny_models, monkeypatch):
     """scripts/server_load.py's crowd, small and short: well-behaved streams are served or told 429,
     clients that drop, trickle their headers or send oversized chunked bodies get what they deserve, and
