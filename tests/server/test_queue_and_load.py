@@ -300,6 +300,31 @@ def test_refused_accepts_are_reported_once_per_interval_with_their_count(capsys)
     assert len(lines) == 1 and "Too many open files" in lines[0], lines
 
 
+def test_while_a_request_is_checked_health_answers(tiny_models, monkeypatch):
+    """Checking a body ran on the event loop: 20,000 tools held /health for 24 s. Now it runs on a
+    thread of its own. Here the check waits until /health has answered, which it could never do if
+    the check held the loop (the wait then ends at its guard, and the test fails)."""
+    from app.server import app as server_app
+    from app.server.api import parse_chat
+
+    checking, health_answered, waited = threading.Event(), threading.Event(), []
+
+    def held_parse(body):
+        checking.set()
+        waited.append(health_answered.wait(20))
+        return parse_chat(body)
+
+    monkeypatch.setattr(server_app, "parse_chat", held_parse)
+    with serving(tiny_models.main) as s:
+        post = threading.Thread(target=httpx.post, args=(s.url + "/v1/chat/completions",), kwargs={"json": SHORT})
+        post.start()
+        assert checking.wait(20)
+        assert httpx.get(s.url + "/health", timeout=60).status_code == 200
+        health_answered.set()
+        post.join(60)
+    assert waited == [True]
+
+
 def test_under_a_crowd_with_misbehaving_clients_the_server_stays_responsive(tiny_models, monkeypatch):
     """scripts/server_load.py's crowd, small and short: well-behaved streams are served or told 429,
     clients that drop, trickle their headers or send oversized chunked bodies get what they deserve, and
