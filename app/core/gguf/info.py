@@ -19,6 +19,21 @@ MAX_LAYERS = 512
 MAX_EXPERTS = 1024
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 _ROUTED_EXPERTS = re.compile(r"\.ffn_\w+_exps\.")   # ffn_gate_exps, ffn_up_exps, ffn_down_exps, ffn_gate_up_exps
+# Relations llama.cpp 0.3.36 asserts (GGML_ASSERT) between a model's counts when it loads it (src/llama-model.cpp,
+# load_hparams) or builds its first graph (src/models/*.cpp, ggml's matrix product): a file that breaks one
+# aborts the whole process (SIGABRT), not a load error, so _check_relations checks each before llama.cpp reads it.
+ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")     # llama-model.cpp's LLAMA_ROPE_SCALING_TYPES
+# the graph of these asserts that a head's keys, values and rotary dimensions are as wide (n_embd_head == n_rot)
+HEAD_IS_ROTARY_ARCHITECTURES = frozenset({
+    "apertus", "arcee", "arctic", "baichuan", "chameleon", "codeshell", "cogvlm", "cohere2moe", "dbrx", "deci",
+    "deepseek", "dots1", "dream", "ernie4_5", "ernie4_5-moe", "exaone", "exaone-moe", "exaone4", "falcon", "granite",
+    "granite_swa", "graniteswitch", "grok", "grovemoe", "hunyuan-moe", "hunyuan_vl", "hy_v3", "internlm2", "jais2",
+    "llada", "llada-moe", "llama", "llama4", "maincoder", "mellum", "minimax-01", "minimax-m2", "mistral3", "nemotron",
+    "olmo", "olmo2", "olmoe", "orion", "paddleocr", "pangu-embedded", "plamo", "pockettts", "qwen2", "qwen2moe",
+    "qwen2vl", "qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "rnd1", "seed_oss", "smallthinker", "smollm3",
+    "starcoder2", "talkie", "xverse"})
+# llama.cpp sets these to no experts when they declare one or none, before it checks the expert counts
+EXPERTS_ZEROED_ARCHITECTURES = frozenset({"hunyuan_vl", "hunyuan-dense"})
 # llama.cpp's rules for a draft model (common/speculative.cpp)
 VOCAB_MAX_SIZE_DIFFERENCE = 128
 VOCAB_CHECK_START_TOKEN_ID = 5
@@ -195,6 +210,7 @@ def _info_from_header(header: GGUFHeader, path: str, size: int) -> GGUFInfo:
     mtp_layers = _at_most(meta.integer(f"{arch}.nextn_predict_layers"), MAX_LAYERS, "MTP layers",
                           "nextn_predict_layers") or 0
     n_expert = _at_most(meta.integer(f"{arch}.expert_count"), MAX_EXPERTS, "experts", "expert_count") or 0
+    _check_relations(arch, meta, blocks, mtp_layers)
     n_layers = blocks - mtp_layers if blocks is not None else None
     head_count_kv = meta.integers(f"{arch}.attention.head_count_kv")
     return GGUFInfo(
@@ -238,6 +254,68 @@ def _at_most(count: int | None, limit: int, what: str, key: str) -> int | None:
     if count is not None and count > limit:
         raise GGUFFormatError(f"it declares {count:,} {what} ({key}); llama.cpp loads at most {limit:,}")
     return count
+
+
+def _check_relations(arch: str, meta: "_Metadata", blocks: int | None, mtp_layers: int) -> None:
+    """The relations between counts that llama.cpp asserts (see HEAD_IS_ROTARY_ARCHITECTURES' note)."""
+    if blocks == 0:
+        raise GGUFFormatError("it declares no layers (block_count 0)")
+    if blocks is not None and mtp_layers > blocks:
+        raise GGUFFormatError(f"it declares {mtp_layers:,} MTP layers (nextn_predict_layers) among {blocks:,} "
+                              f"layers in all (block_count)")
+    _check_experts(arch, meta)
+    _check_heads(arch, meta, blocks)
+    if meta.integer(f"{arch}.rope.dimension_count") == 0:   # found by tests/core/gguf/test_relations.py's fuzzer
+        raise GGUFFormatError("it declares 0 rotary dimensions (rope.dimension_count): llama.cpp's first decode of "
+                              "a qwen35 file saying so never ends")
+    scaling = meta.string(f"{arch}.rope.scaling.type")
+    if scaling is not None and scaling not in ROPE_SCALING_TYPES:
+        raise GGUFFormatError(f"its rope.scaling.type {scaling!r:.40} is none of {', '.join(ROPE_SCALING_TYPES)}")
+
+
+def _check_experts(arch: str, meta: "_Metadata") -> None:
+    """llama-model.cpp: experts used per token (the most of any layer) at most the experts and at least 1;
+    expert groups fewer than the experts, dividing them, with 1 to groups - 1 used; none of these without experts."""
+    n_expert = meta.integer(f"{arch}.expert_count") or 0
+    used = max(meta.integers(f"{arch}.expert_used_count"), default=0)
+    groups = meta.integer(f"{arch}.expert_group_count") or 0
+    groups_used = meta.integer(f"{arch}.expert_group_used_count") or 0
+    if arch in EXPERTS_ZEROED_ARCHITECTURES and n_expert <= 1:
+        return
+    if n_expert == 0 and (used or groups):
+        raise GGUFFormatError(f"it routes to {used} experts in {groups} groups (expert_used_count, "
+                              f"expert_group_count) but has no experts (expert_count)")
+    if n_expert and not 0 < used <= n_expert:
+        raise GGUFFormatError(f"it routes each token to {used} of its {n_expert} experts (expert_used_count); "
+                              f"llama.cpp needs 1 to {n_expert}")
+    if n_expert and (groups >= n_expert or (groups > 1 and (n_expert % groups or not 0 < groups_used < groups))):
+        raise GGUFFormatError(f"its {n_expert} experts in {groups} groups, {groups_used} used "
+                              f"(expert_group_count, expert_group_used_count), do not divide as llama.cpp needs")
+
+
+def _check_heads(arch: str, meta: "_Metadata", blocks: int | None) -> None:
+    """In every layer with attention the KV heads divide the heads (ggml's product of queries and keys
+    asserts it); where the graph asserts it, keys, values and rotary dimensions are as wide."""
+    heads = _per_layer(meta.integers(f"{arch}.attention.head_count"), blocks)
+    kv_heads = _per_layer(meta.integers(f"{arch}.attention.head_count_kv"), blocks) or heads
+    for layer, (n_head, n_kv) in enumerate(zip(heads, kv_heads)):
+        if n_head and n_kv and n_head % n_kv:
+            raise GGUFFormatError(f"layer {layer} has {n_head} attention heads and {n_kv} KV heads "
+                                  f"(head_count, head_count_kv): the KV heads must divide the heads")
+    n_embd = meta.integer(f"{arch}.embedding_length")
+    if arch not in HEAD_IS_ROTARY_ARCHITECTURES or not heads or not heads[0] or n_embd is None:
+        return
+    key = meta.integer(f"{arch}.attention.key_length") or n_embd // heads[0]
+    value = meta.integer(f"{arch}.attention.value_length") or n_embd // heads[0]
+    rotary = meta.integer(f"{arch}.rope.dimension_count") or key
+    if not key == value == rotary:
+        raise GGUFFormatError(f"its heads' keys, values and rotary dimensions are {key}, {value} and {rotary} "
+                              f"wide (key_length, value_length, rope.dimension_count); {arch} needs them equal")
+
+
+def _per_layer(values: list[int], blocks: int | None) -> list[int]:
+    """A per-layer key as one value per layer (llama.cpp repeats a single value for every layer)."""
+    return values * blocks if len(values) == 1 and blocks else values
 
 
 class _Metadata:
