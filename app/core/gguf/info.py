@@ -210,7 +210,7 @@ def _info_from_header(header: GGUFHeader, path: str, size: int) -> GGUFInfo:
     mtp_layers = _at_most(meta.integer(f"{arch}.nextn_predict_layers"), MAX_LAYERS, "MTP layers",
                           "nextn_predict_layers") or 0
     n_expert = _at_most(meta.integer(f"{arch}.expert_count"), MAX_EXPERTS, "experts", "expert_count") or 0
-    _check_relations(arch, meta, blocks, mtp_layers)
+    _check_relations(arch, meta, blocks, mtp_layers, [t.name for t in header.tensors])
     n_layers = blocks - mtp_layers if blocks is not None else None
     head_count_kv = meta.integers(f"{arch}.attention.head_count_kv")
     return GGUFInfo(
@@ -256,28 +256,27 @@ def _at_most(count: int | None, limit: int, what: str, key: str) -> int | None:
     return count
 
 
-def _check_relations(arch: str, meta: "_Metadata", blocks: int | None, mtp_layers: int) -> None:
+def _check_relations(arch: str, meta: "_Metadata", blocks: int | None, mtp_layers: int, tensors: list[str]) -> None:
     """The relations between counts that llama.cpp asserts (see HEAD_IS_ROTARY_ARCHITECTURES' note)."""
     if blocks == 0:
         raise GGUFFormatError("it declares no layers (block_count 0)")
     if blocks is not None and mtp_layers > blocks:
         raise GGUFFormatError(f"it declares {mtp_layers:,} MTP layers (nextn_predict_layers) among {blocks:,} "
                               f"layers in all (block_count)")
-    _check_experts(arch, meta)
+    _check_experts(arch, meta, tensors)
     _check_heads(arch, meta, blocks)
-    if meta.integer(f"{arch}.rope.dimension_count") == 0:   # found by tests/core/gguf/test_relations.py's fuzzer
-        raise GGUFFormatError("it declares 0 rotary dimensions (rope.dimension_count): llama.cpp's first decode of "
-                              "a qwen35 file saying so never ends")
     scaling = meta.string(f"{arch}.rope.scaling.type")
     if scaling is not None and scaling not in ROPE_SCALING_TYPES:
         raise GGUFFormatError(f"its rope.scaling.type {scaling!r:.40} is none of {', '.join(ROPE_SCALING_TYPES)}")
 
 
-def _check_experts(arch: str, meta: "_Metadata") -> None:
+def _check_experts(arch: str, meta: "_Metadata", tensors: list[str]) -> None:
     """llama-model.cpp: experts used per token (the most of any layer) at most the experts and at least 1;
-    expert groups fewer than the experts, dividing them, with 1 to groups - 1 used; none of these without experts."""
+    expert groups fewer than the experts, dividing them, with 1 to groups - 1 used; none of these without experts.
+    And a layer with experts routes to at least one (0 crashed llama.cpp: found by the fuzzer)."""
     n_expert = meta.integer(f"{arch}.expert_count") or 0
-    used = max(meta.integers(f"{arch}.expert_used_count"), default=0)
+    per_layer = meta.integers(f"{arch}.expert_used_count")
+    used = max(per_layer, default=0)
     groups = meta.integer(f"{arch}.expert_group_count") or 0
     groups_used = meta.integer(f"{arch}.expert_group_used_count") or 0
     if arch in EXPERTS_ZEROED_ARCHITECTURES and n_expert <= 1:
@@ -291,11 +290,16 @@ def _check_experts(arch: str, meta: "_Metadata") -> None:
     if n_expert and (groups >= n_expert or (groups > 1 and (n_expert % groups or not 0 < groups_used < groups))):
         raise GGUFFormatError(f"its {n_expert} experts in {groups} groups, {groups_used} used "
                               f"(expert_group_count, expert_group_used_count), do not divide as llama.cpp needs")
+    with_experts = {int(block.group(1)) for name in tensors if (block := _BLOCK.match(name)) and _ROUTED_EXPERTS.search(name)}
+    idle = sorted(layer for layer in with_experts if n_expert and layer < len(per_layer) and per_layer[layer] == 0)
+    if idle:
+        raise GGUFFormatError(f"layer {idle[0]} has experts but routes each token to none of them (expert_used_count)")
 
 
 def _check_heads(arch: str, meta: "_Metadata", blocks: int | None) -> None:
     """In every layer with attention the KV heads divide the heads (ggml's product of queries and keys
-    asserts it); where the graph asserts it, keys, values and rotary dimensions are as wide."""
+    asserts it); the rotary dimensions are even and fit in a head; where the graph asserts it, keys,
+    values and rotary dimensions are as wide."""
     heads = _per_layer(meta.integers(f"{arch}.attention.head_count"), blocks)
     kv_heads = _per_layer(meta.integers(f"{arch}.attention.head_count_kv"), blocks) or heads
     for layer, (n_head, n_kv) in enumerate(zip(heads, kv_heads)):
@@ -303,13 +307,18 @@ def _check_heads(arch: str, meta: "_Metadata", blocks: int | None) -> None:
             raise GGUFFormatError(f"layer {layer} has {n_head} attention heads and {n_kv} KV heads "
                                   f"(head_count, head_count_kv): the KV heads must divide the heads")
     n_embd = meta.integer(f"{arch}.embedding_length")
-    if arch not in HEAD_IS_ROTARY_ARCHITECTURES or not heads or not heads[0] or n_embd is None:
+    if not heads or not heads[0] or n_embd is None:
         return
     key = meta.integer(f"{arch}.attention.key_length") or n_embd // heads[0]
     value = meta.integer(f"{arch}.attention.value_length") or n_embd // heads[0]
-    rotary = meta.integer(f"{arch}.rope.dimension_count") or key
-    if not key == value == rotary:
-        raise GGUFFormatError(f"its heads' keys, values and rotary dimensions are {key}, {value} and {rotary} "
+    rotary = meta.integer(f"{arch}.rope.dimension_count")
+    # ggml's rope asserts an even count no wider than the head; 0 made a qwen35 file's first decode spin
+    # for good, 1 and 3 and 32 of 16 aborted it (all three found by the fuzzer in tests/core/gguf/test_relations.py)
+    if rotary is not None and (rotary == 0 or rotary % 2 or rotary > key):
+        raise GGUFFormatError(f"it rotates {rotary} dimensions of heads {key} wide (rope.dimension_count); llama.cpp "
+                              f"needs an even count from 2 to the head's width")
+    if arch in HEAD_IS_ROTARY_ARCHITECTURES and not key == value == (rotary or key):
+        raise GGUFFormatError(f"its heads' keys, values and rotary dimensions are {key}, {value} and {rotary or key} "
                               f"wide (key_length, value_length, rope.dimension_count); {arch} needs them equal")
 
 
