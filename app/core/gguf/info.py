@@ -210,7 +210,7 @@ def _info_from_header(header: GGUFHeader, path: str, size: int) -> GGUFInfo:
     mtp_layers = _at_most(meta.integer(f"{arch}.nextn_predict_layers"), MAX_LAYERS, "MTP layers",
                           "nextn_predict_layers") or 0
     n_expert = _at_most(meta.integer(f"{arch}.expert_count"), MAX_EXPERTS, "experts", "expert_count") or 0
-    _check_relations(arch, meta, blocks, mtp_layers, [t.name for t in header.tensors])
+    _check_relations(arch, meta, blocks, mtp_layers, {t.name: t.shape for t in header.tensors})
     n_layers = blocks - mtp_layers if blocks is not None else None
     head_count_kv = meta.integers(f"{arch}.attention.head_count_kv")
     return GGUFInfo(
@@ -256,7 +256,8 @@ def _at_most(count: int | None, limit: int, what: str, key: str) -> int | None:
     return count
 
 
-def _check_relations(arch: str, meta: "_Metadata", blocks: int | None, mtp_layers: int, tensors: list[str]) -> None:
+def _check_relations(arch: str, meta: "_Metadata", blocks: int | None, mtp_layers: int,
+                     tensors: dict[str, tuple[int, ...]]) -> None:
     """The relations between counts that llama.cpp asserts (see HEAD_IS_ROTARY_ARCHITECTURES' note)."""
     if blocks == 0:
         raise GGUFFormatError("it declares no layers (block_count 0)")
@@ -264,13 +265,13 @@ def _check_relations(arch: str, meta: "_Metadata", blocks: int | None, mtp_layer
         raise GGUFFormatError(f"it declares {mtp_layers:,} MTP layers (nextn_predict_layers) among {blocks:,} "
                               f"layers in all (block_count)")
     _check_experts(arch, meta, tensors)
-    _check_heads(arch, meta, blocks)
+    _check_heads(arch, meta, blocks, tensors)
     scaling = meta.string(f"{arch}.rope.scaling.type")
     if scaling is not None and scaling not in ROPE_SCALING_TYPES:
         raise GGUFFormatError(f"its rope.scaling.type {scaling!r:.40} is none of {', '.join(ROPE_SCALING_TYPES)}")
 
 
-def _check_experts(arch: str, meta: "_Metadata", tensors: list[str]) -> None:
+def _check_experts(arch: str, meta: "_Metadata", tensors: dict[str, tuple[int, ...]]) -> None:
     """llama-model.cpp: experts used per token (the most of any layer) at most the experts and at least 1;
     expert groups fewer than the experts, dividing them, with 1 to groups - 1 used; none of these without experts.
     And a layer with experts routes to at least one (0 crashed llama.cpp: found by the fuzzer)."""
@@ -296,12 +297,17 @@ def _check_experts(arch: str, meta: "_Metadata", tensors: list[str]) -> None:
         raise GGUFFormatError(f"layer {idle[0]} has experts but routes each token to none of them (expert_used_count)")
 
 
-def _check_heads(arch: str, meta: "_Metadata", blocks: int | None) -> None:
+def _check_heads(arch: str, meta: "_Metadata", blocks: int | None, tensors: dict[str, tuple[int, ...]]) -> None:
     """In every layer with attention the KV heads divide the heads (ggml's product of queries and keys
     asserts it); the rotary dimensions are even and fit in a head; where the graph asserts it, keys,
-    values and rotary dimensions are as wide."""
+    values and rotary dimensions are as wide. A layer with a key projection has KV heads (0 aborted
+    llama.cpp's first decode: found by the fuzzer)."""
     heads = _per_layer(meta.integers(f"{arch}.attention.head_count"), blocks)
     kv_heads = _per_layer(meta.integers(f"{arch}.attention.head_count_kv"), blocks) or heads
+    keyed = sorted({int(block.group(1)) for name in tensors if (block := _BLOCK.match(name)) and ".attn_k." in name})
+    headless = [layer for layer in keyed if layer < len(kv_heads) and not kv_heads[layer]]
+    if headless:
+        raise GGUFFormatError(f"layer {headless[0]} has a key projection but no KV heads (head_count_kv)")
     for layer, (n_head, n_kv) in enumerate(zip(heads, kv_heads)):
         if n_head and n_kv and n_head % n_kv:
             raise GGUFFormatError(f"layer {layer} has {n_head} attention heads and {n_kv} KV heads "
@@ -320,6 +326,19 @@ def _check_heads(arch: str, meta: "_Metadata", blocks: int | None) -> None:
     if arch in HEAD_IS_ROTARY_ARCHITECTURES and not key == value == (rotary or key):
         raise GGUFFormatError(f"its heads' keys, values and rotary dimensions are {key}, {value} and {rotary or key} "
                               f"wide (key_length, value_length, rope.dimension_count); {arch} needs them equal")
+    if arch in HEAD_IS_ROTARY_ARCHITECTURES:   # heads of one width: each layer's K and V are that times its KV heads
+        _check_kv_widths(key, kv_heads, tensors)
+
+
+def _check_kv_widths(head: int, kv_heads: list[int], tensors: dict[str, tuple[int, ...]]) -> None:
+    """A per-layer head_count_kv of [1, 2] over K and V weights one head wide loaded, and the first
+    decode aborted in the KV cache (ggml_set_rows: found by the fuzzer)."""
+    for layer, n_kv in enumerate(kv_heads):
+        for part in ("attn_k", "attn_v"):
+            shape = tensors.get(f"blk.{layer}.{part}.weight")
+            if shape is not None and len(shape) == 2 and shape[1] != head * n_kv:
+                raise GGUFFormatError(f"layer {layer}'s {part} weight is {shape[1]} wide, not {n_kv} KV heads of "
+                                      f"{head} (head_count_kv)")
 
 
 def _per_layer(values: list[int], blocks: int | None) -> list[int]:
