@@ -327,21 +327,26 @@ def test_while_a_request_is_checked_health_answers(tiny_models, monkeypatch):
 
 def test_under_a_crowd_with_misbehaving_clients_the_server_stays_responsive(tiny_models, monkeypatch):
     """scripts/server_load.py's crowd, small and short: well-behaved streams are served or told 429,
-    clients that drop, trickle their headers or send oversized chunked bodies get what they deserve, and
-    /health and /metrics still answer."""
+    clients that drop, trickle their headers or body, send oversized chunked bodies or 20,000 tools get
+    what they deserve, and /health and /metrics still answer."""
     import importlib.util
     from pathlib import Path
 
     from app.server import protocol
 
     monkeypatch.setattr(protocol, "HEADER_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(protocol, "BODY_GRACE_S", 0.5)
     path = Path(__file__).resolve().parents[2] / "scripts" / "server_load.py"
     spec = importlib.util.spec_from_file_location("server_load", path)
     load = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(load)
-    result = load.run(tiny_models.main, None, clients=12, seconds=3.0)
+    result = load.run(tiny_models.main, None, clients=15, seconds=3.0)
     outcomes = result["outcomes"]
     assert result["served_well_behaved"] > 0 and result["health_after"] == 200 and result["metrics_after"]
     assert {k for k in outcomes if k.startswith("good ")} <= {"good 200", "good 429"}, outcomes
     assert {k for k in outcomes if k.startswith("oversized ")} == {"oversized 413"}, outcomes
     assert outcomes.get("trickle closed by the server", 0) >= 1, outcomes
+    assert outcomes.get("slow body 408", 0) >= 1, outcomes
+    assert {k for k in outcomes if k.startswith("slow body ")} <= {"slow body 408", "slow body still open at the end"}
+    assert {k for k in outcomes if k.startswith("many tools ")} == {"many tools 400"}, outcomes
+    assert result["served"] >= result["served_well_behaved"] and result["refused"] > 0 and result["peak_fds"] > 0
