@@ -195,8 +195,8 @@ def test_sending_without_a_model_keeps_the_text(make_window, qtbot):
 
 def test_the_gui_thread_goes_on_while_the_engine_thread_is_held_mid_answer(loaded_window, qtbot, monkeypatch):
     """The GUI thread never waits for the engine's: with the engine held between two tokens of an
-    answer, the window's event loop keeps turning (a timer's ticks are counted while it is held) and
-    the answer so far is on screen. Counted, not timed: the timed check (worst gap between 10 ms
+    answer, the window's event loop keeps turning (a timer's ticks are counted while it is held).
+    Counted, not timed: the timed check (worst gap between 10 ms
     ticks under 100 ms) failed on a loaded 2-core machine; it is a benchmark now, scripts/gui_stall_bench.py."""
     from app.core.engine import Engine
     from app.core.speculation.events import TokenPiece
@@ -224,8 +224,7 @@ def test_the_gui_thread_goes_on_while_the_engine_thread_is_held_mid_answer(loade
     try:
         send(window, LONG_PROMPT)
         qtbot.waitUntil(held.is_set, timeout=30_000)
-        qtbot.waitUntil(lambda: len(ticks_while_held) >= 10 and window.controller.active.live.text != "",
-                        timeout=30_000)
+        qtbot.waitUntil(lambda: len(ticks_while_held) >= 10, timeout=30_000)
         assert not resumed.is_set()   # all of it happened while the engine was held
     finally:
         release.set()
