@@ -1,10 +1,13 @@
 """Load and abuse benchmark for `quickdraft serve`: N concurrent clients of which a third misbehave.
 
 Well-behaved clients stream a short chat answer again and again. The misbehaving third, by turns:
-drops the connection after the first chunk, trickles its request headers a byte at a time, or sends
-a chunked body far over the size limit. The script prints a table and writes JSON: requests
-served, answers by status or failure kind, p50/p99 latency of the well-behaved requests, and the
-process's peak memory (this process serves: the server runs in it, on its own threads).
+drops the connection after the first chunk, trickles its request headers a byte at a time, sends
+a chunked body far over the size limit, sends complete headers and then its body a byte every 3 s,
+or posts 20,000 valid tools. The script prints a table and writes JSON: requests served and
+refused, answers by status or failure kind, p50/p99 latency of the well-behaved requests, and the
+process's peak memory, peak open file descriptors and log growth (bytes written to stderr; this
+process serves: the server runs in it, on its own threads). Run it under a file limit as a crowd
+would meet it: ``ulimit -n 256``.
 
     .venv/bin/python scripts/server_load.py MAIN.gguf [-md DRAFT.gguf] [--clients 32] [--seconds 30]
         [--json out.json]
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import socket
 import statistics
@@ -37,6 +41,9 @@ from app.server.worker import EngineWorker  # noqa: E402
 
 BODY = {"messages": [{"role": "user", "content": "Write one line about the sea."}], "max_tokens": 24,
         "temperature": 0, "stream": True}
+MANY_TOOLS = json.dumps({**BODY, "stream": False, "tools": [
+    {"type": "function", "function": {"name": f"tool_{i}", "description": "d", "parameters": {"type": "object"}}}
+    for i in range(20_000)]}).encode()
 
 
 def well_behaved(url: str, until: float, latencies: list[float], kinds: Counter) -> None:
@@ -108,8 +115,70 @@ def oversized(host: str, port: int, until: float, kinds: Counter) -> None:
                     continue
                 except OSError:
                     break
-        kinds[f"oversized {reply.split(b' ')[1].decode() if reply.startswith(b'HTTP') else 'no answer'}"] += 1
+        kinds[f"oversized {_status(reply)}"] += 1
         time.sleep(0.2)
+
+
+def slow_body(host: str, port: int, until: float, kinds: Counter) -> None:
+    """Sends complete headers for a 1 MB body, then the body a byte every 3 s, until the server answers."""
+    while time.perf_counter() < until:
+        reply = b""
+        try:
+            with socket.create_connection((host, port), timeout=5) as sock:
+                sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: 1000000\r\n\r\n")
+                sock.settimeout(3)
+                while not reply and time.perf_counter() < until:
+                    sock.sendall(b" ")
+                    try:
+                        reply = sock.recv(64) or b"closed"
+                    except socket.timeout:
+                        continue
+        except OSError:
+            reply = b"closed"
+        kinds[f"slow body {_status(reply) if reply else 'still open at the end'}"] += 1
+
+
+def many_tools(url: str, until: float, kinds: Counter) -> None:
+    """Posts 20,000 valid tools (2.6 MB): checking them once held the event loop for 24 s."""
+    with httpx.Client(timeout=120) as client:
+        while time.perf_counter() < until:
+            try:
+                response = client.post(url + "/v1/chat/completions", content=MANY_TOOLS,
+                                       headers={"content-type": "application/json"})
+                kinds[f"many tools {response.status_code}"] += 1
+            except httpx.HTTPError as exc:
+                kinds[f"many tools {type(exc).__name__}"] += 1
+            time.sleep(0.2)
+
+
+def _status(reply: bytes) -> str:
+    return reply.split(b" ")[1].decode() if reply.startswith(b"HTTP") else "no answer"
+
+
+class _Watch:
+    """Peak open file descriptors (sampled) and the bytes written to stderr (fd 2, sent to a file)."""
+
+    def __init__(self):
+        self.peak_fds, self.done = 0, threading.Event()
+        self.log = tempfile.TemporaryFile()
+        self.saved = os.dup(2)
+        os.dup2(self.log.fileno(), 2)
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while not self.done.wait(0.2):
+            self.peak_fds = max(self.peak_fds, len(os.listdir("/proc/self/fd")))
+
+    def stop(self) -> int:
+        """Restores stderr; the log's growth in bytes (its last lines go to stderr)."""
+        self.done.set()
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        size = self.log.seek(0, os.SEEK_END)
+        self.log.seek(max(0, size - 2000))
+        sys.stderr.write(self.log.read().decode(errors="replace"))
+        return size
 
 
 def run(model: Path, draft: Path | None, clients: int, seconds: float) -> dict:
@@ -117,6 +186,7 @@ def run(model: Path, draft: Path | None, clients: int, seconds: float) -> dict:
         return Engine.load(ModelParams(str(model), n_ctx=2048),
                            ModelParams(str(draft), n_ctx=2048) if draft else None)
 
+    watch = _Watch()
     worker = EngineWorker(load, SpeculationParams(), max_waiting=8)
     worker.start()
     server = LocalServer(worker, "127.0.0.1", 0)
@@ -124,11 +194,12 @@ def run(model: Path, draft: Path | None, clients: int, seconds: float) -> dict:
     url, kinds, latencies = server.url, Counter(), []
     until = time.perf_counter() + seconds
     bad = clients // 3
-    roles = [well_behaved] * (clients - bad) + [[dropper, trickler, oversized][i % 3] for i in range(bad)]
+    misbehaving = [dropper, trickler, oversized, slow_body, many_tools]
+    roles = [well_behaved] * (clients - bad) + [misbehaving[i % len(misbehaving)] for i in range(bad)]
     threads = []
     for role in roles:
         args = (url, until, latencies, kinds) if role is well_behaved else \
-            (url, until, kinds) if role is dropper else ("127.0.0.1", server.port, until, kinds)
+            (url, until, kinds) if role in (dropper, many_tools) else ("127.0.0.1", server.port, until, kinds)
         threads.append(threading.Thread(target=role, args=args, daemon=True))
     for t in threads:
         t.start()
@@ -138,13 +209,17 @@ def run(model: Path, draft: Path | None, clients: int, seconds: float) -> dict:
     health = httpx.get(url + "/health", timeout=10).status_code
     server.stop()
     worker.stop()
+    log_bytes = watch.stop()
     quantiles = statistics.quantiles(latencies, n=100) if len(latencies) >= 2 else [float("nan")] * 99
     return {
         "clients": clients, "misbehaving": bad, "seconds": seconds,
         "served_well_behaved": len(latencies),
         "p50_s": statistics.median(latencies) if latencies else None, "p99_s": quantiles[98],
         "outcomes": dict(sorted((k, v) for k, v in kinds.items() if v)),
+        "served": sum(v for k, v in kinds.items() if k.split()[-1].startswith("2")),
+        "refused": sum(v for k, v in kinds.items() if k.split()[-1].startswith("4")),
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_fds": watch.peak_fds, "fd_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0], "log_bytes": log_bytes,
         "metrics_after": metrics_ok, "health_after": health,
     }
 
@@ -169,10 +244,12 @@ def main(argv: list[str] | None = None) -> int:
           f"on {model.name}")
     print(f"well-behaved requests served: {result['served_well_behaved']}, "
           f"p50 {result['p50_s']:.2f} s, p99 {result['p99_s']:.2f} s" if result["p50_s"] else "none served")
+    print(f"answers: {result['served']} served (2xx), {result['refused']} refused (4xx)")
     for kind, n in result["outcomes"].items():
         print(f"  {kind:<36} {n}")
-    print(f"peak memory {result['peak_rss_mib']:.0f} MiB; /metrics after: {'ok' if result['metrics_after'] else 'FAILED'}; "
-          f"/health after: {result['health_after']}")
+    print(f"peak memory {result['peak_rss_mib']:.0f} MiB; peak open files {result['peak_fds']} of {result['fd_limit']}; "
+          f"log growth {result['log_bytes']:,} bytes")
+    print(f"/metrics after: {'ok' if result['metrics_after'] else 'FAILED'}; /health after: {result['health_after']}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0

@@ -182,6 +182,16 @@ check_qt_libraries() {  # prints the one apt command that installs what is missi
   fi
 }
 
+# pip -v passes on the build's own steps, "[n/N] Building ..." (ninja) or "[ p%] Building ..." (make):
+# one line for every 25th, and the last, so a compile of many minutes shows it is moving (the whole
+# log is kept beside the wheel for a failure)
+compile_progress() {
+  awk 'match($0, /^ *\[ *[0-9]+\/[0-9]+\]/) { split(substr($0, RSTART, RLENGTH), n, /[^0-9]+/)
+         if (n[2] % 25 == 0 || n[2] == n[3]) { print "setup.sh:   compiling llama.cpp: step " n[2] " of " n[3]; fflush() } }
+       match($0, /^ *\[ *[0-9]+%\]/) { p = substr($0, RSTART, RLENGTH); gsub(/[^0-9]/, "", p)
+         if (p != last && p % 5 == 0) { print "setup.sh:   compiling llama.cpp: " p "%"; last = p; fflush() } }'
+}
+
 make_plan "$BACKEND"
 SUMMARY=$(plan_summary)
 if [ -n "${CMAKE_ARGS:-}" ]; then
@@ -208,10 +218,15 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$LLAMA $CMAKE" ] || ! "$VENV/bin/python" 
   KEY=$("$VENV/bin/python" -c 'import hashlib, platform, sys; print(hashlib.sha256(" ".join(sys.argv[1:] + [platform.system(), platform.machine()]).encode()).hexdigest()[:16])' "$LLAMA" "$CMAKE")
   WHEELS="${QUICKDRAFT_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/quickdraft/llama-wheels}/$KEY"
   if ! ls "$WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
-    echo "setup.sh: compiling llama.cpp with $CMAKE (15 minutes or more on 2 cores; once per set of flags)"
+    echo "setup.sh: compiling llama.cpp with $CMAKE (most of the 13 minutes a first setup takes on 2 free cores; once per set of flags)"
     rm -rf "$WHEELS.partial"
-    CMAKE_ARGS="$CMAKE" "$VENV/bin/python" -m pip wheel --no-deps --no-cache-dir --no-binary llama-cpp-python \
-      "$LLAMA" -w "$WHEELS.partial"
+    mkdir -p "$(dirname "$WHEELS")"
+    if ! CMAKE_ARGS="$CMAKE" "$VENV/bin/python" -m pip wheel -v --no-deps --no-cache-dir --no-binary llama-cpp-python \
+        "$LLAMA" -w "$WHEELS.partial" 2>&1 | tee "$WHEELS.log" | compile_progress; then
+      echo "setup.sh: compiling llama.cpp failed; the end of its log ($WHEELS.log):"
+      tail -n 40 "$WHEELS.log"
+      exit 1
+    fi
     rm -rf "$WHEELS" && mv "$WHEELS.partial" "$WHEELS"
   fi
   WHEEL=$(ls "$WHEELS"/llama_cpp_python-*.whl | head -n 1)

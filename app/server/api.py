@@ -23,6 +23,7 @@ REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
 # names the chat template is given by the server itself: chat_template_kwargs may not set them
 RESERVED_TEMPLATE_NAMES = ("messages", "tools", "add_generation_prompt", "bos_token", "eos_token")
 MAX_STOP_STRINGS = 4
+MAX_TOOLS = 1024                  # OpenAI allows 128; each tool is checked, protected and rendered per request
 RANDOM_SEED = -1                  # llama-server's "seed": -1: a fresh random seed
 MAX_TOKENS_LIMIT = 2**31 - 1      # llama-server's n_predict is a 32-bit integer
 
@@ -90,6 +91,7 @@ def parse_completion(body: Any) -> GenerationRequest:
     body = _object(body)
     _check_model(body)
     text, ids = _prompt(body.get("prompt"))
+    _check_response_format(body)
     return GenerationRequest("completion", _sampling(body), prompt_text=text, prompt_ids=ids, **_delivery(body))
 
 
@@ -188,11 +190,13 @@ def _tool_call(call: Any, param: str) -> dict:
 def _tool_choice(body: dict) -> ToolChoice | None:
     """``tools``, ``tool_choice`` and ``parallel_tool_calls``; None when the request has no tools."""
     tools = _field(body, "tools", list, "an array of tools") or []
+    if len(tools) > MAX_TOOLS:
+        raise ApiError(400, f"'tools' may hold at most {MAX_TOOLS} tools; got {len(tools)}.", param="tools")
     parallel = _field(body, "parallel_tool_calls", bool, "true or false", True)
     choice = body.get("tool_choice")
     checked = tuple(_tool(tool, f"tools[{i}]") for i, tool in enumerate(tools))
     names = [t["function"]["name"] for t in checked]
-    twice = next((n for n in names if names.count(n) > 1), None)
+    twice = _first_repeated(names)
     if twice is not None:
         raise ApiError(400, f"'tools' names the function {twice!r} twice.", param="tools")
     if choice is None:
@@ -211,6 +215,16 @@ def _tool_choice(body: dict) -> ToolChoice | None:
         raise ApiError(400, f"'tool_choice' names the function {name!r}, which is not among the tools "
                        f"({', '.join(names)}).", param="tool_choice")
     return ToolChoice(checked, mode, name, parallel) if checked else None
+
+
+def _first_repeated(names: list[str]) -> str | None:
+    """The first name seen twice, in one pass (names.count per name took 24 s for 20,000 tools)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
 
 
 def _tool(tool: Any, param: str) -> dict:

@@ -15,7 +15,7 @@ from typing import AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -27,6 +27,9 @@ from app.server.responses import ResponseShape, finish_reason, live_timings, sse
 from app.server.worker import Failed, Job, JobQueue
 
 MAX_BODY_BYTES = 8 << 20
+# JSON Schemas and template variables nest a dozen levels; deeper is abuse. The engine walks these
+# values recursively (app/core/chat/prompt.py's _Slots), two frames a level: 900 levels overflowed.
+MAX_JSON_DEPTH = 100
 PUBLIC_PATHS = {"/health", "/v1/health"}
 
 
@@ -79,7 +82,10 @@ class _Handlers:
         return self.worker.card
 
     async def _generate(self, request: Request, parse: Callable) -> Response:
-        parsed: GenerationRequest = parse(await _json_body(request))
+        body = await _body_bytes(request)
+        # decoding and checking up to 8 MiB takes a while (seconds for thousands of tools): on a thread
+        # of its own, so /health, /metrics and the streams of others go on meanwhile
+        parsed: GenerationRequest = await asyncio.to_thread(lambda: parse(_json(body)))
         job = self.worker.submit(parsed, asyncio.get_running_loop())
         watcher = asyncio.create_task(_cancel_on_disconnect(request, self.worker, job))
         streaming = False
@@ -108,20 +114,46 @@ def _not_loaded() -> ApiError:
     return ApiError(503, "The model is not loaded.", type="unavailable_error", retry_after=5)
 
 
-async def _json_body(request: Request):
+async def _body_bytes(request: Request) -> bytes:
     length = request.headers.get("content-length", "")
     too_big = ApiError(413, f"The request body is over {MAX_BODY_BYTES >> 20} MiB.")
     if length.isdigit() and int(length) > MAX_BODY_BYTES:
         raise too_big
     body = bytearray()
-    async for chunk in request.stream():   # counted as it arrives: a chunked body states no length
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise too_big
     try:
-        return json.loads(body)
+        async for chunk in request.stream():   # counted as it arrives: a chunked body states no length
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                raise too_big
+    except ClientDisconnect:   # it left, or was too slow (protocol.py): nobody to answer, nothing to log
+        raise ApiError(400, "The client left before its request body was in.") from None
+    return bytes(body)
+
+
+def _json(body: bytes):
+    too_deep = ApiError(400, f"The request body nests arrays and objects more than {MAX_JSON_DEPTH} levels deep.")
+    try:
+        value = json.loads(body)
+    except RecursionError:   # deeper than the decoder itself goes
+        raise too_deep from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"The request body is not valid JSON: {exc}.") from None
+    if _depth_over(value, MAX_JSON_DEPTH):
+        raise too_deep
+    return value
+
+
+def _depth_over(value, limit: int) -> bool:
+    """Whether arrays and objects nest more than ``limit`` deep (the body itself is level 1).
+    A loop, not recursion: walking the value must not overflow the way using it would."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack += [(child, depth + 1) for child in children if isinstance(child, (dict, list))]
+    return False
 
 
 async def _cancel_on_disconnect(request: Request, worker: JobQueue, job: Job) -> None:

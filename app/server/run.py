@@ -10,7 +10,7 @@ import uvicorn
 
 from app.core.errors import QuickdraftError
 from app.server.app import create_app
-from app.server.protocol import HeaderDeadlineProtocol
+from app.server.protocol import AcceptErrorThrottle, HeaderDeadlineProtocol
 from app.server.worker import JobQueue
 
 DEFAULT_HOST = "127.0.0.1"
@@ -49,6 +49,12 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _Server(uvicorn.Server):
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        AcceptErrorThrottle.install()   # one line a minute about refused connections, not one per try
+        await super().serve(sockets)
+
+
 class LocalServer:
     """The HTTP server for one job queue: ``run()`` on this thread (the CLI), or ``start()`` on
     its own (tests, the window), then ``stop()``."""
@@ -63,7 +69,7 @@ class LocalServer:
         config = uvicorn.Config(create_app(worker, api_key), log_level="info" if access_log else "warning",
                                 access_log=access_log, lifespan="off", timeout_graceful_shutdown=2,
                                 http=HeaderDeadlineProtocol)   # a deadline for request headers (protocol.py)
-        self._server = uvicorn.Server(config)
+        self._server = _Server(config)
         self._thread: threading.Thread | None = None
 
     @property

@@ -191,3 +191,19 @@ def test_every_script_a_user_runs_names_its_interpreter():
     scripts = [ROOT / ".ci" / "run", *sorted((ROOT / "scripts").rglob("*.sh")), *sorted((ROOT / "packaging").rglob("*.sh"))]
     for script in scripts:
         assert script.read_text().startswith("#!/usr/bin/env bash\n"), script
+
+
+def test_the_llama_cpp_compile_shows_its_steps_as_they_go():
+    """The compile took minutes with nothing on the screen: pip -v passes the build's steps on, and
+    setup.sh shows every 25th and the last (ninja's [n/N]) or every 5% (make's [ p%])."""
+    import re
+
+    script = (ROOT / "scripts" / "setup.sh").read_text()
+    assert re.search(r"pip wheel -v .*\n.*\| tee \"\$WHEELS.log\" \| compile_progress", script)
+    function = re.search(r"^compile_progress\(\) \{.*?^\}", script, re.S | re.M).group(0)
+    build = "".join(f"[{n}/60] Building C object ggml-cpu/x{n}.o\n" for n in range(1, 61)) + \
+        "noise\n[  4%] Building a\n[  5%] Building b\n[  5%] Building c\n[ 10%] Linking\n"
+    shown = subprocess.run(["bash", "-c", function + "\ncompile_progress"], input=build, capture_output=True,
+                           text=True, timeout=30).stdout.splitlines()
+    assert shown == [f"setup.sh:   compiling llama.cpp: {step}" for step in
+                     ("step 25 of 60", "step 50 of 60", "step 60 of 60", "5%", "10%")]

@@ -253,23 +253,100 @@ def test_a_client_that_trickles_its_headers_is_disconnected_and_others_are_serve
                 assert client.post(s.url + "/v1/chat/completions", json=SHORT).status_code == 200
 
 
+def test_a_client_that_trickles_its_body_gets_a_408_and_others_are_served_meanwhile(tiny_models, monkeypatch):
+    """Once the headers were in, a body sent a byte every few seconds held its connection for good
+    (300 of them filled a 256-file limit). Now the body must keep up with MIN_BODY_RATE after
+    BODY_GRACE_S, counted per connection as it arrives; one that falls behind is answered 408 and closed."""
+    import socket
+
+    from app.server import protocol
+
+    monkeypatch.setattr(protocol, "BODY_GRACE_S", 0.5)
+    with serving(tiny_models.main) as s:
+        port = int(s.url.rsplit(":", 1)[1])
+        slow = socket.create_connection(("127.0.0.1", port), timeout=30)   # a guard, not the assertion
+        slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000000\r\n\r\n{")
+        with httpx.Client() as client:   # the slow client does not hold up another
+            assert client.post(s.url + "/v1/chat/completions", json=SHORT).status_code == 200
+        reply = b""
+        try:
+            while chunk := slow.recv(4096):
+                reply += chunk
+        except socket.timeout:
+            pass
+        slow.close()
+        assert reply.startswith(b"HTTP/1.1 408 "), reply[:80]
+        assert b'"code":"request_timeout"' in reply.replace(b" ", b""), reply
+
+
+def test_refused_accepts_are_reported_once_per_interval_with_their_count(capsys):
+    """asyncio logs a traceback for each accept() refused for want of file descriptors: 76 MB of
+    stderr in 50 s under a crowd. The server's loop reports them once per ACCEPT_LOG_INTERVAL_S."""
+    import asyncio
+    import errno
+
+    from app.server.protocol import AcceptErrorThrottle
+
+    async def refuse_many():
+        AcceptErrorThrottle.install()
+        loop = asyncio.get_running_loop()
+        for _ in range(1000):
+            loop.call_exception_handler({"message": "socket.accept() out of system resource",
+                                         "exception": OSError(errno.EMFILE, "Too many open files")})
+
+    asyncio.run(refuse_many())
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "Too many open files" in lines[0], lines
+
+
+def test_while_a_request_is_checked_health_answers(tiny_models, monkeypatch):
+    """Checking a body ran on the event loop: 20,000 tools held /health for 24 s. Now it runs on a
+    thread of its own. Here the check waits until /health has answered, which it could never do if
+    the check held the loop (the wait then ends at its guard, and the test fails)."""
+    from app.server import app as server_app
+    from app.server.api import parse_chat
+
+    checking, health_answered, waited = threading.Event(), threading.Event(), []
+
+    def held_parse(body):
+        checking.set()
+        waited.append(health_answered.wait(20))
+        return parse_chat(body)
+
+    monkeypatch.setattr(server_app, "parse_chat", held_parse)
+    with serving(tiny_models.main) as s:
+        post = threading.Thread(target=httpx.post, args=(s.url + "/v1/chat/completions",), kwargs={"json": SHORT})
+        post.start()
+        assert checking.wait(20)
+        assert httpx.get(s.url + "/health", timeout=60).status_code == 200
+        health_answered.set()
+        post.join(60)
+    assert waited == [True]
+
+
 def test_under_a_crowd_with_misbehaving_clients_the_server_stays_responsive(tiny_models, monkeypatch):
     """scripts/server_load.py's crowd, small and short: well-behaved streams are served or told 429,
-    clients that drop, trickle their headers or send oversized chunked bodies get what they deserve, and
-    /health and /metrics still answer."""
+    clients that drop, trickle their headers or body, send oversized chunked bodies or 20,000 tools get
+    what they deserve, and /health and /metrics still answer."""
     import importlib.util
     from pathlib import Path
 
     from app.server import protocol
 
     monkeypatch.setattr(protocol, "HEADER_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(protocol, "BODY_GRACE_S", 0.5)
     path = Path(__file__).resolve().parents[2] / "scripts" / "server_load.py"
     spec = importlib.util.spec_from_file_location("server_load", path)
     load = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(load)
-    result = load.run(tiny_models.main, None, clients=12, seconds=3.0)
+    result = load.run(tiny_models.main, None, clients=15, seconds=3.0)
     outcomes = result["outcomes"]
     assert result["served_well_behaved"] > 0 and result["health_after"] == 200 and result["metrics_after"]
     assert {k for k in outcomes if k.startswith("good ")} <= {"good 200", "good 429"}, outcomes
     assert {k for k in outcomes if k.startswith("oversized ")} == {"oversized 413"}, outcomes
     assert outcomes.get("trickle closed by the server", 0) >= 1, outcomes
+    assert outcomes.get("slow body 408", 0) >= 1, outcomes
+    assert {k for k in outcomes if k.startswith("slow body ")} <= {"slow body 408", "slow body still open at the end"}
+    assert {k for k in outcomes if k.startswith("many tools ")} == {"many tools 400"}, outcomes
+    assert result["served"] >= result["served_well_behaved"] and result["refused"] > 0 and result["peak_fds"] > 0

@@ -112,6 +112,8 @@ def _post(served, body: dict) -> httpx.Response:
     ({"tools": [WEATHER], "tool_choice": "always"}, "tool_choice", '"auto", "none", "required"'),
     ({"tool_choice": "required"}, "tool_choice", "has no 'tools'"),
     ({"tools": [WEATHER], "parallel_tool_calls": "yes"}, "parallel_tool_calls", "true or false"),
+    ({"tools": [{"type": "function", "function": {"name": f"f{i}"}} for i in range(1025)]}, "tools",
+     "at most 1024 tools; got 1025"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, "response_format",
      "not supported"),
     ({"response_format": {"type": "json_object"}}, "response_format", "not supported"),
@@ -132,6 +134,47 @@ def test_bad_tool_requests_are_400s_that_say_what_is_wrong(qwen, body, param, wo
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["param"] == param and words in error["message"]
+
+
+def _nested(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth - 1):
+        value = {"x": value}
+    return value
+
+
+@pytest.mark.parametrize("where", ["parameters", "chat_template_kwargs"])
+def test_json_nested_past_the_limit_is_a_400_naming_it(qwen, where):
+    """900 levels in a tool's parameters or in chat_template_kwargs overflowed the engine's walk of
+    them (a 500 with a RecursionError). The body may nest MAX_JSON_DEPTH (100) levels."""
+    deep = _nested(900)
+    body = {"tools": [{**WEATHER, "function": {**WEATHER["function"], "parameters": deep}}]} \
+        if where == "parameters" else {"chat_template_kwargs": {"deep": deep}}
+    response = _post(qwen, body)
+    assert response.status_code == 400, response.text
+    assert "more than 100 levels deep" in response.json()["error"]["message"]
+
+
+def test_json_deeper_than_the_decoder_goes_is_a_400_and_shallow_nesting_is_served(qwen):
+    text = '{"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"x": ' \
+        + "[" * 100_000 + "]" * 100_000 + "}}"
+    response = httpx.post(qwen.url + "/v1/chat/completions", content=text, timeout=30,
+                          headers={"content-type": "application/json"})
+    assert response.status_code == 400 and "levels deep" in response.json()["error"]["message"]
+    assert _post(qwen, {"chat_template_kwargs": {"deep": _nested(90)}}).status_code == 200
+
+
+@pytest.mark.parametrize("kind, status", [("json_object", 400), ("json_schema", 400), ("text", 200)])
+def test_completions_take_response_format_as_chat_completions_do(qwen, kind, status):
+    """/v1/completions answered 200 in plain text to a request for JSON; one rule for both routes."""
+    response_format = {"type": kind, "json_schema": {"name": "x", "schema": {}}} if kind == "json_schema" else \
+        {"type": kind}
+    for path, body in (("/v1/completions", {"prompt": "hi"}), ("/v1/chat/completions", {"messages": ASK})):
+        response = httpx.post(qwen.url + path, json={**body, "max_tokens": 4, "response_format": response_format},
+                              timeout=30)
+        assert response.status_code == status, (path, response.text)
+        if status == 400:
+            assert response.json()["error"]["param"] == "response_format"
 
 
 def test_arguments_that_are_not_json_in_the_conversation_are_a_400(qwen):

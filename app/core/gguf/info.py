@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -12,13 +11,12 @@ from pathlib import Path
 
 from app.core.errors import ModelFileError
 from app.core.gguf.reader import ARRAY, BOOL, INTEGER_TYPES, STRING, Field, GGUFFormatError, GGUFHeader, read_header
+from app.core.gguf.relations import BLOCK as _BLOCK, ROUTED_EXPERTS as _ROUTED_EXPERTS, check_relations
 
 GGUF_MAGIC = b"GGUF"
 # llama.cpp 0.3.36's src/llama-hparams.h: LLAMA_MAX_LAYERS, LLAMA_MAX_EXPERTS
 MAX_LAYERS = 512
 MAX_EXPERTS = 1024
-_BLOCK = re.compile(r"^blk\.(\d+)\.")
-_ROUTED_EXPERTS = re.compile(r"\.ffn_\w+_exps\.")   # ffn_gate_exps, ffn_up_exps, ffn_down_exps, ffn_gate_up_exps
 # llama.cpp's rules for a draft model (common/speculative.cpp)
 VOCAB_MAX_SIZE_DIFFERENCE = 128
 VOCAB_CHECK_START_TOKEN_ID = 5
@@ -195,6 +193,7 @@ def _info_from_header(header: GGUFHeader, path: str, size: int) -> GGUFInfo:
     mtp_layers = _at_most(meta.integer(f"{arch}.nextn_predict_layers"), MAX_LAYERS, "MTP layers",
                           "nextn_predict_layers") or 0
     n_expert = _at_most(meta.integer(f"{arch}.expert_count"), MAX_EXPERTS, "experts", "expert_count") or 0
+    check_relations(arch, meta, blocks, mtp_layers, {t.name: t.shape for t in header.tensors})
     n_layers = blocks - mtp_layers if blocks is not None else None
     head_count_kv = meta.integers(f"{arch}.attention.head_count_kv")
     return GGUFInfo(

@@ -47,10 +47,47 @@ def test_the_bound_holds_in_a_worker_thread(short_limit):
     ("{{ 2 ** 100000000 }}", "a power too large"),
     ("{% for a in range(100000) %}{{ 'y' * 100 }}{% endfor %}", "wrote more than 4,000,000 characters"),
     ("{{ messages.__class__.__mro__ }}", "refused by the sandbox"),
+    # one C-level call that builds a huge string: refused from its arguments before it runs (sizes.py);
+    # 'x'.center(10**10) ran 27 s and built 10 GB past the time limit
+    ("{{ 'x'.center(10000000000) }}", "a center() too long"),
+    ("{{ 'x'.ljust(10000000000) }}", "a ljust() too long"),
+    ("{{ 'x'.rjust(10000000000) }}", "a rjust() too long"),
+    ("{{ 'x'.zfill(10000000000) }}", "a zfill() too long"),
+    ("{{ ('\t' * 1000000).expandtabs(1000) }}", "a expandtabs() too long"),
+    ("{{ ('x' * 4000000).replace('x', 'yyyy') }}", "a replace() too long"),
+    ("{{ '-'.join(['x' * 4000000] * 3) }}", "a join() too long"),
+    ("{{ ('x' * 4000000).join(range(3) | map('string')) }}", "a join() too long"),   # a generator, listed
+    ("{{ '{:>10000000000}'.format(1) }}", "a format() too long"),
+    ("{{ '{:{}}'.format(1, 10000000000) }}", "a format() too long"),
+    ("{{ '{x:.10000000000f}'.format_map({'x': 1.0}) }}", "a format() too long"),
+    ("{{ '%10000000000d' % 1 }}", "a % format too long"),
+    ("{{ '%*d' % (10000000000, 1) }}", "a % format too long"),
+    ("{{ 'x' | center(10000000000) }}", "a 'center' filter"),
+    ("{{ 'x\nx' | indent(10000000000) }}", "a 'indent' filter"),
+    ("{{ ('x' * 4000000) | replace('x', 'yy') }}", "a 'replace' filter"),
+    ("{{ '%10000000000d' | format(1) }}", "a 'format' filter"),
+    ("{{ (['x' * 4000000] * 3) | join }}", "a 'join' filter"),
+    ("{{ range(3) | map('string') | join('x' * 4000000) }}", "a 'join' filter"),
+    ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+     "a concatenation too long"),
+    ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+     "a concatenation too long"),
+    ("{% set ns = namespace(s=[1]) %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+     "a concatenation too long"),
 ])
 def test_costly_or_hostile_templates_fall_back_with_a_warning(template, reason):
     rendered = render_prompt(MESSAGES, template)
     assert not rendered.templated and reason in rendered.warning
+
+
+def test_string_building_within_the_bound_renders_as_python_would():
+    template = ("{{ 'ab'.center(6, '*') }}|{{ '%-4s|%03d' % ('x', 7) }}|{{ '{:>5}'.format('r') }}|"
+                "{{ 'a-b'.replace('-', '+') }}|{{ ', '.join(['1', '2']) }}|{{ ['p', 'q'] | join('/') }}|"
+                "{{ messages | map(attribute='role') | join }}|{{ 'k' ~ 1 }}|{{ 'x' | center(3) }}|"
+                "{{ 'a\nb' | indent(2) }}|{{ '%s!' | format('hi') }}|{{ 'aXa' | replace('X', 'y') }}")
+    rendered = render_prompt(MESSAGES, template)
+    assert rendered.warning is None
+    assert rendered.text == "**ab**|x   |007|    r|a+b|1, 2|p/q|user|k1| x |a\n  b|hi!|aya"
 
 
 def test_an_ordinary_template_renders_without_warning():

@@ -181,6 +181,27 @@ def test_tool_text_cannot_forge_a_turn(qwen_model):
     assert qwen_model.detokenize(tokens).count(written) == 3         # the text itself is all there
 
 
+def test_values_nested_past_the_limit_are_a_clear_error_not_a_recursion_error(qwen_model):
+    """The engine walks tool schemas, call arguments and template variables to set aside control-token
+    text; 900 levels overflowed Python's stack (a RecursionError: the server's 500, the CLI's
+    traceback for a messages file). Past MAX_VALUE_DEPTH levels it is an InvalidMessagesError."""
+    from app.core.chat.prompt import MAX_VALUE_DEPTH
+
+    def nested(depth: int) -> dict:
+        value: dict = {}
+        for _ in range(depth - 1):
+            value = {"x": value}
+        return value
+
+    call = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": nested(900)}}]}]
+    with pytest.raises(InvalidMessagesError, match=f"more than {MAX_VALUE_DEPTH} levels"):
+        prompt_tokens(qwen_model, call, {"tools": [WEATHER]})
+    with pytest.raises(InvalidMessagesError, match=f"more than {MAX_VALUE_DEPTH} levels"):
+        prompt_tokens(qwen_model, [{"role": "user", "content": "hi"}], {"deep": nested(900)})
+    assert prompt_tokens(qwen_model, [{"role": "user", "content": "hi"}], {"deep": nested(MAX_VALUE_DEPTH - 1)}).tokens
+
+
 def test_a_template_that_fails_with_tools_is_an_error_not_a_plain_transcript(tmp_path):
     path = write_tiny_model(tmp_path / "t.gguf", TinySpec(chat_template="{{ raise_exception('no tools here') }}"))
     model = LlamaModel(ModelParams(str(path)))

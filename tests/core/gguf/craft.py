@@ -73,3 +73,26 @@ class Crafted:
     def write(self, path) -> "Path":  # noqa: F821
         path.write_bytes(self.to_bytes())
         return path
+
+
+def tiny_with(path, spec, overrides: dict):
+    """A tiny model (app.core.gguf.tiny) with metadata keys set to ``overrides``: an int as uint32, a
+    list as an array of uint32, a str as a string (its tensors stay those of ``spec``)."""
+    import gguf
+
+    from app.core.gguf.tiny import write_tiny_model
+
+    original = gguf.GGUFWriter.write_header_to_file
+
+    def with_overrides(writer, *args, **kwargs):
+        for key, v in overrides.items():
+            writer.kv_data[0][key] = gguf.GGUFValue(v, gguf.GGUFValueType.STRING) if isinstance(v, str) else \
+                gguf.GGUFValue(v, gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.UINT32) if isinstance(v, list) else \
+                gguf.GGUFValue(v, gguf.GGUFValueType.UINT32)
+        return original(writer, *args, **kwargs)
+
+    gguf.GGUFWriter.write_header_to_file = with_overrides
+    try:
+        return write_tiny_model(path, spec)
+    finally:
+        gguf.GGUFWriter.write_header_to_file = original
