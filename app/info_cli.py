@@ -101,6 +101,8 @@ def _file_info(path: str) -> dict:
     data["has_chat_template"] = bool(info.chat_template)
     data["memory"], data["memory_note"] = info.memory, info.memory_note()
     data["mtp_drafter_for"] = MTP_DRAFTER_ARCHITECTURES.get(info.architecture)
+    data["hidden_state_drafter"] = info.hidden_state_drafter
+    data["drafts_for"] = info.drafts_for() if info.hidden_state_drafter else None
     return data
 
 
@@ -116,6 +118,8 @@ def _file_rows(info: dict) -> dict:
         "chat template": "yes" if info["has_chat_template"] else "no (a plain transcript is used)",
         "memory": info["memory_note"] or "attention (keys and values per token)",
         "MTP layers": _mtp_row(info),
+        **({"drafter": f"{info['hidden_state_drafter']}: it only drafts, for {info['drafts_for']}"}
+           if info["hidden_state_drafter"] else {}),
     }
 
 

@@ -389,6 +389,9 @@ def read_pair(main_path: str, draft_path: str | None) -> tuple[GGUFInfo, GGUFInf
         raise ModelLoadError(f"{main_info.display_name} is an MTP drafter, not a model that answers: load the "
                              f"{MTP_DRAFTER_ARCHITECTURES[main_info.architecture]} model it was made for and "
                              f"choose this file as its draft.")
+    if main_info.hidden_state_drafter:
+        raise ModelLoadError(f"{main_info.display_name} is an {main_info.hidden_state_drafter} drafter, not a model "
+                             f"that answers: it drafts for {main_info.drafts_for()}.")
     if draft_path is None:
         return main_info, None, []
     draft_info = read_gguf_info(draft_path)

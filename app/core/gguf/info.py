@@ -57,6 +57,8 @@ class GGUFInfo:
     n_embd_out: int | None = None      # an MTP drafter: the width of the main model's hidden states it reads
     n_expert: int = 0                  # a mixture of experts: routed experts in each MoE layer (0: dense)
     n_expert_used: int = 0             # and how many of them each token is routed to
+    target_layers: tuple[int, ...] = ()   # an EAGLE-3 or DFlash drafter: the main model's layers it reads
+    target_width: int | None = None       # and the width of the main model's hidden states there
     tensor_bytes: tuple[tuple[str, int], ...] = field(default=(), repr=False, compare=False)  # (name, bytes)
 
     @property
@@ -84,6 +86,20 @@ class GGUFInfo:
     def is_mtp_drafter(self) -> bool:
         """A draft-only MTP drafter (Gemma 4's assistant): it cannot answer, only draft for its main model."""
         return self.architecture in MTP_DRAFTER_ARCHITECTURES
+
+    @property
+    def hidden_state_drafter(self) -> str | None:
+        """"EAGLE-3", "DFlash" or "DSpark" for a drafter that reads the main model's hidden states
+        (its target layers): it cannot answer, only draft for a main model of the width it reads."""
+        kind = HIDDEN_STATE_DRAFTERS.get(self.architecture)
+        if kind == "DFlash" and any(name.startswith("markov_w1.") for name, _ in self.tensor_bytes):
+            return "DSpark"
+        return kind
+
+    def drafts_for(self) -> str:
+        """What main model a hidden-state drafter was made for, as its file says."""
+        return (f"a main model {self.target_width} wide with {max(self.target_layers, default=0)} layers or more and "
+                f"{self.vocab_size:,} tokens, reading its layers {', '.join(map(str, self.target_layers))}")
 
     @property
     def expert_weight_fraction(self) -> float:
@@ -227,6 +243,10 @@ def _info_from_header(header: GGUFHeader, path: str, size: int) -> GGUFInfo:
         n_expert=n_expert,
         n_expert_used=_at_most(meta.integer(f"{arch}.expert_used_count"), n_expert or MAX_EXPERTS,
                                "experts used per token", "expert_used_count") or 0,
+        target_layers=tuple(meta.integers(f"{arch}.target_layers")),
+        # EAGLE-3 states the main model's width; DFlash drafts at it
+        target_width=meta.integer(f"{arch}.target_hidden_size") or (meta.integer(f"{arch}.embedding_length")
+                                                                    if arch in HIDDEN_STATE_DRAFTERS else None),
         tensor_bytes=tuple((t.name, t.n_bytes) for t in header.tensors),
     )
 
@@ -321,6 +341,9 @@ HYBRID_ARCHITECTURES = frozenset({
     "deepseek4", "minimax-01"})
 # MTP drafter architectures (llama.cpp 0.3.36: LLM_ARCH_GEMMA4_ASSISTANT) and the main architecture each drafts for
 MTP_DRAFTER_ARCHITECTURES = {"gemma4-assistant": "gemma4"}
+# drafters that read the main model's hidden states at their target layers (llama.cpp 0.3.36: LLM_ARCH_EAGLE3,
+# LLM_ARCH_DFLASH; DSpark is a DFlash file with a Markov head)
+HIDDEN_STATE_DRAFTERS = {"eagle3": "EAGLE-3", "dflash": "DFlash"}
 ROLLBACK_ARCHITECTURES = frozenset({
     "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h", "nemotron_h_moe",
     "lfm2", "lfm2moe", "bailingmoe3"})
@@ -332,7 +355,7 @@ def check_pair(main: GGUFInfo, draft: GGUFInfo) -> PairCheck:
     through text: its tokens become text, which the main model's tokenizer reads again (slower per
     accepted token; ``other_vocabulary``). An MTP drafter reads the main model's hidden states and
     memory, so it drafts only for the model it was made for, in its vocabulary."""
-    reasons: list[str] = _mtp_drafter_mismatch(main, draft)
+    reasons: list[str] = _mtp_drafter_mismatch(main, draft) + _hidden_state_drafter_mismatch(main, draft)
     differences = vocabulary_differences(main, draft)
     other = bool(differences)
     if other and draft.is_mtp_drafter:
@@ -385,6 +408,24 @@ def _mtp_drafter_mismatch(main: GGUFInfo, draft: GGUFInfo) -> list[str]:
         return [f"it is an MTP drafter for a {wanted} model {draft.n_embd_out} wide, and the main model is "
                 f"{main.n_embd} wide (another size of {wanted})"]
     return []
+
+
+def _hidden_state_drafter_mismatch(main: GGUFInfo, draft: GGUFInfo) -> list[str]:
+    """An EAGLE-3 or DFlash file: only ever a draft, made for one width and depth of main model; and
+    Quickdraft's loop does not draft with these yet (llama.cpp's own tools do)."""
+    if main.hidden_state_drafter:
+        return [f"{main.display_name} is an {main.hidden_state_drafter} drafter, not a model that answers"]
+    kind = draft.hidden_state_drafter
+    if not kind:
+        return []
+    reasons = []
+    if draft.target_width != main.n_embd:
+        reasons.append(f"it is an {kind} drafter for a main model {draft.target_width} wide; "
+                       f"the main model is {main.n_embd} wide")
+    if main.n_layers is not None and max(draft.target_layers, default=0) > main.n_layers:
+        reasons.append(f"it reads layer {max(draft.target_layers)}; the main model has {main.n_layers}")
+    return reasons + [f"Quickdraft does not draft with {kind} drafters yet: choose a draft model, prompt lookup "
+                      f"or MTP heads"]
 
 
 def _special_token_differences(main: GGUFInfo, draft: GGUFInfo) -> list[str]:

@@ -9,7 +9,9 @@ import ctypes
 import llama_cpp
 import pytest
 
-from app.core.gguf.info import read_gguf_info
+from app.core.engine import read_pair
+from app.core.errors import ModelLoadError
+from app.core.gguf.info import check_pair, read_gguf_info
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.llama.binding import LlamaModel
 from app.core.params import ModelParams
@@ -56,3 +58,25 @@ def test_llama_cpp_loads_the_drafter_and_reads_its_target_layers(tmp_path, kind)
 def test_an_eagle3_drafter_reads_exactly_three_layers(tmp_path):
     with pytest.raises(ValueError, match="three target layers"):
         write_tiny_model(tmp_path / "e.gguf", TinySpec(architecture="eagle3", n_layer=1, target_layers=(0, 1)))
+
+
+def test_info_names_the_drafter_and_the_main_model_it_was_made_for(tmp_path):
+    kinds = {"eagle3": "EAGLE-3", "eagle3-wider-main": "EAGLE-3", "dflash": "DFlash", "dspark": "DSpark"}
+    for kind, name in kinds.items():
+        info = read_gguf_info(write_tiny_model(tmp_path / f"{kind}.gguf", DRAFTERS[kind]))
+        assert info.hidden_state_drafter == name and info.target_layers == DRAFTERS[kind].target_layers
+    wide = read_gguf_info(tmp_path / "eagle3-wider-main.gguf")
+    assert wide.target_width == 96 and wide.drafts_for().startswith("a main model 96 wide with 1 layers or more")
+    assert read_gguf_info(write_tiny_model(tmp_path / "main.gguf", TinySpec())).hidden_state_drafter is None
+
+
+def test_a_hidden_state_drafter_is_never_a_main_model_and_is_refused_as_a_draft_saying_why(tmp_path):
+    main = read_gguf_info(write_tiny_model(tmp_path / "main.gguf", TinySpec()))
+    fits = read_gguf_info(write_tiny_model(tmp_path / "e.gguf", DRAFTERS["eagle3"]))
+    wide = read_gguf_info(write_tiny_model(tmp_path / "w.gguf", DRAFTERS["eagle3-wider-main"]))
+    assert check_pair(main, fits).reasons == (
+        "Quickdraft does not draft with EAGLE-3 drafters yet: choose a draft model, prompt lookup or MTP heads",)
+    assert "it is an EAGLE-3 drafter for a main model 96 wide; the main model is 64 wide" in check_pair(main, wide).reasons
+    assert check_pair(fits, main).reasons[0] == "tiny-eagle3 is an EAGLE-3 drafter, not a model that answers"
+    with pytest.raises(ModelLoadError, match="is an EAGLE-3 drafter, not a model that answers: it drafts for a main"):
+        read_pair(fits.path, None)
