@@ -122,13 +122,13 @@ def _prompt_line(path: Path, n: int, line: str) -> tuple[str, list[dict]]:
 
 
 def bench_prompt(engine: Engine, prompt_id: str, messages: list[dict], n_predict: int,
-                 speculation: SpeculationParams, drafter: DrafterKind | str,
+                 speculation: SpeculationParams, drafter: DrafterKind,
                  llama_baseline: Callable[[list[int], int], float] | None = None, repeat: int = 1) -> PromptResult:
     """Main alone, then speculative, alternating ``repeat`` times; each keeps its fastest run (load
     from other programs only ever slows a run down, so the fastest is the least disturbed). With
     repeats there is a second estimate, the median ratio of the runs paired in time
     (see ``paired_speedup``)."""
-    tokens = engine.tokenize_messages(messages)
+    tokens = list(engine.prompt(messages).tokens)
     runs = [compare_greedy(engine, tokens, drafter, n_predict, speculation) for _ in range(repeat)]
     bases, specs = [r.baseline for r in runs], [r.speculative for r in runs]
     fastest = CompareResult(max(specs, key=lambda s: s.generation_tps), max(bases, key=lambda s: s.generation_tps))

@@ -192,7 +192,7 @@ def cmd_serve(args) -> int:
     def load():  # on the server's engine thread; the auto policy learns the machine's costs as it answers
         return load_engine(args)
 
-    return serve(args, load, _speculation(args), _drafter(args))
+    return serve(args, load, _speculation(args), _chosen_drafter(args))
 
 
 def _remote_args(p: argparse.ArgumentParser) -> None:
@@ -224,9 +224,9 @@ def _add_models(sub) -> None:
     add_models_parser(sub)
 
 
-def _drafter(args) -> DrafterKind:
-    """Who drafts: --drafter, else the default; without --draft, what that becomes with no draft model."""
-    return (DrafterKind(args.drafter) if args.drafter else DEFAULT_DRAFTER).for_pair(bool(args.draft))
+def _chosen_drafter(args) -> DrafterKind:
+    """Who is asked to draft: --drafter, else the default (the loaded pair says who can: ``who_drafts``)."""
+    return DrafterKind(args.drafter) if args.drafter else DEFAULT_DRAFTER
 
 
 def _baseline_layers(params) -> int:
@@ -259,6 +259,7 @@ def _messages(args) -> list[dict]:
 def cmd_generate(args) -> int:
     from app.cli_thinking import ReasoningPrinter, thinking_setup
     from app.core.chat.reasoning import split_reasoning
+    from app.core.frontdoor import GenerationRequest
     from app.core.speculation.events import TokenPiece, run_to_summary
     from app.core.params import SamplingParams
 
@@ -270,20 +271,22 @@ def cmd_generate(args) -> int:
         model_params(args)   # every value is checked before a model loads
     engine = _generation_engine(args)
     cancel = threading.Event()
-    placement = {} if args.remote else {name: where.describe() for name, where in engine.placement().items()}
-    thinking, variables, note = thinking_setup(engine, args.think)
-    printer = ReasoningPrinter(thinking, args.reasoning)
-    if note:
-        print(f"warning: {note}", file=sys.stderr)
-
-    def show(event) -> None:
-        if isinstance(event, TokenPiece) and not args.json:
-            printer.feed(event.text)
-
     try:
-        summary = run_to_summary(engine.generate(messages, sampling=sampling, speculation=speculation,
-                                                 drafter=_drafter(args), cancel=cancel,
-                                                 **({"template_variables": variables} if variables else {})), show)
+        pair = engine.pair   # a server is asked for its model here
+        placement = {} if pair.remote_url else dict(pair.placement)
+        drafter = pair.who_drafts(_chosen_drafter(args))
+        thinking, variables, note = thinking_setup(engine, args.think)
+        printer = ReasoningPrinter(thinking, args.reasoning)
+        if note:
+            print(f"warning: {note}", file=sys.stderr)
+
+        def show(event) -> None:
+            if isinstance(event, TokenPiece) and not args.json:
+                printer.feed(event.text)
+
+        request = GenerationRequest(messages, sampling=sampling, speculation=speculation, drafter=drafter,
+                                    cancel=cancel, template_variables=variables)
+        summary = run_to_summary(engine.generate(request), show)
     except KeyboardInterrupt:
         cancel.set()
         raise
@@ -300,7 +303,7 @@ def cmd_generate(args) -> int:
     else:
         printer.finish()
         print(file=sys.stdout)
-        n_draft = None if args.remote else args.draft_max if _drafter(args) is not DrafterKind.NONE else 0
+        n_draft = None if args.remote else args.draft_max if drafter is not DrafterKind.NONE else 0
         print(format_stats(summary, n_draft), file=sys.stderr)
         for name, where in placement.items():
             print(f"{name + ' model':<9} = {where}", file=sys.stderr)
@@ -348,20 +351,20 @@ def cmd_bench(args) -> int:
     prompts = load_prompts(args.prompts)[: args.limit]
     speculation = _speculation(args)
     engine = load_engine(args)
+    drafter = engine.pair.who_drafts(_chosen_drafter(args))
     baseline = (make_llama_baseline(args.main, args.ctx, args.threads, _baseline_layers(engine.main_params))
                 if args.llama_baseline else None)
     from app.info_cli import system_summary
 
     report = BenchReport(settings={
         "main": args.main, "draft": args.draft, "n_predict": args.n_predict, "draft_max": args.draft_max,
-        "draft_min": args.draft_min, "p_min": args.draft_p_min, "policy": args.policy, "drafter": _drafter(args),
+        "draft_min": args.draft_min, "p_min": args.draft_p_min, "policy": args.policy, "drafter": drafter,
         "threads": args.threads, "ctx": args.ctx, "repeat": args.repeat, "gpu_layers": args.gpu_layers,
         "gpu_layers_draft": args.gpu_layers_draft, "prompts": args.prompts,
-        "placement": {name: p.describe() for name, p in engine.placement().items()},
-        "backend": system_summary()})
+        "placement": dict(engine.pair.placement), "backend": system_summary()})
     try:
         for prompt_id, messages in prompts:
-            result = bench_prompt(engine, prompt_id, messages, args.n_predict, speculation, _drafter(args), baseline,
+            result = bench_prompt(engine, prompt_id, messages, args.n_predict, speculation, drafter, baseline,
                                   args.repeat)
             report.results.append(result)
             print(f"{prompt_id}: {result.base_tps:.2f} -> {result.spec_tps:.2f} t/s ({result.speedup:.2f}x)",

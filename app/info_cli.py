@@ -135,7 +135,7 @@ def _loaded_placement(args) -> dict[str, str]:
     args.threads = args.threads_draft = None
     engine = load_engine(args)
     try:
-        return {name: where.describe() for name, where in engine.placement().items()}
+        return dict(engine.pair.placement)
     finally:
         engine.close()
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from app.core.errors import QuickdraftError
+from app.core.frontdoor import AnswerEngine, GenerationRequest
 from app.core.params import DrafterKind, SamplingParams, SpeculationParams
 from app.core.speculation.events import Summary, run_to_summary
-
-if TYPE_CHECKING:
-    from app.core.engine import Engine
 
 
 @dataclass(frozen=True)
@@ -35,14 +33,13 @@ class CompareResult:
         return first_difference(self.baseline.token_ids, self.speculative.token_ids)
 
 
-def compare_greedy(engine: "Engine", tokens: Sequence[int], drafter: DrafterKind | str, max_tokens: int,
+def compare_greedy(engine: AnswerEngine, tokens: Sequence[int], drafter: DrafterKind, max_tokens: int,
                    speculation: SpeculationParams = SpeculationParams(),
                    cancel: threading.Event | None = None) -> CompareResult | None:
     """The main model alone, then with ``drafter`` (prompt lookup when that is "none"), both greedy and
     both from an empty cache. None when ``cancel`` was set."""
     cancel = cancel or threading.Event()
-    kind = DrafterKind(drafter)
-    kind = DrafterKind.LOOKUP if kind is DrafterKind.NONE else kind
+    kind = DrafterKind.LOOKUP if drafter is DrafterKind.NONE else drafter
     baseline = greedy_run(engine, tokens, DrafterKind.NONE, max_tokens, speculation, cancel)
     if cancel.is_set():
         return None
@@ -52,13 +49,13 @@ def compare_greedy(engine: "Engine", tokens: Sequence[int], drafter: DrafterKind
     return CompareResult(speculative, baseline)
 
 
-def greedy_run(engine: "Engine", tokens: Sequence[int], drafter: DrafterKind | str, max_tokens: int,
+def greedy_run(engine: AnswerEngine, tokens: Sequence[int], drafter: DrafterKind, max_tokens: int,
                speculation: SpeculationParams, cancel: threading.Event | None = None) -> Summary:
     """One greedy generation from an empty cache (so no run gets a head start); its Summary."""
-    engine.forget_cache()
-    summary = run_to_summary(engine.generate(prompt=list(tokens), sampling=SamplingParams(temperature=0.0,
-                                                                                          max_tokens=max_tokens),
-                                             speculation=speculation, drafter=drafter, cancel=cancel))
+    request = GenerationRequest(prompt=list(tokens), sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens),
+                                speculation=speculation, drafter=drafter, cancel=cancel or threading.Event(),
+                                empty_cache=True)
+    summary = run_to_summary(engine.generate(request))
     if summary.error:
         raise QuickdraftError(summary.error)
     return summary

@@ -7,7 +7,7 @@ shared between threads.
 from __future__ import annotations
 
 import dataclasses
-import threading
+import functools
 import time
 from dataclasses import dataclass
 from collections.abc import Mapping
@@ -23,10 +23,11 @@ from app.core.errors import IncompatibleDraftError, ModelLoadError, QuickdraftEr
 from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, check_pair, read_gguf_info, vocabulary_differences
 from app.core.gguf.shared_vocab import shared_vocabulary
 from app.core.llama import binding as llama, devices, mtp
-from app.core.llama.placement import LayerPlacement, footprint, plan_gpu_layers, resolved
+from app.core.llama.placement import footprint, plan_gpu_layers, resolved
 from app.core.llama.ram import total_memory_bytes
 from app.core.lm import prefill
-from app.core.params import AUTO, DEFAULT_DRAFTER, DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams
+from app.core.frontdoor import GenerationRequest, LoadedPair
+from app.core.params import AUTO, DrafterKind, ModelParams, PolicyName, SpeculationParams
 from app.core.speculation.acceptance import AcceptanceModel
 from app.core.speculation.batch_prior import main_batch_shape
 from app.core.speculation.costmodel import CALIBRATION_TEXT, CostModel, CostProfile, ProfileStore, calibrate, profile_key
@@ -49,6 +50,8 @@ class LogitMargin:
 
 
 class Engine:
+    """A loaded pair answering: the local AnswerEngine (app/core/frontdoor.py)."""
+
     def __init__(self, main: "llama.LlamaSession", main_info: GGUFInfo,
                  draft: "llama.LlamaSession | None" = None, draft_info: GGUFInfo | None = None,
                  warnings: Sequence[str] = (), main_params: ModelParams | None = None,
@@ -105,21 +108,29 @@ class Engine:
         return cls(main_session, main_info, draft_session, draft_info, warnings, main, draft, profile_store,
                    mtp_drafter)
 
-    @property
-    def has_draft(self) -> bool:
-        return self.draft is not None
+    @functools.cached_property
+    def pair(self) -> LoadedPair:
+        """The loaded pair, described once (on the engine's thread: it renders the chat template)."""
+        thinking, thinking_off = self._thinking_formats()
+        draft_model = self.draft.model if self.draft is not None else self.mtp_drafter
+        placement = [("main", self.main.model.placement)] + ([("draft", draft_model.placement)] if draft_model else [])
+        return LoadedPair(
+            main_name=self.main_info.display_name, main_path=self.main_params.path,
+            draft_name=self.draft_info.display_name if self.draft_info else None,
+            draft_path=self.draft_params.path if self.draft_params else None,
+            n_ctx=self.main.n_ctx, n_vocab=self.main.model.n_vocab, warnings=self.warnings,
+            placement=tuple((name, where.describe()) for name, where in placement),
+            has_draft_model=self.draft is not None, mtp_drafter=self.mtp_drafter is not None,
+            other_vocabulary=self.shared_vocab.describe() if self.shared_vocab is not None else None,
+            thinking=thinking, thinking_off=thinking_off, chat_template=self.main.model.chat_template())
 
-    def placement(self) -> dict[str, LayerPlacement]:
-        """Where each loaded model's layers went, as llama.cpp reported it."""
-        out = {"main": self.main.model.placement}
-        if self.draft_model is not None:
-            out["draft"] = self.draft_model.placement
-        return out
-
-    @property
-    def draft_model(self) -> "llama.LlamaModel | None":
-        """The pair's second file as loaded: a draft model, or an MTP drafter."""
-        return self.draft.model if self.draft is not None else self.mtp_drafter
+    def _thinking_formats(self) -> tuple[ThinkingFormat | None, ThinkingFormat | None]:
+        """How the main model marks its reasoning with thinking on, and with its template's switch off
+        (None: the template has no switch, or the model does not think)."""
+        fmt = self.thinking_format()
+        if fmt is None or fmt.switch is None:
+            return fmt, None
+        return self.thinking_format({fmt.switch: True}), self.thinking_format({fmt.switch: False})
 
     def close(self) -> None:
         if self._mtp is not None:
@@ -136,53 +147,45 @@ class Engine:
 
     # --- generation ----------------------------------------------------------------------------
 
-    def tokenize_messages(self, messages: Sequence[Message], variables: Mapping[str, Any] | None = None) -> list[int]:
-        return list(self.prompt(messages, variables).tokens)
-
-    def prompt(self, messages: Sequence[Message], variables: Mapping[str, Any] | None = None) -> Prompt:
-        """The prompt for ``messages``, with a warning when the chat template could not be used. The
-        last one is remembered: counting a prompt's tokens and then generating renders it once.
-        ``variables``: further names for the chat template (``prompt.render_prompt``)."""
-        key = (_messages_key(check_messages(messages)), _messages_key([dict(variables or {})]))
+    def prompt(self, messages: Sequence[Message], variables: Mapping[str, Any] | None = None,
+               prefill: Sequence[tuple[str, bool]] = ()) -> Prompt:
+        """The prompt for ``messages``, with a warning when the chat template could not be used and the
+        thinking format its answer follows. The last one is remembered: counting a prompt's tokens
+        and then generating renders it once. ``variables``: further names for the chat template
+        (``prompt.render_prompt``); ``prefill``: the answer's start (``prompt.prompt_tokens``)."""
+        key = (_messages_key(check_messages(messages)), _messages_key([dict(variables or {})]), tuple(prefill))
         if self._last_prompt is None or self._last_prompt[0] != key:
-            self._last_prompt = (key, prompt_tokens(self.main.model, messages, variables))
+            rendered = prompt_tokens(self.main.model, messages, variables, prefill)
+            self._last_prompt = (key, dataclasses.replace(rendered, thinking=self._thinking_after(rendered.tokens)))
         return self._last_prompt[1]
 
-    def generate(self, messages: Sequence[Message] | None = None, *, prompt: Sequence[int] | None = None,
-                 sampling: SamplingParams = SamplingParams(),
-                 speculation: SpeculationParams = SpeculationParams(),
-                 drafter: DrafterKind | str = DEFAULT_DRAFTER,
-                 cancel: threading.Event | None = None,
-                 template_variables: Mapping[str, Any] | None = None,
-                 spell: Sequence[str] = (), tool_spans: Sequence[tuple[str, str]] | None = None) -> Iterator[Event]:
-        """Generate an answer to ``messages`` (or to raw ``prompt`` tokens), yielding a Started event,
-        TokenPiece and Round events and, last, a Summary, each stamped on the generation's clock.
-        ``spell``: marker texts a reader of the answer needs (a tool-call format's): where they are
-        control tokens, the answer's text spells them instead of rendering nothing. ``tool_spans``:
-        (opening, closing) texts around a tool call in this answer (``tools.CALL_SPANS``), for the
-        rounds' parts; by default the common markers.
-        Raises PromptTooLongError before decoding anything."""
-        kind = DrafterKind.parse(drafter)
-        if kind is None:
-            raise QuickdraftError(f"Unknown drafter {drafter!r}; choose one of {', '.join(DrafterKind.values())}.")
-        chat = self.prompt(messages or [], template_variables) if prompt is None else None
-        tokens = list(prompt) if chat is None else list(chat.tokens)
-        chosen = self._drafter(kind)
-        policy = self._policy(speculation, chosen)
-        thinking = self._thinking_after(tokens)
+    def tokenize(self, text: str) -> list[int]:
+        return self.main.model.tokenize(text, add_special=True, parse_special=True)
+
+    def generate(self, request: GenerationRequest) -> Iterator[Event]:
+        """Generate an answer to the request's messages (or to its raw prompt tokens), yielding a
+        Started event, TokenPiece and Round events and, last, a Summary, each stamped on the
+        generation's clock. Raises PromptTooLongError before decoding anything."""
+        chat = self.prompt(request.messages, request.template_variables) if request.prompt is None else None
+        tokens = list(request.prompt) if chat is None else list(chat.tokens)
+        thinking = self._thinking_after(tokens) if chat is None else chat.thinking
+        if request.empty_cache:
+            self.forget_cache()
+        chosen = self._drafter(request.drafter)
+        policy = self._policy(request.speculation, chosen)
         spelled = {**(spelled_markers(self.main.model, thinking) if thinking else {}),
-                   **spelled_tokens(self.main.model, spell)}
+                   **spelled_tokens(self.main.model, request.spell)}
         generation = SpeculativeGeneration(
             main=self.main,
             vocab=SpelledVocabulary(self.main.model, spelled) if spelled else self.main.model,
             drafter=chosen,
             policy=policy,
-            sampling=sampling,
-            draft_min=speculation.draft_min,
-            cancel=cancel,
+            sampling=request.sampling,
+            draft_min=request.speculation.draft_min,
+            cancel=request.cancel,
             warnings=(chat.warning,) if chat is not None and chat.warning else (),
         )
-        events = tag_parts(generation.run(tokens), PartTracker(thinking, tool_spans or TOOL_CALL_MARKERS))
+        events = tag_parts(generation.run(tokens), PartTracker(thinking, request.tool_spans or TOOL_CALL_MARKERS))
         if isinstance(policy, AutoPolicy):
             uses_model = isinstance(chosen, (DraftModelDrafter, LookupThenModelDrafter, CrossVocabDrafter))
             untimed = uses_model and policy.costs.draft_step_s is None

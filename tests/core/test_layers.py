@@ -23,8 +23,9 @@ LAYERS = {
         "llama": (2, ("app.core.llama",)),
         "speculation": (3, ("app.core.speculation",)),
         "chat": (3, ("app.core.chat",)),
-        "remote": (4, ("app.core.remote",)),
-        "engine": (5, ("app.core.engine", "app.core.compare")),
+        "frontdoor": (4, ("app.core.frontdoor",)),
+        "remote": (5, ("app.core.remote",)),
+        "engine": (6, ("app.core.engine", "app.core.compare")),
     },
     "app.gui": {
         "widgets": (0, ("app.gui.widgets",)),

@@ -11,7 +11,8 @@ import types
 import numpy as np
 import pytest
 
-from app.core.params import SamplingParams, SpeculationParams
+from app.core.frontdoor import GenerationRequest
+from app.core.params import DrafterKind, SamplingParams, SpeculationParams
 from app.core.speculation import loop as speculative
 from app.core.speculation.acceptance import LOOKUP, MODEL, LookupMatch
 from app.core.speculation.costmodel import CostModel, CostProfile, ProfileStore
@@ -423,8 +424,8 @@ def test_the_engine_answers_without_calibrating_and_stores_what_it_learned(tmp_p
     try:
         messages = [{"role": "user", "content": "the cat is on the mat and the dog is in the house"}]
         for drafter in ("model", "lookup", "lookup+model"):
-            events = list(engine.generate(messages, sampling=SamplingParams(max_tokens=24),
-                                          speculation=SpeculationParams(draft_max=4), drafter=drafter))
+            events = list(engine.generate(GenerationRequest(messages, sampling=SamplingParams(max_tokens=24),
+                                          speculation=SpeculationParams(draft_max=4), drafter=DrafterKind(drafter))))
             summary = events[-1]
             assert summary.error is None and summary.cost_rounds_observed == summary.rounds > 0
         assert engine.cost_model(5).draft_step_s > 0          # timed with a step, not calibrated
@@ -454,8 +455,8 @@ def test_nothing_runs_on_the_draft_model_before_a_cold_starts_first_token(tmp_pa
         eval_draft = engine.draft.eval
         monkeypatch.setattr(engine.draft, "eval", lambda *a, **k: decoded.append(bool(answered)) or eval_draft(*a, **k))
         messages = [{"role": "user", "content": "the cat is on the mat and the dog is in the house"}]
-        for event in engine.generate(messages, sampling=SamplingParams(max_tokens=24),
-                                     speculation=SpeculationParams(draft_max=4), drafter="lookup+model"):
+        for event in engine.generate(GenerationRequest(messages, sampling=SamplingParams(max_tokens=24),
+                                     speculation=SpeculationParams(draft_max=4), drafter=DrafterKind.LOOKUP_MODEL)):
             if isinstance(event, TokenPiece):
                 answered.append(event)
         assert decoded and all(after_first_token for after_first_token in decoded)
