@@ -37,7 +37,6 @@ from app.core.speculation.events import Event, StopReason, Summary
 from app.core.speculation.loop import SpeculativeGeneration
 from app.core.speculation.policy import AutoPolicy, make_policy
 from app.core.speculation.policy_base import DraftPolicy, FixedPolicy
-from app.core.speculation.stats import tag_parts
 
 
 @dataclass(frozen=True)
@@ -184,22 +183,20 @@ class Engine:
             draft_min=request.speculation.draft_min,
             cancel=request.cancel,
             warnings=(chat.warning,) if chat is not None and chat.warning else (),
+            parts=PartTracker(thinking, request.tool_spans or TOOL_CALL_MARKERS),
+            threads=self._threads,
         )
-        events = tag_parts(generation.run(tokens), PartTracker(thinking, request.tool_spans or TOOL_CALL_MARKERS))
+        events = generation.run(tokens)
         if isinstance(policy, AutoPolicy):
             uses_model = isinstance(chosen, (DraftModelDrafter, LookupThenModelDrafter, CrossVocabDrafter))
             untimed = uses_model and policy.costs.draft_step_s is None
             events = self._keep_what_is_learned(events, policy, tokens[-1:] if untimed else None)
-        return self._with_threads(events)
+        return events
 
-    def _with_threads(self, events: Iterator[Event]) -> Iterator[Event]:
-        """The Summary says how many threads each model decoded with at the end (learned unless the
-        user gave the count: app/core/llama/threads.py)."""
-        for event in events:
-            if isinstance(event, Summary):
-                event = dataclasses.replace(event, threads=self.main.n_threads,
-                                            draft_threads=self.draft.n_threads if self.draft else 0)
-            yield event
+    def _threads(self) -> tuple[int, int]:
+        """How many threads each model decodes with now (learned unless the user gave the count:
+        app/core/llama/threads.py); 0 for a draft that is not a model of its own."""
+        return self.main.n_threads, self.draft.n_threads if self.draft else 0
 
     def thinking_format(self, variables: Mapping[str, Any] | None = None) -> ThinkingFormat | None:
         """How the main model's chat template marks reasoning (None: it does not think); ``variables``

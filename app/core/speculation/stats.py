@@ -6,11 +6,10 @@ Plain data: every time comes from the events' own stamps (``at_s``, the engine's
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Protocol, Sequence
+from typing import Sequence
 
 from app.core.speculation import rates
 from app.core.speculation.events import Event, Round, Started, StopReason, Summary, TokenPiece
@@ -135,10 +134,12 @@ class GenerationStats(rates.CountRates):
     def to_summary(self, *, generated_tokens: int, end_s: float, stop_reason: StopReason,
                    error: str | None = None, text: str = "", token_ids: Sequence[int] = (),
                    warnings: Sequence[str] = (), policy_learning: bool = False,
-                   cost_rounds_observed: int = 0, main_step_s: float | None = None) -> Summary:
+                   cost_rounds_observed: int = 0, main_step_s: float | None = None,
+                   threads: int = 0, draft_threads: int = 0) -> Summary:
         """The Summary of what was added so far; the loop gives what only it knows (tokens never
-        shown, such as an end-of-generation token, when it ended, what its policy learned and what a
-        step of the main model alone costs, for the estimated speedup)."""
+        shown, such as an end-of-generation token, when it ended, what its policy learned, what a
+        step of the main model alone costs, for the estimated speedup, and the threads each model
+        decoded with)."""
         ttft = self.ttft_s or 0.0
         generation_s = max(0.0, end_s - ttft)
         step = self.alone_step_s(main_step_s)
@@ -170,6 +171,8 @@ class GenerationStats(rates.CountRates):
             policy_learning=policy_learning,
             cost_rounds_observed=cost_rounds_observed,
             estimated_speedup=rates.ratio(alone_s, generation_s) if alone_s and generation_s > 0 else None,
+            threads=threads,
+            draft_threads=draft_threads,
         )
 
     # --- reading -------------------------------------------------------------------------------
@@ -212,30 +215,6 @@ class GenerationStats(rates.CountRates):
     def rolling_acceptance_rate(self) -> float:
         """Acceptance over the latest ROLLING_ROUNDS rounds that drafted."""
         return rates.ratio(sum(a for _, a in self._rolling), sum(d for d, _ in self._rolling))
-
-
-class PartsOfText(Protocol):
-    """What tells the part of streamed text (app/core/chat/reasoning.py's PartTracker)."""
-
-    def piece(self, text: str, n_tokens: int) -> str: ...
-
-    def take(self) -> str: ...
-
-
-def tag_parts(events: Iterable[Event], parts: PartsOfText) -> Iterator[Event]:
-    """The events with each Round marked with the part of the answer most of its tokens belong to
-    (reasoning, answer, tool call: ``parts`` reads every piece), and the Summary's ``by_part``
-    counted from those rounds."""
-    counted = GenerationStats()
-    for event in events:
-        if isinstance(event, TokenPiece):
-            parts.piece(event.text, len(event.token_ids))
-        elif isinstance(event, Round):
-            event = dataclasses.replace(event, part=parts.take())
-        elif isinstance(event, Summary):
-            event = dataclasses.replace(event, by_part=counted.part_rows())
-        counted.add(event)
-        yield event
 
 
 def _add_ones(by_position: list[int], n: int) -> None:
