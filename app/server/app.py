@@ -168,7 +168,7 @@ async def _bursts(job: Job, live: GenerationStats | None) -> AsyncIterator[tuple
             return
         if isinstance(event, TokenPiece):
             pending += [event.text] if event.text else []
-            if live is None or live.rounds or live.generated != len(event.token_ids):
+            if live is None or live.rounds or live.generated_tokens != len(event.token_ids):
                 continue  # not the first token: its round sends it
         if pending:
             yield pending, None

@@ -72,7 +72,7 @@ def test_kv_caches_hold_exactly_the_accepted_prefix_after_each_round(engines, dr
     snapshots = []
     for event in engine.generate(GenerationRequest(MESSAGES, sampling=GREEDY, speculation=SpeculationParams(policy="fixed", draft_max=4))):
         if isinstance(event, Round):
-            snapshots.append((event.generated_total, list(engine.main.cached), engine.main.kv_positions(),
+            snapshots.append((event.generated_tokens, list(engine.main.cached), engine.main.kv_positions(),
                               list(engine.draft.cached), engine.draft.kv_positions()))
     context = prompt + list(event.token_ids)
     assert len(snapshots) > 5

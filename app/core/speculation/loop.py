@@ -100,7 +100,7 @@ class SpeculativeGeneration:
                                     stop_reason=stop or StopReason.LENGTH, error=error,
                                     text=self.text.text, token_ids=self.generated, warnings=self.warnings,
                                     policy_learning=self.policy.learning,
-                                    cost_rounds_observed=self.policy.rounds_learned,
+                                    cost_rounds_observed=self.policy.cost_rounds_observed,
                                     main_step_s=self.policy.main_step_s(self._middle_context()),
                                     threads=threads, draft_threads=draft_threads)
 

@@ -84,7 +84,7 @@ class AutoPolicy:
         self._context = 0
         self._derived_from: CostProfile | None = None
         self._derived: _ModelTerms | None = None
-        self.rounds_learned = 0                # rounds whose times the cost model learned from
+        self.cost_rounds_observed = 0                # rounds whose times the cost model learned from
         self._refresh()
 
     # -- the costs ----------------------------------------------------------------------------------
@@ -328,7 +328,7 @@ class AutoPolicy:
         """Teach the cost model this round's times: the verify batch, and the draft model's work when
         it drafted (its catch-up on skipped tokens, then a step per token after the first)."""
         self.costs.observe_main(batch, context, verify_s)
-        self.rounds_learned += 1
+        self.cost_rounds_observed += 1
         if self._round_source in DRAFT_MODELS and draft_s is not None:
             steps = 1 + max(0, self._behind - 1) * self._catch_up_ratio() + self._more
             self.costs.observe_draft(steps, draft_s)

@@ -23,7 +23,7 @@ ALONE_ROUNDS = 3         # rounds without a draft that time a main step well eno
 class GenerationStats(rates.CountRates):
     prompt_tokens: int = 0
     cached_tokens: int = 0            # prompt tokens reused from the KV cache
-    generated: int = 0
+    generated_tokens: int = 0
     ttft_s: float | None = None       # when the first token was ready
     generation_s: float = 0.0         # from the first token to the latest
     drafted: int = 0
@@ -41,7 +41,7 @@ class GenerationStats(rates.CountRates):
     learning: bool = False            # the auto policy is still learning this machine's costs
     _window: deque = field(default_factory=deque, repr=False)                 # (at_s, generated)
     _rolling: deque = field(default_factory=lambda: deque(maxlen=ROLLING_ROUNDS), repr=False)
-    _last_round: tuple[float, int] | None = field(default=None, repr=False)   # (at_s, generated_total)
+    _last_round: tuple[float, int] | None = field(default=None, repr=False)   # (at_s, generated_tokens)
 
     # --- feeding -------------------------------------------------------------------------------
 
@@ -68,20 +68,20 @@ class GenerationStats(rates.CountRates):
         if not piece.token_ids:
             return
         if not self.rounds:  # before the first round only pieces tell how many tokens exist
-            self.generated += len(piece.token_ids)
+            self.generated_tokens += len(piece.token_ids)
         self._token_at(piece.at_s)
 
     def _add_round(self, r: Round) -> None:
         if r.part:
             self._add_to_part(r)
-        self._last_round = (r.at_s, r.generated_total)
+        self._last_round = (r.at_s, r.generated_tokens)
         self.rounds += 1
         self.learning = r.learning
-        self.generated = max(self.generated, r.generated_total)
+        self.generated_tokens = max(self.generated_tokens, r.generated_tokens)
         self.draft_s += r.draft_s
         self.verify_s += r.verify_s
         self._token_at(r.at_s)
-        self._window.append((r.at_s, r.generated_total))
+        self._window.append((r.at_s, r.generated_tokens))
         while len(self._window) > 2 and r.at_s - self._window[1][0] >= TPS_WINDOW_S:
             self._window.popleft()
         if r.drafted <= 0:
@@ -105,7 +105,7 @@ class GenerationStats(rates.CountRates):
             counts[0] += r.drafted
             counts[1] += r.accepted
         since_s, before = self._last_round or (self.ttft_s or 0.0, 1)   # the first token came before any round
-        counts[2] += max(0, r.generated_total - before)
+        counts[2] += max(0, r.generated_tokens - before)
         counts[3] += max(0.0, r.at_s - since_s)
 
     def part_rows(self) -> tuple[tuple[str, int, int, int, float], ...]:
@@ -119,7 +119,7 @@ class GenerationStats(rates.CountRates):
         self.summary = s
         self.learning = s.policy_learning
         self.prompt_tokens, self.cached_tokens = s.prompt_tokens, s.prompt_tokens - s.prompt_tokens_evaluated
-        self.generated, self.ttft_s, self.generation_s = s.generated_tokens, s.ttft_s, s.generation_s
+        self.generated_tokens, self.ttft_s, self.generation_s = s.generated_tokens, s.ttft_s, s.generation_s
         self.drafted, self.accepted = s.drafted, s.accepted
         self.rounds, self.drafting_rounds = s.rounds, s.drafting_rounds
         self.draft_s, self.verify_s = s.draft_s, s.verify_s
@@ -193,15 +193,11 @@ class GenerationStats(rates.CountRates):
     @property
     def main_tokens(self) -> int:
         """Tokens the main model produced itself: generated = accepted + main tokens."""
-        return self.generated - self.accepted
+        return self.generated_tokens - self.accepted
 
     @property
     def prompt_tps(self) -> float:
         return rates.per_second(self.evaluated_tokens, self.ttft_s or 0.0)
-
-    @property
-    def generated_count(self) -> int:
-        return self.generated
 
     @property
     def tps_now(self) -> float:

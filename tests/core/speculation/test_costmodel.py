@@ -180,7 +180,7 @@ def test_the_policy_follows_a_machine_whose_speed_changes_mid_answer(clock):
     learning = []
     events, _ = run_lookup(policy, machine, clock, 600, check)
     assert len(late) > 20 and all(within(r, 1.0) for r in late)
-    assert policy.rounds_learned == sum(isinstance(e, Round) for e in events)
+    assert policy.cost_rounds_observed == sum(isinstance(e, Round) for e in events)
     assert learning[0] and not learning[99] and learning[101]   # cold, then learned; the change is noticed
     assert not learning[100 + 2 * ROUNDS_TO_FOLLOW]
 
@@ -201,7 +201,7 @@ def test_a_warm_start_from_a_wrong_profile_is_corrected(clock):
                                     SamplingParams(temperature=1.0, seed=3, max_tokens=400))
         rounds = [e for e in gen.run([0, 1, 2, 3, 0, 1, 2, 3]) if isinstance(e, Round)]
         assert name == "stale" or policy.costs.stale                       # twice as fast: not this machine
-        late = rounds[-1].generated_total - rounds[39].generated_total
+        late = rounds[-1].generated_tokens - rounds[39].generated_tokens
         speeds[name] = late / (rounds[-1].at_s - rounds[39].at_s) * STEP   # 1.0: the main model alone
     assert speeds["learning"] > 0.9 and speeds["stale"] < 0.5
     ctx = len(main.cached)

@@ -147,7 +147,7 @@ def test_the_events_give_the_summarys_numbers(name):
     stats = GenerationStats()
     for event in [started, *middle]:
         stats.add(event)
-    assert (stats.generated, stats.drafted, stats.accepted, stats.main_tokens) == \
+    assert (stats.generated_tokens, stats.drafted, stats.accepted, stats.main_tokens) == \
         (summary.generated_tokens, summary.drafted, summary.accepted, summary.main_tokens)
     assert (stats.rounds, stats.drafting_rounds) == (summary.rounds, summary.drafting_rounds)
     assert tuple(stats.drafted_by_position) == summary.drafted_by_position

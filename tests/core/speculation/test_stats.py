@@ -8,8 +8,8 @@ from app.core.speculation.events import Origin, Round, Started, StopReason, Summ
 from app.core.speculation.stats import ROLLING_ROUNDS, TPS_WINDOW_S, GenerationStats
 
 
-def round_(index, drafted, accepted, generated_total, at_s, draft_s=0.0, verify_s=0.0, part=""):
-    return Round(index, drafted, accepted, draft_s, verify_s, generated_total, at_s, part=part)
+def round_(index, drafted, accepted, generated_tokens, at_s, draft_s=0.0, verify_s=0.0, part=""):
+    return Round(index, drafted, accepted, draft_s, verify_s, generated_tokens, at_s, part=part)
 
 
 # 120 prompt tokens, 20 of them from the cache; the first token at 0.5 s, then three rounds:
@@ -38,7 +38,7 @@ def fed(events) -> GenerationStats:
 def test_counts_from_a_hand_made_stream():
     s = fed(EVENTS)
     assert (s.prompt_tokens, s.cached_tokens, s.evaluated_tokens) == (120, 20, 100)
-    assert (s.generated, s.drafted, s.accepted, s.main_tokens) == (9, 8, 5, 4)
+    assert (s.generated_tokens, s.drafted, s.accepted, s.main_tokens) == (9, 8, 5, 4)
     assert (s.rounds, s.drafting_rounds) == (3, 2)
     assert s.drafted_by_position == [2, 2, 2, 2] and s.accepted_by_position == [2, 1, 1, 1]
     assert s.draft_s == pytest.approx(0.04) and s.verify_s == pytest.approx(0.14)
@@ -59,7 +59,7 @@ def test_rates_from_a_hand_made_stream():
 
 def test_before_any_round_pieces_count_the_tokens():
     s = fed(EVENTS[:3])
-    assert s.generated == 5 and s.rounds == 0
+    assert s.generated_tokens == 5 and s.rounds == 0
     assert s.generation_tps == pytest.approx(4 / 0.1)
     assert s.tps_now == 0.0 and s.acceptance_rate == 0.0 and s.acceptance_by_position() == []
 
@@ -85,7 +85,7 @@ def test_the_summary_is_the_final_word():
                   drafting_rounds=3, draft_s=0.1, verify_s=0.2, accepted_by_position=(3, 3),
                   drafted_by_position=(3, 3, 3, 1)))
     assert s.summary is not None
-    assert (s.generated, s.drafted, s.accepted, s.rounds, s.cached_tokens) == (12, 10, 6, 5, 0)
+    assert (s.generated_tokens, s.drafted, s.accepted, s.rounds, s.cached_tokens) == (12, 10, 6, 5, 0)
     assert s.generation_tps == s.summary.generation_tps == pytest.approx(11 / 1.1)
     assert s.acceptance_by_position() == s.summary.acceptance_by_position() == [1.0, 1.0, 0.0, 0.0]
 
