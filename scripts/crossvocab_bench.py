@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.bench import load_prompts  # noqa: E402
+from app.cli.bench import load_prompts  # noqa: E402
 from app.core.compare import first_difference  # noqa: E402
 from app.core.engine import Engine  # noqa: E402
 from app.core.frontdoor import GenerationRequest  # noqa: E402

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from app.cli_thinking import DIM, RESET, ReasoningPrinter, format_parts, thinking_setup
+from app.cli.thinking import DIM, RESET, ReasoningPrinter, format_parts, thinking_setup
 from app.core.chat.reasoning import ThinkingFormat, split_reasoning
 from app.core.frontdoor import LoadedPair
 from app.core.gguf.tiny import THINKING_SPEC, write_tiny_model

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 from app import __version__
-from app.cli_engine import load_engine, model_params
+from app.cli.model_args import load_engine, model_params
 from app.core.params import DEFAULT_DRAFTER, DrafterKind, PolicyName
 from app.paths import DATA_DIR_ENV
 
@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None, help="random seed; -1 or left out = a fresh one each run")
     gen.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     gen.add_argument("--json", action="store_true", help="print one JSON summary instead of the stream")
-    from app.cli_thinking import add_thinking_args
+    from app.cli.thinking import add_thinking_args
 
     add_thinking_args(gen)
     gen.set_defaults(handler=cmd_generate)
@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also time llama-cpp-python's own Llama greedy loop on the main model")
     bench.set_defaults(handler=cmd_bench)
 
-    from app.info_cli import add_info_parser
+    from app.cli.info import add_info_parser
 
     add_info_parser(sub, _gpu_layer_args)
 
@@ -257,7 +257,7 @@ def _messages(args) -> list[dict]:
 
 
 def cmd_generate(args) -> int:
-    from app.cli_thinking import ReasoningPrinter, thinking_setup
+    from app.cli.thinking import ReasoningPrinter, thinking_setup
     from app.core.chat.reasoning import split_reasoning
     from app.core.frontdoor import GenerationRequest
     from app.core.speculation.events import TokenPiece, run_to_summary
@@ -295,7 +295,7 @@ def cmd_generate(args) -> int:
     for warning in summary.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:
-        from app.info_cli import system_summary
+        from app.cli.info import system_summary
 
         extra = {} if args.remote else {"placement": placement, "backend": system_summary()}
         reasoning, answer = split_reasoning(thinking, summary.text)
@@ -331,7 +331,7 @@ def format_stats(s, n_draft: int | None) -> str:
     if s.drafted_by_position:
         by_pos = " ".join(f"{100 * r:.0f}%" for r in s.acceptance_by_position())
         lines.append(f"accept by draft position: {by_pos}")
-    from app.cli_thinking import format_parts
+    from app.cli.thinking import format_parts
 
     lines += format_parts(s)   # thinking, answer and tool calls apart, when there was more than one
     if s.threads:
@@ -345,7 +345,7 @@ def _stopped(s) -> str:
 
 
 def cmd_bench(args) -> int:
-    from app.bench import BenchReport, bench_prompt, format_table, load_prompts, make_llama_baseline
+    from app.cli.bench import BenchReport, bench_prompt, format_table, load_prompts, make_llama_baseline
 
     _check_bench_args(args)
     prompts = load_prompts(args.prompts)[: args.limit]
@@ -354,7 +354,7 @@ def cmd_bench(args) -> int:
     drafter = engine.pair.who_drafts(_chosen_drafter(args))
     baseline = (make_llama_baseline(args.main, args.ctx, args.threads, _baseline_layers(engine.main_params))
                 if args.llama_baseline else None)
-    from app.info_cli import system_summary
+    from app.cli.info import system_summary
 
     report = BenchReport(settings={
         "main": args.main, "draft": args.draft, "n_predict": args.n_predict, "draft_max": args.draft_max,
@@ -433,6 +433,3 @@ def cmd_check_pair(args) -> int:
         print(f"  - {reason}")
     return 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

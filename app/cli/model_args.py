@@ -1,5 +1,5 @@
 """The command line's model arguments (-m, -md, -ngl, -c, -t, --device, ...) turned into model
-parameters and a loaded engine: shared by the commands in app/cli.py and app/info_cli.py."""
+parameters and a loaded engine: shared by the commands in app/cli/commands.py and app/cli/info.py."""
 
 from __future__ import annotations
 
