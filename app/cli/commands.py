@@ -345,7 +345,8 @@ def _stopped(s) -> str:
 
 
 def cmd_bench(args) -> int:
-    from app.cli.bench import BenchReport, bench_prompt, format_table, load_prompts, make_llama_baseline
+    from app.cli.bench import BenchReport, bench_prompt, format_table, load_prompts
+    from app.core.llama.baseline import make_llama_baseline
 
     _check_bench_args(args)
     prompts = load_prompts(args.prompts)[: args.limit]

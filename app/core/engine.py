@@ -22,7 +22,7 @@ from app.core.chat.tools import spelled_tokens
 from app.core.errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
 from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, check_pair, read_gguf_info, vocabulary_differences
 from app.core.gguf.shared_vocab import shared_vocabulary
-from app.core.llama import binding as llama, devices, mtp
+from app.core.llama import binding as llama, devices, library, mtp
 from app.core.llama.placement import footprint, plan_gpu_layers, resolved
 from app.core.llama.ram import total_memory_bytes
 from app.core.lm import prefill
@@ -313,7 +313,8 @@ class Engine:
         return profile_key(
             self.main_params.path, self.main_params.n_gpu_layers, self.main_params.n_threads or llama.default_threads(),
             draft.path if draft else None, draft.n_gpu_layers if draft else 0,
-            (draft.n_threads or llama.default_threads()) if draft else 0, n_max, device=self.main_params.device)
+            (draft.n_threads or llama.default_threads()) if draft else 0, n_max, device=self.main_params.device,
+            llama_cpp_version=library.version())
 
     def cost_profile(self, n_max: int, recalibrate: bool = False, progress=None) -> CostProfile:
         """The machine's cost profile for this pair: what has been learned (or stored) so far; with
