@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.cli.bench import load_prompts  # noqa: E402
-from app.core.compare import first_difference  # noqa: E402
+from app.core.compare import first_difference, logit_margin  # noqa: E402
 from app.core.engine import Engine  # noqa: E402
 from app.core.frontdoor import GenerationRequest  # noqa: E402
 from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams  # noqa: E402
@@ -71,7 +71,7 @@ def measure(engine: Engine, prompt_id: str, tokens: list[int], args, speculation
     spec, rounds = greedy(engine, tokens, args.drafter, args.n_predict, speculation)
     diff = first_difference(alone.token_ids, spec.token_ids)
     margin = None if diff is None or diff >= len(alone.token_ids) else \
-        engine.logit_margin(tokens + list(alone.token_ids[:diff])).margin
+        logit_margin(engine, tokens + list(alone.token_ids[:diff])).margin
     return {"prompt_id": prompt_id, "prompt_tokens": len(tokens), "alone_tps": alone.generation_tps,
             "tps": spec.generation_tps, "ratio": spec.generation_tps / alone.generation_tps if alone.generation_tps else 0.0,
             "identical": spec.token_ids == alone.token_ids,

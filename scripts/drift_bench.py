@@ -82,9 +82,9 @@ def first_token(engine: Engine, tokens: list[int], drafter: DrafterKind, n_predi
 
 
 def use_store(engine: Engine, directory: Path) -> ProfileStore:
-    engine.profile_store = ProfileStore(directory)
-    engine.forget_costs()
-    return engine.profile_store
+    engine.costs.store = ProfileStore(directory)
+    engine.costs.forget()
+    return engine.costs.store
 
 
 def fresh(engine: Engine, prompts, args, speculation, root: Path) -> dict:
@@ -111,11 +111,11 @@ def stale(engine: Engine, prompts, args, speculation, root: Path) -> dict:
     with busy_core():
         print("stale: calibrating while one core is busy...", file=sys.stderr, flush=True)
         use_store(engine, root / "busy")
-        busy_profile = engine.cost_profile(n_max, recalibrate=True)
+        busy_profile = engine.costs.profile(n_max, recalibrate=True)
     print("stale: calibrating on the quiet machine...", file=sys.stderr, flush=True)
     use_store(engine, root / "quiet")
-    quiet_profile = engine.cost_profile(n_max, recalibrate=True)
-    engine.profile_store = None  # the two starts learn in memory, neither overwrites the other
+    quiet_profile = engine.costs.profile(n_max, recalibrate=True)
+    engine.costs.store = None  # the two starts learn in memory, neither overwrites the other
     starts = {"busy": CostModel.from_profile(busy_profile, n_max), "quiet": CostModel.from_profile(quiet_profile, n_max),
               "control": CostModel.from_profile(quiet_profile, n_max)}
     rows = []
@@ -155,7 +155,7 @@ def take_turns(engine: Engine, prompt_id: str, tokens: list[int], starts: dict[s
     for rep in range(args.repeat):
         tps["alone"].append(greedy_run(engine, tokens, DrafterKind.NONE, args.n_predict, speculation).generation_tps)
         for name in rotated(("busy", "quiet", "control"), turn + rep):
-            engine.use_cost_model(starts[name])
+            engine.costs.use(starts[name])
             summary = greedy_run(engine, tokens, args.drafter, args.n_predict, speculation)
             tps[name].append(summary.generation_tps)
             drafted[name] += summary.drafted
@@ -196,7 +196,7 @@ def with_control(engine: Engine, prompt_id: str, messages, turn: int, args, spec
     speedup, control = paired(tps, "alone", "spec"), paired(tps, "alone", "control")
     print(f"  {prompt_id}: {speedup:.2f}x (A/A {control:.2f}x), {drafted} drafted", file=sys.stderr, flush=True)
     return dict(prompt=prompt_id, tps=tps, speedup=speedup, control=control, drafted=drafted,
-                costs_after=learned_costs(engine.cost_model(speculation.draft_max + 1)))
+                costs_after=learned_costs(engine.costs.model(speculation.draft_max + 1)))
 
 
 def learned_costs(costs: CostModel) -> dict:

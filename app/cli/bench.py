@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from app.core.chat.prompt import check_messages
-from app.core.compare import CompareResult, compare_greedy
+from app.core.compare import CompareResult, compare_greedy, logit_margin
 from app.core.engine import Engine
 from app.core.errors import QuickdraftError
 from app.core.params import DrafterKind, SpeculationParams
@@ -135,7 +135,7 @@ def bench_prompt(engine: Engine, prompt_id: str, messages: list[dict], n_predict
     base, spec, diff = fastest.baseline, fastest.speculative, fastest.first_difference
     margin = None
     if diff is not None and diff < len(base.token_ids):
-        margin = engine.logit_margin(tokens + list(base.token_ids[:diff])).margin
+        margin = logit_margin(engine, tokens + list(base.token_ids[:diff])).margin
     llama_tps = max(llama_baseline(tokens, n_predict) for _ in range(repeat)) if llama_baseline else None
     base_runs, spec_runs = [s.generation_tps for s in bases], [s.generation_tps for s in specs]
     rounds = max(spec.rounds, 1)

@@ -398,7 +398,7 @@ def cmd_calibrate(args) -> int:
     engine = load_engine(args)
     try:
         print(f"calibrating this machine for the auto policy (batches of 1..{args.draft_max + 1})...", file=sys.stderr)
-        profile = engine.cost_profile(args.draft_max + 1, recalibrate=True)
+        profile = engine.costs.profile(args.draft_max + 1, recalibrate=True)
     finally:
         engine.close()
     step = profile.main_batch_s[0]
@@ -408,7 +408,7 @@ def cmd_calibrate(args) -> int:
         print(f"{n:>5}  {1000 * t:8.1f}  {t / step:10.2f}")
     if profile.draft_step_s:
         print(f"draft model, one token: {1000 * profile.draft_step_s:.1f} ms ({profile.draft_step_s / step:.2f} of a main step)")
-    print(f"saved to {engine.profile_store.path_for(profile.key)}")
+    print(f"saved to {engine.costs.store.path_for(profile.key)}")
     return 0
 
 

@@ -1,5 +1,6 @@
 """Speculative decoding against the main model alone, greedy, on one engine: the window's Compare and
-the benchmark both measure the speedup this way, so both measure the same thing."""
+the benchmark both measure the speedup this way, so both measure the same thing. Where the two answers
+part, ``logit_margin`` says how near a tie the main model was there (a local engine's own logits)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ import threading
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
+from app.core.engine import Engine
 from app.core.errors import QuickdraftError
 from app.core.frontdoor import AnswerEngine, GenerationRequest
+from app.core.lm import prefill
 from app.core.params import DrafterKind, SamplingParams, SpeculationParams
 from app.core.speculation.events import Summary, run_to_summary
 
@@ -66,3 +71,19 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
+
+
+@dataclass(frozen=True)
+class LogitMargin:
+    """How sure the main model was at one position: its two best tokens and their logit gap."""
+
+    best: int
+    second: int
+    margin: float
+
+
+def logit_margin(engine: Engine, tokens: Sequence[int]) -> LogitMargin:
+    """The main model's two best next tokens after ``tokens``, and their logit gap."""
+    row = np.asarray(prefill(engine.main, list(tokens)))
+    second, best = np.argsort(row)[-2:]
+    return LogitMargin(int(best), int(second), float(row[best] - row[second]))

@@ -8,44 +8,30 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
-from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any, Iterator, Sequence
-
-import numpy as np
 
 from app.core.chat.prompt import Message, Prompt, check_messages, prompt_tokens
 from app.core.chat.reasoning import (TOOL_CALL_MARKERS, PartTracker, SpelledVocabulary, ThinkingFormat, prompt_tail,
                                      spelled_markers, thinking_format)
 from app.core.chat.tools import spelled_tokens
-from app.core.errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
+from app.core.errors import IncompatibleDraftError, ModelLoadError
 from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, check_pair, read_gguf_info, vocabulary_differences
 from app.core.gguf.shared_vocab import shared_vocabulary
-from app.core.llama import binding as llama, devices, library, mtp
+from app.core.llama import binding as llama, devices, mtp
 from app.core.llama.placement import footprint, plan_gpu_layers, resolved
 from app.core.llama.ram import total_memory_bytes
-from app.core.lm import prefill
 from app.core.frontdoor import GenerationRequest, LoadedPair
+from app.core.pair_costs import PairCosts
 from app.core.params import AUTO, DrafterKind, ModelParams, PolicyName, SpeculationParams
 from app.core.speculation.acceptance import AcceptanceModel
-from app.core.speculation.batch_prior import main_batch_shape
-from app.core.speculation.costmodel import CALIBRATION_TEXT, CostModel, CostProfile, ProfileStore, calibrate, profile_key
+from app.core.speculation.costmodel import ProfileStore
 from app.core.speculation.crossvocab import CrossVocabDrafter
 from app.core.speculation.drafters import DraftModelDrafter, Drafter, LookupThenModelDrafter, MTPDrafter, PromptLookupDrafter
-from app.core.speculation.events import Event, StopReason, Summary
+from app.core.speculation.events import Event
 from app.core.speculation.loop import SpeculativeGeneration
 from app.core.speculation.policy import AutoPolicy, make_policy
 from app.core.speculation.policy_base import DraftPolicy, FixedPolicy
-
-
-@dataclass(frozen=True)
-class LogitMargin:
-    """How sure the main model was at one position: its two best tokens and their logit gap."""
-
-    best: int
-    second: int
-    margin: float
 
 
 class Engine:
@@ -66,8 +52,8 @@ class Engine:
         self.warnings = tuple(warnings)
         self.main_params = main_params or ModelParams(main_info.path)
         self.draft_params = draft_params or (ModelParams(draft_info.path) if draft_info else None)
-        self.profile_store = profile_store
-        self._costs: CostModel | None = None
+        self.costs = PairCosts(main, main_info, self.main_params, draft, self.draft_params, self.shared_vocab,
+                               profile_store)
         self.acceptance = AcceptanceModel()  # what verification accepted, across a conversation
         self._last_prompt: tuple[tuple, Prompt] | None = None
         self.mtp_drafter = mtp_drafter   # a separate MTP drafter file (the draft of the pair), loaded
@@ -190,7 +176,7 @@ class Engine:
         if isinstance(policy, AutoPolicy):
             uses_model = isinstance(chosen, (DraftModelDrafter, LookupThenModelDrafter, CrossVocabDrafter))
             untimed = uses_model and policy.costs.draft_step_s is None
-            events = self._keep_what_is_learned(events, policy, tokens[-1:] if untimed else None)
+            events = self.costs.keep_what_is_learned(events, policy.costs, tokens[-1:] if untimed else None)
         return events
 
     def _threads(self) -> tuple[int, int]:
@@ -212,7 +198,7 @@ class Engine:
             return FixedPolicy(speculation)
         if speculation.policy is not PolicyName.AUTO:
             return make_policy(speculation, None, self.acceptance)
-        return make_policy(speculation, self.cost_model(speculation.draft_max + 1), self.acceptance)
+        return make_policy(speculation, self.costs.model(speculation.draft_max + 1), self.acceptance)
 
     def _drafter(self, kind: DrafterKind) -> Drafter | None:
         """A fresh drafter for one generation; choices with the model fall back to what is loaded (an
@@ -243,100 +229,6 @@ class Engine:
             # tokens the main model decoded before have no hidden states for the head: read them again
             self.main.truncate(self._mtp.hidden.valid)
         return self._mtp
-
-    # --- the cost model --------------------------------------------------------------------------
-
-    def cost_model(self, n_max: int) -> CostModel:
-        """What this machine's batches cost, learned while the engine answers: kept while the pair
-        is loaded, started from the stored profile for this key (warm) or from a prior (cold) whose
-        shape follows the main model and where llama.cpp put its layers (app/core/speculation/batch_prior.py: a
-        mixture of experts' batch costs more than one step even on a GPU)."""
-        key = self.profile_key(n_max)
-        if self._costs is None or self._costs.key != key:
-            stored = self.profile_store.load(key) if self.profile_store else None
-            placement = self.main.model.placement
-            shape = main_batch_shape(self.main_info, placement.offloaded / placement.total if placement.total else 0.0,
-                                     n_max)
-            self._costs = CostModel.from_profile(stored, n_max, shape) if stored else \
-                CostModel(key, n_max, prior_shape=shape)
-        return self._costs
-
-    def use_cost_model(self, costs: CostModel) -> None:
-        """Answer with ``costs`` from now on (it goes on learning): a measurement can take turns between
-        two starting points on one engine (scripts/drift_bench.py's stale scenario)."""
-        self._costs = costs
-
-    def forget_costs(self) -> None:
-        """Drop what was learned; the next answer starts from the stored profile or the prior."""
-        self._costs = None
-
-    def _time_draft_step(self, costs: CostModel, probe: list[int]) -> None:
-        """Time one draft-model step at the end of its cache, then put the cache back. Twice: the
-        first decode after loading also sets up buffers."""
-        keep = len(self.draft.cached)
-        if self.shared_vocab is not None:
-            probe = self.draft.cached[-1:]   # a token of the draft's own vocabulary
-        if not probe or keep + 1 >= self.draft.n_ctx:
-            return
-        times = []
-        for _ in range(2):
-            started = time.perf_counter()
-            self.draft.eval(probe)
-            times.append(time.perf_counter() - started)
-            self.draft.truncate(keep)
-        costs.observe_draft(1, min(times))
-
-    def _keep_what_is_learned(self, events: Iterator[Event], policy: AutoPolicy,
-                              draft_probe: list[int] | None) -> Iterator[Event]:
-        """Pass the events on; once the answer is out, store what was learned so that the next start
-        is warm. ``draft_probe``: the draft model's step is not known yet; it is timed then (a cold
-        start could not have used the draft model in this answer: the draft waits until batches are
-        measured; timed before, its first decode added a tenth to the first token's time on a fast
-        machine)."""
-        for event in events:
-            if isinstance(event, Summary):
-                if draft_probe and event.stop_reason is not StopReason.ERROR:
-                    self._time_draft_step(policy.costs, draft_probe)
-                self._store(policy.costs)
-            yield event
-
-    def _store(self, costs: CostModel) -> None:
-        if self.profile_store is None or not costs.rounds_now:
-            return
-        try:
-            self.profile_store.save(dataclasses.replace(costs.profile(), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S")))
-        except OSError:
-            pass  # a profile is only a warm start: the next start learns again
-
-    def profile_key(self, n_max: int) -> dict:
-        draft = self.draft_params if self.draft is not None else None
-        return profile_key(
-            self.main_params.path, self.main_params.n_gpu_layers, self.main_params.n_threads or llama.default_threads(),
-            draft.path if draft else None, draft.n_gpu_layers if draft else 0,
-            (draft.n_threads or llama.default_threads()) if draft else 0, n_max, device=self.main_params.device,
-            llama_cpp_version=library.version())
-
-    def cost_profile(self, n_max: int, recalibrate: bool = False, progress=None) -> CostProfile:
-        """The machine's cost profile for this pair: what has been learned (or stored) so far; with
-        ``recalibrate``, measured now instead (tens of seconds for billion-parameter models:
-        ``quickdraft calibrate``), stored, and where learning goes on from."""
-        if not recalibrate:
-            return self.cost_model(n_max).profile()
-        key = self.profile_key(n_max)
-        filler = self.main.model.tokenize(CALIBRATION_TEXT, add_special=False, parse_special=False)
-        draft_filler = self.draft.model.tokenize(CALIBRATION_TEXT, add_special=False, parse_special=False) \
-            if self.draft is not None else None
-        profile = calibrate(self.main, self.draft, key, n_max, filler, progress=progress, draft_filler=draft_filler)
-        if self.profile_store is not None:
-            self.profile_store.save(profile)
-        self._costs = CostModel.from_profile(profile, n_max)
-        return profile
-
-    def logit_margin(self, tokens: Sequence[int]) -> LogitMargin:
-        """The main model's two best next tokens after ``tokens``, and their logit gap."""
-        row = np.asarray(prefill(self.main, list(tokens)))
-        second, best = np.argsort(row)[-2:]
-        return LogitMargin(int(best), int(second), float(row[best] - row[second]))
 
     def forget_cache(self) -> None:
         """Empty both KV caches, so the next generation decodes its whole prompt (benchmarks)."""

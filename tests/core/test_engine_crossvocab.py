@@ -115,9 +115,9 @@ def test_sampling_drafts_on_the_shared_tokens_and_replays_with_a_seed(engines):
 
 def test_the_auto_policy_times_the_draft_and_calibration_measures_it(engines):
     engine = engines["bpe+spm"]
-    engine.forget_costs()
+    engine.costs.forget()
     answer(engine, spec=SpeculationParams())   # auto: the draft's step is timed after the answer
-    assert engine.cost_model(SpeculationParams().draft_max + 1).draft_step_s is not None
-    profile = engine.cost_profile(5, recalibrate=True)
+    assert engine.costs.model(SpeculationParams().draft_max + 1).draft_step_s is not None
+    profile = engine.costs.profile(5, recalibrate=True)
     assert profile.draft_step_s > 0
-    engine.forget_costs()
+    engine.costs.forget()

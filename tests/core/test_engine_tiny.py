@@ -242,7 +242,7 @@ def test_each_answer_estimates_its_speedup_from_the_learned_costs(tiny_models):
     try:
         prompt = engine.main.model.tokenize("the cat is on the mat and the dog is on the mat")
         auto = list(engine.generate(GenerationRequest(prompt=prompt, sampling=SamplingParams(max_tokens=24))))[-1]
-        step = engine.cost_model(17).main_batch(1, len(prompt) + 12)
+        step = engine.costs.model(17).main_batch(1, len(prompt) + 12)
         assert auto.estimated_speedup == pytest.approx(step * (auto.generated_tokens - 1) / auto.generation_s,
                                                        rel=0.2)
         assert auto.to_dict()["estimated_speedup"] == auto.estimated_speedup

@@ -353,7 +353,7 @@ def test_a_size_timed_slow_by_a_burst_of_load_does_not_stop_the_probes_above_it(
     policy = AutoPolicy(AUTO, costs)
     copying = LookupMatch(16, in_prompt=True)
     chances = [policy.acceptance.chance(LOOKUP, i, copying) for i in range(16)]
-    assert policy.bounded.main_batch(5) < policy.bounded.main_batch(4)   # a batch of 3, then two steps
+    assert policy.readings.bounded.main_batch(5) < policy.readings.bounded.main_batch(4)   # a batch of 3, then two steps
     assert policy._may_verify(4, chances)
 
 
@@ -409,14 +409,14 @@ def test_the_draft_step_is_learned_from_the_rounds_it_drafts(clock):
 # -- the engine -------------------------------------------------------------------------------------
 
 def test_the_engine_answers_without_calibrating_and_stores_what_it_learned(tmp_path, tiny_models, monkeypatch):
-    from app.core import engine as engine_module
+    from app.core import pair_costs
     from app.core.engine import Engine
     from app.core.params import ModelParams
 
     def no_calibration(*args, **kwargs):
         raise AssertionError("generate must not calibrate")
 
-    monkeypatch.setattr(engine_module, "calibrate", no_calibration)
+    monkeypatch.setattr(pair_costs, "calibrate", no_calibration)
     store = ProfileStore(tmp_path)
     params = (ModelParams(str(tiny_models.main), n_ctx=256, n_threads=1),
               ModelParams(str(tiny_models.same), n_ctx=256, n_threads=1))
@@ -428,13 +428,13 @@ def test_the_engine_answers_without_calibrating_and_stores_what_it_learned(tmp_p
                                           speculation=SpeculationParams(draft_max=4), drafter=DrafterKind(drafter))))
             summary = events[-1]
             assert summary.error is None and summary.cost_rounds_observed == summary.rounds > 0
-        assert engine.cost_model(5).draft_step_s > 0          # timed with a step, not calibrated
-        assert store.load(engine.profile_key(5)).learned_rounds >= summary.rounds
+        assert engine.costs.model(5).draft_step_s > 0          # timed with a step, not calibrated
+        assert store.load(engine.costs.key(5)).learned_rounds >= summary.rounds
     finally:
         engine.close()
     again = Engine.load(*params, profile_store=store)
     try:
-        assert again.cost_model(5).warm and again.cost_model(5).draft_step_s > 0
+        assert again.costs.model(5).warm and again.costs.model(5).draft_step_s > 0
     finally:
         again.close()
 
@@ -460,7 +460,7 @@ def test_nothing_runs_on_the_draft_model_before_a_cold_starts_first_token(tmp_pa
             if isinstance(event, TokenPiece):
                 answered.append(event)
         assert decoded and all(after_first_token for after_first_token in decoded)
-        assert engine.cost_model(5).draft_step_s > 0
-        assert store.load(engine.profile_key(5)).draft_step_s > 0
+        assert engine.costs.model(5).draft_step_s > 0
+        assert store.load(engine.costs.key(5)).draft_step_s > 0
     finally:
         engine.close()
