@@ -10,6 +10,7 @@ from app.core.compare import CompareResult
 from app.core.speculation.events import Summary
 from app.gui.runtime.live_stats import INTERRUPTED, LiveStats
 from app.core.frontdoor import GenerationRequest, LoadedPair
+from app.core.params import DrafterKind
 from app.gui.runtime.worker import Batch
 from app.storage.conversations import ConversationStore, StoredMessage
 from app.storage.settings import Settings
@@ -71,6 +72,21 @@ def thinking_request(loaded: LoadedPair | None, on: bool) -> tuple[ThinkingForma
     if loaded.thinking_off is None:
         return loaded.thinking, {}
     return (loaded.thinking if on else loaded.thinking_off), {loaded.thinking.switch: on}
+
+
+def who_drafts(settings: Settings, loaded: LoadedPair | None) -> DrafterKind:
+    """Who drafts for the settings' choice with what is loaded (with nothing loaded: no draft model)."""
+    chosen = DrafterKind(settings.drafter)   # the settings edge: a name the combo box or the file gave
+    return loaded.who_drafts(chosen) if loaded is not None else chosen.without_model()
+
+
+def answer_request(settings: Settings, loaded: LoadedPair | None, messages: list[dict],
+                   thinking_on: bool) -> tuple[ThinkingFormat | None, GenerationRequest]:
+    """The request that answers ``messages`` with the settings and the loaded pair, and the reasoning
+    markers its answer will use (the conversation's "Think" switch asks the template for them)."""
+    thinking, variables = thinking_request(loaded, thinking_on)
+    return thinking, GenerationRequest(tuple(messages), sampling=settings.sampling(), speculation=settings.speculation(),
+                                       drafter=who_drafts(settings, loaded), template_variables=variables)
 
 
 def answer_parts(live: LiveStats, summary: Summary | None = None) -> tuple[str, str]:

@@ -13,12 +13,12 @@ from pathlib import Path
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, QTimer, Signal
 
 from app.core.compare import CompareResult
-from app.core.frontdoor import GenerationRequest, LoadedPair
+from app.core.frontdoor import LoadedPair
 from app.core.params import DrafterKind
 from app.core.speculation.events import Summary
-from app.gui.runtime.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, answer_parts, compare_notice,
-                                 feed, keep_partial, prompt_messages, save_partial, settings_after_load,
-                                 thinking_request, title_from, with_compare)
+from app.gui.runtime.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, answer_parts, answer_request,
+                                         compare_notice, feed, keep_partial, prompt_messages, save_partial,
+                                         settings_after_load, title_from, who_drafts, with_compare)
 from app.gui.runtime.live_stats import LiveStats, message_stats
 from app.gui.runtime.worker import Batch, EngineWorker, LoadFailure, LoadRequest, RemoteRequest, Started
 from app.paths import AppPaths
@@ -246,10 +246,7 @@ class ChatController(QObject):
         if stored is None or stored.role != "assistant":
             return False
         history = self.prompt_messages(stored.conversation_id, upto_id=message_id)
-        _, variables = thinking_request(self.loaded, self.store.get(stored.conversation_id).thinking)
-        request = GenerationRequest(tuple(history), sampling=self.settings.sampling(),
-                                    speculation=self.settings.speculation(), drafter=drafter,
-                                    template_variables=variables)
+        _, request = answer_request(self.settings, self.loaded, history, self.store.get(stored.conversation_id).thinking)
         self.last_compare = None
         self._begin(ActiveGeneration(request, stored.conversation_id, message_id, compare=True))
         self.notice.emit("Comparing: greedy with the draft, then the main model alone…", "info")
@@ -267,15 +264,12 @@ class ChatController(QObject):
 
     def drafter(self) -> DrafterKind:
         """Who drafts, given what is loaded."""
-        chosen = DrafterKind(self.settings.drafter)   # the settings edge: a name the combo box or the file gave
-        return self.loaded.who_drafts(chosen) if self.loaded is not None else chosen.without_model()
+        return who_drafts(self.settings, self.loaded)
 
     def _start_answer(self) -> None:
         # the request first: if it cannot be made, no empty answer is saved or left "generating…"
-        thinking, variables = thinking_request(self.loaded, self.store.get(self.conversation_id).thinking)
-        request = GenerationRequest(tuple(self.prompt_messages(self.conversation_id)), sampling=self.settings.sampling(),
-                                    speculation=self.settings.speculation(), drafter=self.drafter(),
-                                    template_variables=variables)
+        thinking, request = answer_request(self.settings, self.loaded, self.prompt_messages(self.conversation_id),
+                                           self.store.get(self.conversation_id).thinking)
         message = self.store.add_message(self.conversation_id, "assistant", "")
         self.answer_started.emit(message.id)
         self._begin(ActiveGeneration(request, self.conversation_id, message.id, live=LiveStats(thinking=thinking)))
