@@ -108,7 +108,7 @@ class PromptLookupDrafter:
     Of several occurrences the latest in the prompt is copied, else the latest in the answer. An
     edit's answer holds an edited copy of the prompt, so where it repeats a passage it copied
     before, the prompt says how the passage goes on and the earlier copy may not (the measurement:
-    docs/architecture.md, section 3).
+    docs/architecture.md, section 4).
     """
 
     name = LOOKUP
