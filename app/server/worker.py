@@ -258,7 +258,8 @@ class HostedJobs(JobQueue):
     a call, so the window's requests queued meanwhile take their turn between the server's."""
 
     def __init__(self, engine: AnswerEngine, wake: Callable[[], None],
-                 speculation: SpeculationParams = SpeculationParams(), drafter: DrafterKind = DEFAULT_DRAFTER, max_waiting: int = 8, metrics: ServerMetrics | None = None,
+                 speculation: SpeculationParams = SpeculationParams(), drafter: DrafterKind = DEFAULT_DRAFTER,
+                 max_waiting: int = 8, metrics: ServerMetrics | None = None,
                  observe: Callable[[Job, object], None] | None = None):
         super().__init__(speculation, drafter, max_waiting, metrics, observe)
         self._wake = wake

@@ -41,8 +41,8 @@ def engines(tiny_models, bpe):
 
 
 def answer(engine, drafter=DrafterKind.MODEL, sampling=SamplingParams(max_tokens=48), spec=FIXED, prompt=None):
-    return run_to_summary(engine.generate(GenerationRequest(MESSAGES if prompt is None else (), prompt=prompt, sampling=sampling,
-                                          speculation=spec, drafter=DrafterKind(drafter))))
+    return run_to_summary(engine.generate(GenerationRequest(MESSAGES if prompt is None else (), prompt=prompt,
+                                                            sampling=sampling, speculation=spec, drafter=DrafterKind(drafter))))
 
 
 def test_a_draft_of_another_vocabulary_is_offered_with_what_it_costs(tiny_models, bpe):

@@ -32,7 +32,8 @@ def engines(tiny_models):
 
 
 def generate(engine, drafter=DrafterKind.MODEL, sampling=GREEDY, spec=SpeculationParams(policy="fixed", draft_max=4), **kw):
-    return list(engine.generate(GenerationRequest(MESSAGES, sampling=sampling, speculation=spec, drafter=DrafterKind(drafter), **kw)))
+    return list(engine.generate(GenerationRequest(MESSAGES, sampling=sampling, speculation=spec,
+                                                  drafter=DrafterKind(drafter), **kw)))
 
 
 def test_batched_logits_rows_match_one_token_at_a_time(tiny_models):
@@ -70,7 +71,8 @@ def test_kv_caches_hold_exactly_the_accepted_prefix_after_each_round(engines, dr
     engine = engines[draft]
     prompt = list(engine.prompt(MESSAGES).tokens)
     snapshots = []
-    for event in engine.generate(GenerationRequest(MESSAGES, sampling=GREEDY, speculation=SpeculationParams(policy="fixed", draft_max=4))):
+    for event in engine.generate(GenerationRequest(MESSAGES, sampling=GREEDY,
+                                                   speculation=SpeculationParams(policy="fixed", draft_max=4))):
         if isinstance(event, Round):
             snapshots.append((event.generated_tokens, list(engine.main.cached), engine.main.kv_positions(),
                               list(engine.draft.cached), engine.draft.kv_positions()))
@@ -117,7 +119,8 @@ def test_stop_string_and_max_tokens(engines):
 def test_cancel_is_checked_every_round(engines):
     cancel = threading.Event()
     rounds = 0
-    for event in engines["other"].generate(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=200), cancel=cancel)):
+    for event in engines["other"].generate(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=200),
+                                                             cancel=cancel)):
         if isinstance(event, Round):
             rounds += 1
             cancel.set()
@@ -247,7 +250,7 @@ def test_each_answer_estimates_its_speedup_from_the_learned_costs(tiny_models):
                                                        rel=0.2)
         assert auto.to_dict()["estimated_speedup"] == auto.estimated_speedup
         fixed = list(engine.generate(GenerationRequest(prompt=prompt, sampling=SamplingParams(max_tokens=24),
-                                     speculation=SpeculationParams(policy="fixed", draft_max=4))))[-1]
+                                                       speculation=SpeculationParams(policy="fixed", draft_max=4))))[-1]
         assert fixed.estimated_speedup is None
     finally:
         engine.close()

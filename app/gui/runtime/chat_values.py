@@ -85,8 +85,9 @@ def answer_request(settings: Settings, loaded: LoadedPair | None, messages: list
     """The request that answers ``messages`` with the settings and the loaded pair, and the reasoning
     markers its answer will use (the conversation's "Think" switch asks the template for them)."""
     thinking, variables = thinking_request(loaded, thinking_on)
-    return thinking, GenerationRequest(tuple(messages), sampling=settings.sampling(), speculation=settings.speculation(),
-                                       drafter=who_drafts(settings, loaded), template_variables=variables)
+    request = GenerationRequest(tuple(messages), sampling=settings.sampling(), speculation=settings.speculation(),
+                                drafter=who_drafts(settings, loaded), template_variables=variables)
+    return thinking, request
 
 
 def answer_parts(live: LiveStats, summary: Summary | None = None) -> tuple[str, str]:

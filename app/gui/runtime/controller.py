@@ -246,7 +246,8 @@ class ChatController(QObject):
         if stored is None or stored.role != "assistant":
             return False
         history = self.prompt_messages(stored.conversation_id, upto_id=message_id)
-        _, request = answer_request(self.settings, self.loaded, history, self.store.get(stored.conversation_id).thinking)
+        thinking_on = self.store.get(stored.conversation_id).thinking
+        _, request = answer_request(self.settings, self.loaded, history, thinking_on)
         self.last_compare = None
         self._begin(ActiveGeneration(request, stored.conversation_id, message_id, compare=True))
         self.notice.emit("Comparing: greedy with the draft, then the main model alone…", "info")

@@ -213,8 +213,9 @@ def test_the_engine_spells_the_control_tokens_a_tool_reader_needs(tmp_path, monk
         end = _control(engine.main.model, "<|im_end|>")
         assert engine.main.model.piece(end) == b""                   # a control token renders as nothing
         for spell, piece in [(("<|im_end|>",), b"<|im_end|>"), ((), b"")]:
-            list(engine.generate(GenerationRequest([{"role": "user", "content": "hi"}], sampling=SamplingParams(max_tokens=2),
-                                 drafter=DrafterKind.NONE, spell=spell)))
+            list(engine.generate(GenerationRequest([{"role": "user", "content": "hi"}],
+                                                   sampling=SamplingParams(max_tokens=2),
+                                                   drafter=DrafterKind.NONE, spell=spell)))
             assert seen["vocab"].piece(end) == piece
     finally:
         engine.close()

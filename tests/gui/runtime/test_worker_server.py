@@ -130,8 +130,8 @@ def test_the_window_engine_serves_http_clients_and_shows_their_answers(qtbot, wo
 
 def test_the_window_chats_while_serving_and_stopping_closes_the_port(qtbot, worker):
     state = serve(qtbot, worker)
-    worker.driver.generate.emit(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=8), speculation=SPECULATION,
-                                                  drafter=DrafterKind.MODEL))
+    worker.driver.generate.emit(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=8),
+                                                  speculation=SPECULATION, drafter=DrafterKind.MODEL))
     summary = worker.inbox.next(qtbot, "finished")
     assert isinstance(summary, Summary) and summary.generated_tokens > 0
     assert httpx.get(state.url + "/health", timeout=10).status_code == 200
@@ -164,8 +164,8 @@ def test_a_remote_server_becomes_the_window_engine(qtbot, worker, gui_models):
         info = inbox.next(qtbot, "loaded", 10_000)
         assert info.remote_url == state.url and info.draft_path is None
         assert info.main_name.startswith("main at 127.0.0.1:")
-        driver.generate.emit(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=12), speculation=SPECULATION,
-                                                   drafter=DrafterKind.NONE))
+        driver.generate.emit(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=12),
+                                               speculation=SPECULATION, drafter=DrafterKind.NONE))
         summary = inbox.next(qtbot, "finished")
         assert summary.text == greedy_answer(gui_models.main)
         assert summary.speculation_reported and summary.drafted > 0
