@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.bench import load_prompts  # noqa: E402
+from app.cli.bench import load_prompts  # noqa: E402
 from app.core.chat.prompt import prompt_tokens  # noqa: E402
 from app.core.llama.binding import LlamaModel, LlamaSession  # noqa: E402
 from app.core.params import ModelParams  # noqa: E402

@@ -33,10 +33,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.bench import load_prompts  # noqa: E402
-from app.core.compare import first_difference  # noqa: E402
+from app.cli.bench import load_prompts  # noqa: E402
+from app.core.compare import first_difference, logit_margin  # noqa: E402
 from app.core.engine import Engine  # noqa: E402
-from app.core.params import ModelParams, SamplingParams, SpeculationParams  # noqa: E402
+from app.core.frontdoor import GenerationRequest  # noqa: E402
+from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams  # noqa: E402
 from app.core.speculation.costmodel import round_robin_medians  # noqa: E402
 from app.core.speculation.crossvocab import CrossVocabDrafter, draft_prompt  # noqa: E402
 from app.core.speculation.events import Round, run_to_summary  # noqa: E402
@@ -48,9 +49,8 @@ NEAR_TIE = 0.5   # a logit margin under which batching can flip the main model's
 NO_GUESS_P = 0.01
 
 
-def greedy(engine: Engine, tokens: list[int], drafter: str, n: int, speculation: SpeculationParams):
+def greedy(engine: Engine, tokens: list[int], drafter: DrafterKind, n: int, speculation: SpeculationParams):
     """One greedy answer from an empty cache: its Summary and its rounds."""
-    engine.forget_cache()
     rounds: list[dict] = []
 
     def note(event) -> None:
@@ -58,19 +58,20 @@ def greedy(engine: Engine, tokens: list[int], drafter: str, n: int, speculation:
             rounds.append({"drafted": event.drafted, "accepted": event.accepted, "draft_s": event.draft_s,
                            "verify_s": event.verify_s, "drafter": event.drafter})
 
-    summary = run_to_summary(engine.generate(prompt=tokens, sampling=SamplingParams(temperature=0.0, max_tokens=n),
-                                             speculation=speculation, drafter=drafter), note)
+    request = GenerationRequest(prompt=tokens, sampling=SamplingParams(temperature=0.0, max_tokens=n),
+                                speculation=speculation, drafter=drafter, empty_cache=True)
+    summary = run_to_summary(engine.generate(request), note)
     if summary.error:
         raise SystemExit(f"error: {summary.error}")
     return summary, rounds
 
 
 def measure(engine: Engine, prompt_id: str, tokens: list[int], args, speculation: SpeculationParams) -> dict:
-    alone, _ = greedy(engine, tokens, "none", args.n_predict, speculation)
+    alone, _ = greedy(engine, tokens, DrafterKind.NONE, args.n_predict, speculation)
     spec, rounds = greedy(engine, tokens, args.drafter, args.n_predict, speculation)
     diff = first_difference(alone.token_ids, spec.token_ids)
     margin = None if diff is None or diff >= len(alone.token_ids) else \
-        engine.logit_margin(tokens + list(alone.token_ids[:diff])).margin
+        logit_margin(engine, tokens + list(alone.token_ids[:diff])).margin
     return {"prompt_id": prompt_id, "prompt_tokens": len(tokens), "alone_tps": alone.generation_tps,
             "tps": spec.generation_tps, "ratio": spec.generation_tps / alone.generation_tps if alone.generation_tps else 0.0,
             "identical": spec.token_ids == alone.token_ids,
@@ -181,7 +182,7 @@ def run(args) -> dict:
                 raise SystemExit(f"error: {path} shares the main model's vocabulary: give it as --same")
             results = []
             for prompt_id, messages in prompts:
-                tokens = engine.tokenize_messages(messages)
+                tokens = list(engine.prompt(messages).tokens)
                 results.append(measure(engine, prompt_id, tokens, args, speculation))
                 r = results[-1]
                 print(f"{name:5s} {prompt_id}: {r['alone_tps']:.2f} -> {r['tps']:.2f} t/s ({r['ratio']:.2f}x), "
@@ -199,7 +200,7 @@ def run(args) -> dict:
                 report["shared_vocab"] = {"shared": shared.shared, "draft_tokens": len(shared.draft_to_main),
                                           "seconds": shared.seconds, "describe": shared.describe()}
                 if not args.no_traces:
-                    report["draft_batch_s"] = draft_batch_times(engine, engine.tokenize_messages(prompts[0][1]))
+                    report["draft_batch_s"] = draft_batch_times(engine, list(engine.prompt(prompts[0][1]).tokens))
         finally:
             engine.close()
         drafted, accepted = sum(r["drafted"] for r in results), sum(r["accepted"] for r in results)
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files (as `quickdraft bench`)")
     ap.add_argument("-n", "--n-predict", type=int, default=256)
     ap.add_argument("--limit", type=int, default=None, help="the first N prompts only")
-    ap.add_argument("--drafter", default="model", choices=["model", "lookup+model"])
+    ap.add_argument("--drafter", type=DrafterKind, default=DrafterKind.MODEL, choices=["model", "lookup+model"])
     ap.add_argument("--policy", default="auto", choices=["auto", "fixed", "pmin"])
     ap.add_argument("--draft-max", type=int, default=16)
     ap.add_argument("-c", "--ctx", type=int, default=4096)

@@ -43,10 +43,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.bench import load_prompts  # noqa: E402
+from app.cli.bench import load_prompts  # noqa: E402
 from app.core.compare import greedy_run  # noqa: E402
 from app.core.engine import Engine  # noqa: E402
-from app.core.params import ModelParams, SamplingParams, SpeculationParams  # noqa: E402
+from app.core.frontdoor import GenerationRequest  # noqa: E402
+from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams  # noqa: E402
 from app.core.speculation.costmodel import CostModel, ProfileStore  # noqa: E402
 from app.core.speculation.events import Summary, TokenPiece, run_to_summary  # noqa: E402
 
@@ -65,32 +66,32 @@ def busy_core():
         process.wait()
 
 
-def first_token(engine: Engine, tokens: list[int], drafter: str, n_predict: int,
+def first_token(engine: Engine, tokens: list[int], drafter: DrafterKind, n_predict: int,
                 speculation: SpeculationParams) -> tuple[float, Summary]:
     """Wall-clock seconds from calling generate to the first token, and the answer's summary."""
-    engine.forget_cache()
+    request = GenerationRequest(prompt=tokens, sampling=SamplingParams(max_tokens=n_predict), speculation=speculation,
+                                drafter=drafter, empty_cache=True)
     started, first = time.perf_counter(), []
 
     def note_first_token(event) -> None:
         if not first and isinstance(event, TokenPiece) and event.token_ids:
             first.append(time.perf_counter() - started)
 
-    summary = run_to_summary(engine.generate(prompt=tokens, sampling=SamplingParams(max_tokens=n_predict),
-                                             speculation=speculation, drafter=drafter), note_first_token)
+    summary = run_to_summary(engine.generate(request), note_first_token)
     return (first[0] if first else summary.ttft_s), summary
 
 
 def use_store(engine: Engine, directory: Path) -> ProfileStore:
-    engine.profile_store = ProfileStore(directory)
-    engine.forget_costs()
-    return engine.profile_store
+    engine.costs.store = ProfileStore(directory)
+    engine.costs.forget()
+    return engine.costs.store
 
 
 def fresh(engine: Engine, prompts, args, speculation, root: Path) -> dict:
     rows = []
     for i, (prompt_id, messages) in enumerate(prompts):
-        tokens = engine.tokenize_messages(messages)
-        alone, _ = first_token(engine, tokens, "none", args.n_predict, speculation)
+        tokens = list(engine.prompt(messages).tokens)
+        alone, _ = first_token(engine, tokens, DrafterKind.NONE, args.n_predict, speculation)
         use_store(engine, root / f"fresh-{i}")
         spec, summary = first_token(engine, tokens, args.drafter, args.n_predict, speculation)
         rows.append(dict(prompt=prompt_id, prompt_tokens=len(tokens), alone_ttft_s=alone, spec_ttft_s=spec,
@@ -110,16 +111,16 @@ def stale(engine: Engine, prompts, args, speculation, root: Path) -> dict:
     with busy_core():
         print("stale: calibrating while one core is busy...", file=sys.stderr, flush=True)
         use_store(engine, root / "busy")
-        busy_profile = engine.cost_profile(n_max, recalibrate=True)
+        busy_profile = engine.costs.profile(n_max, recalibrate=True)
     print("stale: calibrating on the quiet machine...", file=sys.stderr, flush=True)
     use_store(engine, root / "quiet")
-    quiet_profile = engine.cost_profile(n_max, recalibrate=True)
-    engine.profile_store = None  # the two starts learn in memory, neither overwrites the other
+    quiet_profile = engine.costs.profile(n_max, recalibrate=True)
+    engine.costs.store = None  # the two starts learn in memory, neither overwrites the other
     starts = {"busy": CostModel.from_profile(busy_profile, n_max), "quiet": CostModel.from_profile(quiet_profile, n_max),
               "control": CostModel.from_profile(quiet_profile, n_max)}
     rows = []
     for prompt_id, messages in prompts:
-        row = take_turns(engine, prompt_id, engine.tokenize_messages(messages), starts, len(rows), args, speculation)
+        row = take_turns(engine, prompt_id, list(engine.prompt(messages).tokens), starts, len(rows), args, speculation)
         rows.append(row)
         print(f"  {prompt_id}: from busy {row['from_busy']:.2f}x, from quiet {row['from_quiet']:.2f}x, "
               f"ratio {row['ratio']:.3f} (control {row['control_ratio']:.3f})", file=sys.stderr, flush=True)
@@ -152,9 +153,9 @@ def take_turns(engine: Engine, prompt_id: str, tokens: list[int], starts: dict[s
     tps: dict[str, list[float]] = {"alone": [], **{name: [] for name in starts}}
     drafted = {name: 0 for name in starts}
     for rep in range(args.repeat):
-        tps["alone"].append(greedy_run(engine, tokens, "none", args.n_predict, speculation).generation_tps)
+        tps["alone"].append(greedy_run(engine, tokens, DrafterKind.NONE, args.n_predict, speculation).generation_tps)
         for name in rotated(("busy", "quiet", "control"), turn + rep):
-            engine.use_cost_model(starts[name])
+            engine.costs.use(starts[name])
             summary = greedy_run(engine, tokens, args.drafter, args.n_predict, speculation)
             tps[name].append(summary.generation_tps)
             drafted[name] += summary.drafted
@@ -183,19 +184,19 @@ def with_control(engine: Engine, prompt_id: str, messages, turn: int, args, spec
     main model alone again (the A/A control), in an order that rotates; the speedup and the
     control's ratio are medians of ratios paired in time, so the control reads what the machine's
     noise alone does to a speedup measured this way."""
-    tokens = engine.tokenize_messages(messages)
+    tokens = list(engine.prompt(messages).tokens)
     tps: dict[str, list[float]] = {"alone": [], "spec": [], "control": []}
     drafted = 0
     for rep in range(args.repeat):
         for name in rotated(("alone", "spec", "control"), turn + rep):
-            summary = greedy_run(engine, tokens, args.drafter if name == "spec" else "none", args.n_predict,
+            summary = greedy_run(engine, tokens, args.drafter if name == "spec" else DrafterKind.NONE, args.n_predict,
                                  speculation)
             tps[name].append(summary.generation_tps)
             drafted += summary.drafted if name == "spec" else 0
     speedup, control = paired(tps, "alone", "spec"), paired(tps, "alone", "control")
     print(f"  {prompt_id}: {speedup:.2f}x (A/A {control:.2f}x), {drafted} drafted", file=sys.stderr, flush=True)
     return dict(prompt=prompt_id, tps=tps, speedup=speedup, control=control, drafted=drafted,
-                costs_after=learned_costs(engine.cost_model(speculation.draft_max + 1)))
+                costs_after=learned_costs(engine.costs.model(speculation.draft_max + 1)))
 
 
 def learned_costs(costs: CostModel) -> dict:
@@ -246,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-m", "--main", required=True)
     ap.add_argument("-md", "--draft")
     ap.add_argument("--prompts", nargs="+", required=True)
-    ap.add_argument("--drafter", choices=["model", "lookup", "lookup+model"], default="lookup+model")
+    ap.add_argument("--drafter", type=DrafterKind, choices=["model", "lookup", "lookup+model"],
+                    default=DrafterKind.LOOKUP_MODEL)
     ap.add_argument("-n", "--n-predict", type=int, default=128)
     ap.add_argument("--limit", type=int, help="only the first N prompts of each file")
     ap.add_argument("--repeat", type=int, default=2, help="paired runs per prompt in the benches (2+: paired medians)")
@@ -263,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = Engine.load(main_params, draft_params)
     results: dict = {"settings": {k: v for k, v in vars(args).items() if k != "json_out"}}
     try:
-        first_token(engine, engine.tokenize_messages(prompts[0][1]), "none", 8, speculation)  # warm up
+        first_token(engine, list(engine.prompt(prompts[0][1]).tokens), DrafterKind.NONE, 8, speculation)  # warm up
         with tempfile.TemporaryDirectory(prefix="drift-bench-") as tmp:
             for name in args.scenarios.split(","):
                 results[name] = {"fresh": fresh, "stale": stale, "load": load}[name](

@@ -31,7 +31,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.core.engine import Engine  # noqa: E402
-from app.core.params import ModelParams, SamplingParams, SpeculationParams  # noqa: E402
+from app.core.frontdoor import GenerationRequest  # noqa: E402
+from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams  # noqa: E402
 from app.core.speculation.events import Round, run_to_summary  # noqa: E402
 from app.core.speculation.sampling import Sampler, top_probability  # noqa: E402
 
@@ -99,10 +100,11 @@ def measure(engine: Engine, label: str, drafter: str, n_predict: int, draft_max:
     split = _RoundSplit(engine)
     for _ in range(repeat):
         for prompt in PROMPTS:
-            engine.forget_cache()
+            request = GenerationRequest([{"role": "user", "content": prompt}], sampling=sampling,
+                                        speculation=speculation, drafter=DrafterKind(drafter), empty_cache=True)
+            generation = engine.generate(request)   # empties the caches: the clocks are read after
             split.start()
-            run_to_summary(engine.generate([{"role": "user", "content": prompt}], sampling=sampling,
-                                           speculation=speculation, drafter=drafter), split)
+            run_to_summary(generation, split)
     s = split
     host = s.draft_host + s.verify_host + s.other
     return Overhead(label, drafter, engine.main.n_vocab, s.rounds, s.drafted, s.verified,

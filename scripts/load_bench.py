@@ -48,7 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.bench import load_prompts  # noqa: E402
+from app.cli.bench import load_prompts  # noqa: E402
 from app.core.chat.prompt import render_prompt  # noqa: E402
 from app.core.gguf.info import read_gguf_info  # noqa: E402
 from app.core.llama.binding import default_threads  # noqa: E402

@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.core.chat.tools import CALL_SPANS, tool_format  # noqa: E402
 from app.core.engine import Engine  # noqa: E402
-from app.core.params import ModelParams, SamplingParams, SpeculationParams  # noqa: E402
+from app.core.frontdoor import GenerationRequest  # noqa: E402
+from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams  # noqa: E402
 from app.core.speculation.events import run_to_summary  # noqa: E402
 
 
@@ -37,11 +38,12 @@ def read_prompts(files: list[str]) -> list[dict]:
 
 def answer(engine: Engine, prompt: dict, n_predict: int, drafter: str):
     """The greedy answer, with the prompt's tools in the template and its calls read as the server reads them."""
-    variables = {"tools": prompt["tools"]} if prompt.get("tools") else None
-    fmt = tool_format(engine.main.model.chat_template()) if variables else None
-    return run_to_summary(engine.generate(prompt["messages"], sampling=SamplingParams(temperature=0.0, max_tokens=n_predict),
-                                          speculation=SpeculationParams(), drafter=drafter,
-                                          template_variables=variables, tool_spans=CALL_SPANS[fmt] if fmt else None))
+    variables = {"tools": prompt["tools"]} if prompt.get("tools") else {}
+    fmt = tool_format(engine.pair.chat_template) if variables else None
+    request = GenerationRequest(prompt["messages"], sampling=SamplingParams(temperature=0.0, max_tokens=n_predict),
+                                speculation=SpeculationParams(), drafter=DrafterKind(drafter),
+                                template_variables=variables, tool_spans=CALL_SPANS[fmt] if fmt else None)
+    return run_to_summary(engine.generate(request))
 
 
 def add_parts(totals: dict, summary) -> None:

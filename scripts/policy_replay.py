@@ -59,7 +59,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.bench import load_prompts  # noqa: E402
+from app.cli.bench import load_prompts  # noqa: E402
 from app.core.params import DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams  # noqa: E402
 from app.core.speculation.acceptance import LOOKUP, MODEL, AcceptanceModel, LookupMatch  # noqa: E402
 from app.core.speculation.costmodel import CostModel, CostProfile, round_robin_medians  # noqa: E402

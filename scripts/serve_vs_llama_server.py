@@ -24,7 +24,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.bench import load_prompts  # noqa: E402
+from app.cli.bench import load_prompts  # noqa: E402
 
 PORTS = {"quickdraft": 8093, "llama-server": 8094}
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.core.engine import Engine  # noqa: E402
 from app.core.params import ModelParams, SpeculationParams  # noqa: E402
 from app.server.run import LocalServer  # noqa: E402
-from app.server.worker import EngineWorker  # noqa: E402
+from app.server.worker import ThreadedJobs  # noqa: E402
 
 BODY = {"messages": [{"role": "user", "content": "Write one line about the sea."}], "max_tokens": 24,
         "temperature": 0, "stream": True}
@@ -187,9 +187,9 @@ def run(model: Path, draft: Path | None, clients: int, seconds: float) -> dict:
                            ModelParams(str(draft), n_ctx=2048) if draft else None)
 
     watch = _Watch()
-    worker = EngineWorker(load, SpeculationParams(), max_waiting=8)
-    worker.start()
-    server = LocalServer(worker, "127.0.0.1", 0)
+    jobs = ThreadedJobs(load, SpeculationParams(), max_waiting=8)
+    jobs.start()
+    server = LocalServer(jobs, "127.0.0.1", 0)
     server.start()
     url, kinds, latencies = server.url, Counter(), []
     until = time.perf_counter() + seconds
@@ -208,7 +208,7 @@ def run(model: Path, draft: Path | None, clients: int, seconds: float) -> dict:
     metrics_ok = httpx.get(url + "/metrics", timeout=10).status_code == 200
     health = httpx.get(url + "/health", timeout=10).status_code
     server.stop()
-    worker.stop()
+    jobs.stop()
     log_bytes = watch.stop()
     quantiles = statistics.quantiles(latencies, n=100) if len(latencies) >= 2 else [float("nan")] * 99
     return {

@@ -9,7 +9,7 @@ Qwen3.5-style template that opens a <think> block and has an ``enable_thinking``
 window reads its reasoning markers and its switch from a real GGUF. Its random weights write noise,
 so the answers' words are scripted (SCRIPT below): ``Engine.generate`` is replaced by one that
 streams them as the engine's events, tagged by the engine's own part tracker
-(app/core/chat/reasoning.py PartTracker, app/core/speculation/stats.py tag_parts), with scripted
+(app/core/chat/reasoning.py PartTracker, as app/core/speculation/loop.py tags its rounds), with scripted
 clock stamps. Everything from there on is the window's own path: the controller, the live numbers
 splitting reasoning from answer, the stored conversation, the fold, the footer, the panel.
 
@@ -70,9 +70,10 @@ def _chunks(text: str, rng: random.Random) -> list[str]:
     return out
 
 
-def scripted_events(reasoning: str, answer: str, think_s: float, answer_s: float, acceptance: float):
+def scripted_events(reasoning: str, answer: str, think_s: float, answer_s: float, acceptance: float, parts):
     """A thinking answer as the loop yields it: Started, pieces and rounds (drafts of 4 accepted with
-    ``acceptance`` per token, less while thinking), a Summary; stamped on a scripted clock."""
+    ``acceptance`` per token, less while thinking) each naming its part as ``parts`` (a PartTracker)
+    reads the pieces, a Summary; stamped on a scripted clock."""
     from app.core.speculation.events import Origin, Round, Started, StopReason, TokenPiece
     from app.core.speculation.stats import GenerationStats
 
@@ -81,6 +82,7 @@ def scripted_events(reasoning: str, answer: str, think_s: float, answer_s: float
              [(c, answer_s) for c in _chunks(answer, rng)]
     stats, events, at, generated = GenerationStats(), [Started(42, 0)], 0.35, 1
     events.append(TokenPiece(pieces[0][0], (1,), Origin.MAIN, at_s=at))
+    parts.piece(pieces[0][0], 1)
     i, index = 1, 0
     while i < len(pieces):
         step_s = pieces[i][1]
@@ -90,8 +92,10 @@ def scripted_events(reasoning: str, answer: str, think_s: float, answer_s: float
         at += step_s * (1 + 0.25 * accepted)   # a batch of drafted tokens costs a little more than one step
         for k, (text, _) in enumerate(batch):
             events.append(TokenPiece(text, (k + 2,), Origin.DRAFT if k < accepted else Origin.MAIN, at_s=at))
+            parts.piece(text, 1)
         generated += len(batch)
-        events.append(Round(index, 4, min(accepted, len(batch)), 0.004, step_s, generated, at_s=at, drafter="model"))
+        events.append(Round(index, 4, min(accepted, len(batch)), 0.004, step_s, generated, at_s=at, drafter="model",
+                            part=parts.take()))
         i, index = i + len(batch), index + 1
     for event in events:
         stats.add(event)
@@ -100,15 +104,14 @@ def scripted_events(reasoning: str, answer: str, think_s: float, answer_s: float
                                       main_step_s=answer_s * 1.6)]
 
 
-def scripted_generate(self, messages=None, **kwargs):
+def scripted_generate(self, request):
     """Engine.generate for the screenshot: the scripted answer to the last question, tagged by part."""
     from app.core.chat.reasoning import PartTracker
-    from app.core.speculation.stats import tag_parts
 
-    question = messages[-1]["content"]
+    question = request.messages[-1]["content"]
     _, reasoning, answer, think_s, answer_s, acceptance = next(s for s in SCRIPT if s[0] == question)
-    thinking = self.thinking_format(kwargs.get("template_variables"))
-    yield from tag_parts(scripted_events(reasoning, answer, think_s, answer_s, acceptance), PartTracker(thinking))
+    thinking = self.thinking_format(request.template_variables)
+    yield from scripted_events(reasoning, answer, think_s, answer_s, acceptance, PartTracker(thinking))
 
 
 def main(argv: list[str] | None = None) -> int:

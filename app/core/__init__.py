@@ -10,6 +10,9 @@ Layers, lowest first; a module imports only from its own package and from lower 
    contexts, recurrent states, MTP contexts;
 3. speculation/: the speculative loop, its drafters, policy, cost model, sampling and events;
    chat/: chat messages into prompt tokens (with the model's own template);
-4. remote/: an OpenAI-compatible server driven as an engine;
-5. engine.py, compare.py: a loaded pair answering, and answering twice to compare.
+4. frontdoor.py: what every front end uses of an engine: the GenerationRequest, the LoadedPair
+   and the AnswerEngine protocol;
+5. remote/: an OpenAI-compatible server driven as an engine;
+6. engine.py, pair_costs.py, compare.py: a loaded pair answering, what its batches cost on this
+   machine, and answering twice to compare.
 """

@@ -1,18 +1,21 @@
 """Speculative decoding against the main model alone, greedy, on one engine: the window's Compare and
-the benchmark both measure the speedup this way, so both measure the same thing."""
+the benchmark both measure the speedup this way, so both measure the same thing. Where the two answers
+part, ``logit_margin`` says how near a tie the main model was there (a local engine's own logits)."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
+import numpy as np
+
+from app.core.engine import Engine
 from app.core.errors import QuickdraftError
+from app.core.frontdoor import AnswerEngine, GenerationRequest
+from app.core.lm import prefill
 from app.core.params import DrafterKind, SamplingParams, SpeculationParams
 from app.core.speculation.events import Summary, run_to_summary
-
-if TYPE_CHECKING:
-    from app.core.engine import Engine
 
 
 @dataclass(frozen=True)
@@ -35,14 +38,13 @@ class CompareResult:
         return first_difference(self.baseline.token_ids, self.speculative.token_ids)
 
 
-def compare_greedy(engine: "Engine", tokens: Sequence[int], drafter: DrafterKind | str, max_tokens: int,
+def compare_greedy(engine: AnswerEngine, tokens: Sequence[int], drafter: DrafterKind, max_tokens: int,
                    speculation: SpeculationParams = SpeculationParams(),
                    cancel: threading.Event | None = None) -> CompareResult | None:
     """The main model alone, then with ``drafter`` (prompt lookup when that is "none"), both greedy and
     both from an empty cache. None when ``cancel`` was set."""
     cancel = cancel or threading.Event()
-    kind = DrafterKind(drafter)
-    kind = DrafterKind.LOOKUP if kind is DrafterKind.NONE else kind
+    kind = DrafterKind.LOOKUP if drafter is DrafterKind.NONE else drafter
     baseline = greedy_run(engine, tokens, DrafterKind.NONE, max_tokens, speculation, cancel)
     if cancel.is_set():
         return None
@@ -52,13 +54,13 @@ def compare_greedy(engine: "Engine", tokens: Sequence[int], drafter: DrafterKind
     return CompareResult(speculative, baseline)
 
 
-def greedy_run(engine: "Engine", tokens: Sequence[int], drafter: DrafterKind | str, max_tokens: int,
+def greedy_run(engine: AnswerEngine, tokens: Sequence[int], drafter: DrafterKind, max_tokens: int,
                speculation: SpeculationParams, cancel: threading.Event | None = None) -> Summary:
     """One greedy generation from an empty cache (so no run gets a head start); its Summary."""
-    engine.forget_cache()
-    summary = run_to_summary(engine.generate(prompt=list(tokens), sampling=SamplingParams(temperature=0.0,
-                                                                                          max_tokens=max_tokens),
-                                             speculation=speculation, drafter=drafter, cancel=cancel))
+    request = GenerationRequest(prompt=list(tokens), sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens),
+                                speculation=speculation, drafter=drafter, cancel=cancel or threading.Event(),
+                                empty_cache=True)
+    summary = run_to_summary(engine.generate(request))
     if summary.error:
         raise QuickdraftError(summary.error)
     return summary
@@ -69,3 +71,19 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
+
+
+@dataclass(frozen=True)
+class LogitMargin:
+    """How sure the main model was at one position: its two best tokens and their logit gap."""
+
+    best: int
+    second: int
+    margin: float
+
+
+def logit_margin(engine: Engine, tokens: Sequence[int]) -> LogitMargin:
+    """The main model's two best next tokens after ``tokens``, and their logit gap."""
+    row = np.asarray(prefill(engine.main, list(tokens)))
+    second, best = np.argsort(row)[-2:]
+    return LogitMargin(int(best), int(second), float(row[best] - row[second]))

@@ -7,48 +7,36 @@ shared between threads.
 from __future__ import annotations
 
 import dataclasses
-import threading
-import time
-from dataclasses import dataclass
+import functools
 from collections.abc import Mapping
 from typing import Any, Iterator, Sequence
-
-import numpy as np
 
 from app.core.chat.prompt import Message, Prompt, check_messages, prompt_tokens
 from app.core.chat.reasoning import (TOOL_CALL_MARKERS, PartTracker, SpelledVocabulary, ThinkingFormat, prompt_tail,
                                      spelled_markers, thinking_format)
 from app.core.chat.tools import spelled_tokens
-from app.core.errors import IncompatibleDraftError, ModelLoadError, QuickdraftError
+from app.core.errors import IncompatibleDraftError, ModelLoadError
 from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, check_pair, read_gguf_info, vocabulary_differences
 from app.core.gguf.shared_vocab import shared_vocabulary
 from app.core.llama import binding as llama, devices, mtp
-from app.core.llama.placement import LayerPlacement, footprint, plan_gpu_layers, resolved
+from app.core.llama.placement import footprint, plan_gpu_layers, resolved
 from app.core.llama.ram import total_memory_bytes
-from app.core.lm import prefill
-from app.core.params import AUTO, DEFAULT_DRAFTER, DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams
+from app.core.frontdoor import GenerationRequest, LoadedPair
+from app.core.pair_costs import PairCosts
+from app.core.params import AUTO, DrafterKind, ModelParams, PolicyName, SpeculationParams
 from app.core.speculation.acceptance import AcceptanceModel
-from app.core.speculation.batch_prior import main_batch_shape
-from app.core.speculation.costmodel import CALIBRATION_TEXT, CostModel, CostProfile, ProfileStore, calibrate, profile_key
+from app.core.speculation.costmodel import ProfileStore
 from app.core.speculation.crossvocab import CrossVocabDrafter
 from app.core.speculation.drafters import DraftModelDrafter, Drafter, LookupThenModelDrafter, MTPDrafter, PromptLookupDrafter
-from app.core.speculation.events import Event, StopReason, Summary
+from app.core.speculation.events import Event
 from app.core.speculation.loop import SpeculativeGeneration
 from app.core.speculation.policy import AutoPolicy, make_policy
 from app.core.speculation.policy_base import DraftPolicy, FixedPolicy
-from app.core.speculation.stats import tag_parts
-
-
-@dataclass(frozen=True)
-class LogitMargin:
-    """How sure the main model was at one position: its two best tokens and their logit gap."""
-
-    best: int
-    second: int
-    margin: float
 
 
 class Engine:
+    """A loaded pair answering: the local AnswerEngine (app/core/frontdoor.py)."""
+
     def __init__(self, main: "llama.LlamaSession", main_info: GGUFInfo,
                  draft: "llama.LlamaSession | None" = None, draft_info: GGUFInfo | None = None,
                  warnings: Sequence[str] = (), main_params: ModelParams | None = None,
@@ -64,8 +52,8 @@ class Engine:
         self.warnings = tuple(warnings)
         self.main_params = main_params or ModelParams(main_info.path)
         self.draft_params = draft_params or (ModelParams(draft_info.path) if draft_info else None)
-        self.profile_store = profile_store
-        self._costs: CostModel | None = None
+        self.costs = PairCosts(main, main_info, self.main_params, draft, self.draft_params, self.shared_vocab,
+                               profile_store)
         self.acceptance = AcceptanceModel()  # what verification accepted, across a conversation
         self._last_prompt: tuple[tuple, Prompt] | None = None
         self.mtp_drafter = mtp_drafter   # a separate MTP drafter file (the draft of the pair), loaded
@@ -105,21 +93,29 @@ class Engine:
         return cls(main_session, main_info, draft_session, draft_info, warnings, main, draft, profile_store,
                    mtp_drafter)
 
-    @property
-    def has_draft(self) -> bool:
-        return self.draft is not None
+    @functools.cached_property
+    def pair(self) -> LoadedPair:
+        """The loaded pair, described once (on the engine's thread: it renders the chat template)."""
+        thinking, thinking_off = self._thinking_formats()
+        draft_model = self.draft.model if self.draft is not None else self.mtp_drafter
+        placement = [("main", self.main.model.placement)] + ([("draft", draft_model.placement)] if draft_model else [])
+        return LoadedPair(
+            main_name=self.main_info.display_name, main_path=self.main_params.path,
+            draft_name=self.draft_info.display_name if self.draft_info else None,
+            draft_path=self.draft_params.path if self.draft_params else None,
+            n_ctx=self.main.n_ctx, n_vocab=self.main.model.n_vocab, warnings=self.warnings,
+            placement=tuple((name, where.describe()) for name, where in placement),
+            has_draft_model=self.draft is not None, mtp_drafter=self.mtp_drafter is not None,
+            other_vocabulary=self.shared_vocab.describe() if self.shared_vocab is not None else None,
+            thinking=thinking, thinking_off=thinking_off, chat_template=self.main.model.chat_template())
 
-    def placement(self) -> dict[str, LayerPlacement]:
-        """Where each loaded model's layers went, as llama.cpp reported it."""
-        out = {"main": self.main.model.placement}
-        if self.draft_model is not None:
-            out["draft"] = self.draft_model.placement
-        return out
-
-    @property
-    def draft_model(self) -> "llama.LlamaModel | None":
-        """The pair's second file as loaded: a draft model, or an MTP drafter."""
-        return self.draft.model if self.draft is not None else self.mtp_drafter
+    def _thinking_formats(self) -> tuple[ThinkingFormat | None, ThinkingFormat | None]:
+        """How the main model marks its reasoning with thinking on, and with its template's switch off
+        (None: the template has no switch, or the model does not think)."""
+        fmt = self.thinking_format()
+        if fmt is None or fmt.switch is None:
+            return fmt, None
+        return self.thinking_format({fmt.switch: True}), self.thinking_format({fmt.switch: False})
 
     def close(self) -> None:
         if self._mtp is not None:
@@ -136,67 +132,57 @@ class Engine:
 
     # --- generation ----------------------------------------------------------------------------
 
-    def tokenize_messages(self, messages: Sequence[Message], variables: Mapping[str, Any] | None = None) -> list[int]:
-        return list(self.prompt(messages, variables).tokens)
-
-    def prompt(self, messages: Sequence[Message], variables: Mapping[str, Any] | None = None) -> Prompt:
-        """The prompt for ``messages``, with a warning when the chat template could not be used. The
-        last one is remembered: counting a prompt's tokens and then generating renders it once.
-        ``variables``: further names for the chat template (``prompt.render_prompt``)."""
-        key = (_messages_key(check_messages(messages)), _messages_key([dict(variables or {})]))
+    def prompt(self, messages: Sequence[Message], variables: Mapping[str, Any] | None = None,
+               prefill: Sequence[tuple[str, bool]] = ()) -> Prompt:
+        """The prompt for ``messages``, with a warning when the chat template could not be used and the
+        thinking format its answer follows. The last one is remembered: counting a prompt's tokens
+        and then generating renders it once. ``variables``: further names for the chat template
+        (``prompt.render_prompt``); ``prefill``: the answer's start (``prompt.prompt_tokens``)."""
+        key = (_messages_key(check_messages(messages)), _messages_key([dict(variables or {})]), tuple(prefill))
         if self._last_prompt is None or self._last_prompt[0] != key:
-            self._last_prompt = (key, prompt_tokens(self.main.model, messages, variables))
+            rendered = prompt_tokens(self.main.model, messages, variables, prefill)
+            self._last_prompt = (key, dataclasses.replace(rendered, thinking=self._thinking_after(rendered.tokens)))
         return self._last_prompt[1]
 
-    def generate(self, messages: Sequence[Message] | None = None, *, prompt: Sequence[int] | None = None,
-                 sampling: SamplingParams = SamplingParams(),
-                 speculation: SpeculationParams = SpeculationParams(),
-                 drafter: DrafterKind | str = DEFAULT_DRAFTER,
-                 cancel: threading.Event | None = None,
-                 template_variables: Mapping[str, Any] | None = None,
-                 spell: Sequence[str] = (), tool_spans: Sequence[tuple[str, str]] | None = None) -> Iterator[Event]:
-        """Generate an answer to ``messages`` (or to raw ``prompt`` tokens), yielding a Started event,
-        TokenPiece and Round events and, last, a Summary, each stamped on the generation's clock.
-        ``spell``: marker texts a reader of the answer needs (a tool-call format's): where they are
-        control tokens, the answer's text spells them instead of rendering nothing. ``tool_spans``:
-        (opening, closing) texts around a tool call in this answer (``tools.CALL_SPANS``), for the
-        rounds' parts; by default the common markers.
-        Raises PromptTooLongError before decoding anything."""
-        kind = DrafterKind.parse(drafter)
-        if kind is None:
-            raise QuickdraftError(f"Unknown drafter {drafter!r}; choose one of {', '.join(DrafterKind.values())}.")
-        chat = self.prompt(messages or [], template_variables) if prompt is None else None
-        tokens = list(prompt) if chat is None else list(chat.tokens)
-        chosen = self._drafter(kind)
-        policy = self._policy(speculation, chosen)
-        thinking = self._thinking_after(tokens)
+    def tokenize(self, text: str) -> list[int]:
+        return self.main.model.tokenize(text, add_special=True, parse_special=True)
+
+    def generate(self, request: GenerationRequest) -> Iterator[Event]:
+        """Generate an answer to the request's messages (or to its raw prompt tokens), yielding a
+        Started event, TokenPiece and Round events and, last, a Summary, each stamped on the
+        generation's clock. Raises PromptTooLongError before decoding anything."""
+        chat = self.prompt(request.messages, request.template_variables) if request.prompt is None else None
+        tokens = list(request.prompt) if chat is None else list(chat.tokens)
+        thinking = self._thinking_after(tokens) if chat is None else chat.thinking
+        if request.empty_cache:
+            self.forget_cache()
+        chosen = self._drafter(request.drafter)
+        policy = self._policy(request.speculation, chosen)
         spelled = {**(spelled_markers(self.main.model, thinking) if thinking else {}),
-                   **spelled_tokens(self.main.model, spell)}
+                   **spelled_tokens(self.main.model, request.spell)}
         generation = SpeculativeGeneration(
             main=self.main,
             vocab=SpelledVocabulary(self.main.model, spelled) if spelled else self.main.model,
             drafter=chosen,
             policy=policy,
-            sampling=sampling,
-            draft_min=speculation.draft_min,
-            cancel=cancel,
+            sampling=request.sampling,
+            draft_min=request.speculation.draft_min,
+            cancel=request.cancel,
             warnings=(chat.warning,) if chat is not None and chat.warning else (),
+            parts=PartTracker(thinking, request.tool_spans or TOOL_CALL_MARKERS),
+            threads=self._threads,
         )
-        events = tag_parts(generation.run(tokens), PartTracker(thinking, tool_spans or TOOL_CALL_MARKERS))
+        events = generation.run(tokens)
         if isinstance(policy, AutoPolicy):
             uses_model = isinstance(chosen, (DraftModelDrafter, LookupThenModelDrafter, CrossVocabDrafter))
             untimed = uses_model and policy.costs.draft_step_s is None
-            events = self._keep_what_is_learned(events, policy, tokens[-1:] if untimed else None)
-        return self._with_threads(events)
+            events = self.costs.keep_what_is_learned(events, policy.costs, tokens[-1:] if untimed else None)
+        return events
 
-    def _with_threads(self, events: Iterator[Event]) -> Iterator[Event]:
-        """The Summary says how many threads each model decoded with at the end (learned unless the
-        user gave the count: app/core/llama/threads.py)."""
-        for event in events:
-            if isinstance(event, Summary):
-                event = dataclasses.replace(event, threads=self.main.n_threads,
-                                            draft_threads=self.draft.n_threads if self.draft else 0)
-            yield event
+    def _threads(self) -> tuple[int, int]:
+        """How many threads each model decodes with now (learned unless the user gave the count:
+        app/core/llama/threads.py); 0 for a draft that is not a model of its own."""
+        return self.main.n_threads, self.draft.n_threads if self.draft else 0
 
     def thinking_format(self, variables: Mapping[str, Any] | None = None) -> ThinkingFormat | None:
         """How the main model's chat template marks reasoning (None: it does not think); ``variables``
@@ -212,7 +198,7 @@ class Engine:
             return FixedPolicy(speculation)
         if speculation.policy is not PolicyName.AUTO:
             return make_policy(speculation, None, self.acceptance)
-        return make_policy(speculation, self.cost_model(speculation.draft_max + 1), self.acceptance)
+        return make_policy(speculation, self.costs.model(speculation.draft_max + 1), self.acceptance)
 
     def _drafter(self, kind: DrafterKind) -> Drafter | None:
         """A fresh drafter for one generation; choices with the model fall back to what is loaded (an
@@ -243,99 +229,6 @@ class Engine:
             # tokens the main model decoded before have no hidden states for the head: read them again
             self.main.truncate(self._mtp.hidden.valid)
         return self._mtp
-
-    # --- the cost model --------------------------------------------------------------------------
-
-    def cost_model(self, n_max: int) -> CostModel:
-        """What this machine's batches cost, learned while the engine answers: kept while the pair
-        is loaded, started from the stored profile for this key (warm) or from a prior (cold) whose
-        shape follows the main model and where llama.cpp put its layers (app/core/speculation/batch_prior.py: a
-        mixture of experts' batch costs more than one step even on a GPU)."""
-        key = self.profile_key(n_max)
-        if self._costs is None or self._costs.key != key:
-            stored = self.profile_store.load(key) if self.profile_store else None
-            placement = self.main.model.placement
-            shape = main_batch_shape(self.main_info, placement.offloaded / placement.total if placement.total else 0.0,
-                                     n_max)
-            self._costs = CostModel.from_profile(stored, n_max, shape) if stored else \
-                CostModel(key, n_max, prior_shape=shape)
-        return self._costs
-
-    def use_cost_model(self, costs: CostModel) -> None:
-        """Answer with ``costs`` from now on (it goes on learning): a measurement can take turns between
-        two starting points on one engine (scripts/drift_bench.py's stale scenario)."""
-        self._costs = costs
-
-    def forget_costs(self) -> None:
-        """Drop what was learned; the next answer starts from the stored profile or the prior."""
-        self._costs = None
-
-    def _time_draft_step(self, costs: CostModel, probe: list[int]) -> None:
-        """Time one draft-model step at the end of its cache, then put the cache back. Twice: the
-        first decode after loading also sets up buffers."""
-        keep = len(self.draft.cached)
-        if self.shared_vocab is not None:
-            probe = self.draft.cached[-1:]   # a token of the draft's own vocabulary
-        if not probe or keep + 1 >= self.draft.n_ctx:
-            return
-        times = []
-        for _ in range(2):
-            started = time.perf_counter()
-            self.draft.eval(probe)
-            times.append(time.perf_counter() - started)
-            self.draft.truncate(keep)
-        costs.observe_draft(1, min(times))
-
-    def _keep_what_is_learned(self, events: Iterator[Event], policy: AutoPolicy,
-                              draft_probe: list[int] | None) -> Iterator[Event]:
-        """Pass the events on; once the answer is out, store what was learned so that the next start
-        is warm. ``draft_probe``: the draft model's step is not known yet; it is timed then (a cold
-        start could not have used the draft model in this answer: the draft waits until batches are
-        measured; timed before, its first decode added a tenth to the first token's time on a fast
-        machine)."""
-        for event in events:
-            if isinstance(event, Summary):
-                if draft_probe and event.stop_reason is not StopReason.ERROR:
-                    self._time_draft_step(policy.costs, draft_probe)
-                self._store(policy.costs)
-            yield event
-
-    def _store(self, costs: CostModel) -> None:
-        if self.profile_store is None or not costs.rounds_now:
-            return
-        try:
-            self.profile_store.save(dataclasses.replace(costs.profile(), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S")))
-        except OSError:
-            pass  # a profile is only a warm start: the next start learns again
-
-    def profile_key(self, n_max: int) -> dict:
-        draft = self.draft_params if self.draft is not None else None
-        return profile_key(
-            self.main_params.path, self.main_params.n_gpu_layers, self.main_params.n_threads or llama.default_threads(),
-            draft.path if draft else None, draft.n_gpu_layers if draft else 0,
-            (draft.n_threads or llama.default_threads()) if draft else 0, n_max, device=self.main_params.device)
-
-    def cost_profile(self, n_max: int, recalibrate: bool = False, progress=None) -> CostProfile:
-        """The machine's cost profile for this pair: what has been learned (or stored) so far; with
-        ``recalibrate``, measured now instead (tens of seconds for billion-parameter models:
-        ``quickdraft calibrate``), stored, and where learning goes on from."""
-        if not recalibrate:
-            return self.cost_model(n_max).profile()
-        key = self.profile_key(n_max)
-        filler = self.main.model.tokenize(CALIBRATION_TEXT, add_special=False, parse_special=False)
-        draft_filler = self.draft.model.tokenize(CALIBRATION_TEXT, add_special=False, parse_special=False) \
-            if self.draft is not None else None
-        profile = calibrate(self.main, self.draft, key, n_max, filler, progress=progress, draft_filler=draft_filler)
-        if self.profile_store is not None:
-            self.profile_store.save(profile)
-        self._costs = CostModel.from_profile(profile, n_max)
-        return profile
-
-    def logit_margin(self, tokens: Sequence[int]) -> LogitMargin:
-        """The main model's two best next tokens after ``tokens``, and their logit gap."""
-        row = np.asarray(prefill(self.main, list(tokens)))
-        second, best = np.argsort(row)[-2:]
-        return LogitMargin(int(best), int(second), float(row[best] - row[second]))
 
     def forget_cache(self) -> None:
         """Empty both KV caches, so the next generation decodes its whole prompt (benchmarks)."""

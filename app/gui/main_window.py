@@ -13,6 +13,7 @@ from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from app import __version__
+from app.core.frontdoor import LoadedPair
 from app.core.params import DrafterKind
 from app.gui.chat.composer import Composer
 from app.gui.chat.conversation_list import ConversationList
@@ -28,10 +29,10 @@ from app.gui.panels.stats_panel import SpeculationPanel
 from app.gui.runtime.chat_values import ShownConversation
 from app.gui.runtime.controller import ChatController
 from app.gui.runtime.live_stats import LiveStats
-from app.gui.runtime.worker import LoadedInfo, RemoteRequest, ServerState
+from app.gui.runtime.worker import RemoteRequest, ServerState
 from app.gui.widgets.banner import Banner
 from app.models.memory import machine_memory
-from app.models.pairing import choose_pair
+from app.models.pairing import first_pair
 from app.paths import AppPaths
 from app.storage.conversations import ConversationStore
 from app.storage.settings import SettingsStore
@@ -232,13 +233,13 @@ class MainWindow(QMainWindow):
         self.model_bar.set_busy(generating)
         self.conversation_list.set_busy(generating)
 
-    def _show_loaded(self, info: LoadedInfo) -> None:
+    def _show_loaded(self, info: LoadedPair) -> None:
         if info.remote_url:
             self.model_bar.set_main(info.remote_url)
         self.model_bar.set_loaded(info.main_name, info.draft_name)
         self.composer.set_thinking_available(info.thinking_off is not None)   # its template has a switch
         self.chat_view.set_loaded(True)
-        self.hardware.show_placement(info.placement)
+        self.hardware.show_placement(tuple(f"{name}: {where}" for name, where in info.placement))
         self._show_first_run()
 
     def _models_changed(self) -> None:
@@ -298,21 +299,16 @@ class MainWindow(QMainWindow):
         return self.controller.load_pair(main_path, draft_path or "")
 
     def _first_pair(self) -> tuple[str, str | None] | None:
-        """No pair chosen yet (a first start, or the last pair's files are gone): the one the app picks
-        among the installed models (app/models/pairing.py choose_pair), said in the banner."""
+        """The pair app/models/pairing.py picks when none is chosen yet, said in the banner."""
         try:
             installed = self.model_bar.registry.list()
         except OSError:
             return None
-        choice = choose_pair(installed, machine_memory(), self.controller.settings.n_ctx) if installed else None
+        choice = first_pair(installed, machine_memory(), self.controller.settings.n_ctx)
         if choice is None:
             return None
-        main, draft = choice
-        drafting = f"and {draft.name} as its draft (the best that can draft for it)" if draft else \
-            "with no draft (none installed can draft for it)"
-        self.banner.show_message(f"Chose {main.name} as the main model (the largest that fits this machine) "
-                                 f"{drafting}. Change them in the bar above.", "info")
-        return str(main.path), str(draft.path) if draft else None
+        self.banner.show_message(choice.note, "info")
+        return choice.main_path, choice.draft_path
 
     def _draft_chosen(self, main: str, draft: str, kept: str) -> None:
         """The model bar chose the best draft for the main model the user picked: say so, with an undo."""

@@ -1,7 +1,7 @@
 """``quickdraft models ...``: search, files, download, import, list, rm, pairs: the model manager headless.
 
-Wired into app/cli.py with ``add_models_parser(subparsers)``; ``run_models_command(args)`` returns the
-exit code and prints a one-line ``error: ...`` for anything a user can cause.
+Wired into app/cli/commands.py with ``add_models_parser(subparsers)``; ``run_models_command(args)``
+returns the exit code and prints a one-line ``error: ...`` for anything a user can cause.
 """
 
 from __future__ import annotations

@@ -135,6 +135,29 @@ def choose_pair(installed: list[InstalledModel], machine: "MachineMemory",
     return main, best_draft(main, installed)
 
 
+@dataclass(frozen=True)
+class FirstPair:
+    """The pair the app loads at a first start, and the sentence that tells the user why."""
+
+    main_path: str
+    draft_path: str | None
+    note: str
+
+
+def first_pair(installed: list[InstalledModel], machine: "MachineMemory", n_ctx: int) -> FirstPair | None:
+    """No pair chosen yet (a first start, or the last pair's files are gone): ``choose_pair``'s
+    choice among the installed models, with what the window tells the user about it."""
+    choice = choose_pair(installed, machine, n_ctx) if installed else None
+    if choice is None:
+        return None
+    main, draft = choice
+    drafting = f"and {draft.name} as its draft (the best that can draft for it)" if draft else \
+        "with no draft (none installed can draft for it)"
+    return FirstPair(str(main.path), str(draft.path) if draft else None,
+                     f"Chose {main.name} as the main model (the largest that fits this machine) {drafting}. "
+                     "Change them in the bar above.")
+
+
 def _catalog_drafts(main_file: str) -> set[str]:
     """The draft files the catalog recommends for a main model file of this name."""
     try:

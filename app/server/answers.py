@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 
 from app.core.chat.messages import check_messages
-from app.core.chat.prompt import needs_template, prompt_tokens
-from app.core.chat.reasoning import REASONING, ThinkingFormat, ReasoningSplitter, prompt_tail, thinking_format
+from app.core.chat.prompt import needs_template
+from app.core.chat.reasoning import REASONING, ThinkingFormat, ReasoningSplitter
 from app.core.chat.toolcalls import CALL, CONTENT, ToolCall, ToolCallStream
 from app.core.chat.tools import (CALL_SPANS, MARKERS, ToolFormat, ToolSupport, call_opening, template_messages,
                                  tool_support)
-from app.server.api import ApiError, GenerationRequest
+from app.core.frontdoor import AnswerEngine
+from app.server.api import ApiError, ApiRequest
 
 READABLE_FORMATS = ("Hermes and Qwen's <tool_call> JSON, Qwen3-Coder's XML, Llama 3.x's JSON, Mistral's "
                     "[TOOL_CALLS] and gpt-oss's harmony")
@@ -46,11 +47,10 @@ class AnswerPlan:
         return self.thinking is None and self.tools is None and not self.prefill
 
 
-def chat_prompt(engine, request: GenerationRequest, model_name: str) -> tuple[list[int], AnswerPlan]:
+def chat_prompt(engine: AnswerEngine, request: ApiRequest) -> tuple[list[int], AnswerPlan]:
     """The prompt tokens of a chat request and how to read its answer. Raises ApiError (400) for tools
     the model's template cannot take, QuickdraftError for messages or a template that fail."""
-    model = engine.main.model
-    template = model.chat_template()
+    template, model_name = engine.pair.chat_template, engine.pair.model_id
     choice = request.tools
     active = choice is not None and choice.mode != "none"
     messages = check_messages(list(request.messages))
@@ -62,8 +62,8 @@ def chat_prompt(engine, request: GenerationRequest, model_name: str) -> tuple[li
         messages = template_messages(messages, support)
     if active:
         variables["tools"] = [dict(t) for t in choice.tools]
-    tokens = list(engine.prompt(messages, variables).tokens)
-    thinking = thinking_format(template, prompt_tail(model, tokens))
+    chat = engine.prompt(messages, variables)
+    tokens, thinking = list(chat.tokens), chat.thinking
     if not active:
         return tokens, AnswerPlan(thinking)
     prefill: list[tuple[str, bool]] = []
@@ -71,7 +71,7 @@ def chat_prompt(engine, request: GenerationRequest, model_name: str) -> tuple[li
         if thinking is not None and thinking.starts_open:
             prefill.append((thinking.end + "\n\n", True))
         prefill += call_opening(support.format, template, choice.name)
-        tokens = list(prompt_tokens(model, messages, variables, prefill).tokens)
+        tokens = list(engine.prompt(messages, variables, prefill).tokens)
     return tokens, AnswerPlan(thinking, support.format, choice.tools, choice.parallel,
                               "".join(text for text, _ in prefill), MARKERS[support.format],
                               CALL_SPANS[support.format])

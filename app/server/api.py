@@ -63,7 +63,7 @@ class ToolChoice:
 
 
 @dataclass(frozen=True)
-class GenerationRequest:
+class ApiRequest:
     """What one request asks the engine for: chat messages, or a completion prompt (text or ids)."""
 
     kind: str                                  # "chat" | "completion"
@@ -78,21 +78,21 @@ class GenerationRequest:
     template_variables: dict = field(default_factory=dict)        # chat: further names for the chat template
 
 
-def parse_chat(body: Any) -> GenerationRequest:
+def parse_chat(body: Any) -> ApiRequest:
     body = _object(body)
     _check_model(body)
     messages = _messages(body.get("messages"))
     _check_response_format(body)
-    return GenerationRequest("chat", _sampling(body), messages=messages, tools=_tool_choice(body),
+    return ApiRequest("chat", _sampling(body), messages=messages, tools=_tool_choice(body),
                              template_variables=_template_variables(body), **_delivery(body))
 
 
-def parse_completion(body: Any) -> GenerationRequest:
+def parse_completion(body: Any) -> ApiRequest:
     body = _object(body)
     _check_model(body)
     text, ids = _prompt(body.get("prompt"))
     _check_response_format(body)
-    return GenerationRequest("completion", _sampling(body), prompt_text=text, prompt_ids=ids, **_delivery(body))
+    return ApiRequest("completion", _sampling(body), prompt_text=text, prompt_ids=ids, **_delivery(body))
 
 
 def _object(body: Any) -> dict:

@@ -1,6 +1,6 @@
 """The HTTP routes (Starlette): OpenAI endpoints, /health and /metrics, API keys, error objects.
 
-Each generation request becomes a Job on the worker's queue; the handler awaits the job's posted
+Each generation request becomes a Job on the JobQueue; the handler awaits the job's posted
 events on the server's event loop. A client that disconnects cancels its job at once.
 """
 
@@ -19,10 +19,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from app.core.frontdoor import LoadedPair
+from app.core.params import DrafterKind
 from app.core.speculation.events import Started, Summary, TokenPiece
 from app.core.speculation.stats import GenerationStats
 from app.server.answers import AnswerStream, answer_message
-from app.server.api import ApiError, GenerationRequest, parse_chat, parse_completion
+from app.server.api import ApiError, ApiRequest, parse_chat, parse_completion
 from app.server.responses import ResponseShape, finish_reason, live_timings, sse, summary_timings
 from app.server.worker import Failed, Job, JobQueue
 
@@ -33,8 +35,8 @@ MAX_JSON_DEPTH = 100
 PUBLIC_PATHS = {"/health", "/v1/health"}
 
 
-def create_app(worker: JobQueue, api_key: str | None = None) -> Starlette:
-    handlers = _Handlers(worker)
+def create_app(jobs: JobQueue, api_key: str | None = None) -> Starlette:
+    handlers = _Handlers(jobs)
     routes = [
         Route("/health", handlers.health), Route("/v1/health", handlers.health),
         Route("/metrics", handlers.metrics),
@@ -52,22 +54,23 @@ def create_app(worker: JobQueue, api_key: str | None = None) -> Starlette:
 
 
 class _Handlers:
-    def __init__(self, worker: JobQueue):
-        self.worker = worker
+    def __init__(self, jobs: JobQueue):
+        self.jobs = jobs
 
     async def health(self, request: Request) -> Response:
-        if not self.worker.available:
+        if not self.jobs.available:
             raise _not_loaded()
         return JSONResponse({"status": "ok"})
 
     async def metrics(self, request: Request) -> Response:
-        text = self.worker.metrics.render(self.worker.processing, self.worker.deferred)
+        text = self.jobs.metrics.render(self.jobs.processing, self.jobs.deferred)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     async def models(self, request: Request) -> Response:
-        card = self._card()
-        model = {"id": card.id, "object": "model", "created": 0, "owned_by": "quickdraft",
-                 "meta": {"main": card.main, "draft": card.draft, "n_ctx": card.n_ctx, "n_vocab": card.n_vocab}}
+        pair = self._pair()
+        model = {"id": pair.model_id, "object": "model", "created": 0, "owned_by": "quickdraft",
+                 "meta": {"main": pair.main_file, "draft": pair.draft_file, "n_ctx": pair.n_ctx,
+                          "n_vocab": pair.n_vocab}}
         return JSONResponse({"object": "list", "data": [model]})
 
     async def chat(self, request: Request) -> Response:
@@ -76,23 +79,23 @@ class _Handlers:
     async def completions(self, request: Request) -> Response:
         return await self._generate(request, parse_completion)
 
-    def _card(self):
-        if self.worker.card is None:
+    def _pair(self) -> LoadedPair:
+        if self.jobs.pair is None:
             raise _not_loaded()
-        return self.worker.card
+        return self.jobs.pair
 
     async def _generate(self, request: Request, parse: Callable) -> Response:
         body = await _body_bytes(request)
         # decoding and checking up to 8 MiB takes a while (seconds for thousands of tools): on a thread
         # of its own, so /health, /metrics and the streams of others go on meanwhile
-        parsed: GenerationRequest = await asyncio.to_thread(lambda: parse(_json(body)))
-        job = self.worker.submit(parsed, asyncio.get_running_loop())
-        watcher = asyncio.create_task(_cancel_on_disconnect(request, self.worker, job))
+        parsed: ApiRequest = await asyncio.to_thread(lambda: parse(_json(body)))
+        job = self.jobs.submit(parsed, asyncio.get_running_loop())
+        watcher = asyncio.create_task(_cancel_on_disconnect(request, self.jobs, job))
         streaming = False
         try:
             started = await _started(job)
             # the pair that answers (the window may have loaded another since the request came)
-            shape = ResponseShape(parsed.kind, job.card.id, job.card.speculative)
+            shape = ResponseShape(parsed.kind, job.pair.model_id, job.drafting is not DrafterKind.NONE)
             if not parsed.stream:
                 summary = await _summary(job)
                 if summary.error is not None:
@@ -103,11 +106,11 @@ class _Handlers:
             live = GenerationStats()
             live.add(started)
             streaming = True  # from here on the stream's own cleanup ends the job
-            return StreamingResponse(_stream(job, shape, live, watcher, self.worker), media_type="text/event-stream",
+            return StreamingResponse(_stream(job, shape, live, watcher, self.jobs), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         finally:
             if not streaming:
-                _finish(watcher, self.worker, job)
+                _finish(watcher, self.jobs, job)
 
 
 def _not_loaded() -> ApiError:
@@ -156,15 +159,15 @@ def _depth_over(value, limit: int) -> bool:
     return False
 
 
-async def _cancel_on_disconnect(request: Request, worker: JobQueue, job: Job) -> None:
+async def _cancel_on_disconnect(request: Request, jobs: JobQueue, job: Job) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
-    worker.withdraw(job)
+    jobs.withdraw(job)
 
 
-def _finish(watcher: asyncio.Task, worker: JobQueue, job: Job) -> None:
+def _finish(watcher: asyncio.Task, jobs: JobQueue, job: Job) -> None:
     watcher.cancel()
-    worker.withdraw(job)  # a no-op for a finished job; stops one a departed client left running
+    jobs.withdraw(job)  # a no-op for a finished job; stops one a departed client left running
 
 
 async def _started(job: Job) -> Started:
@@ -197,7 +200,7 @@ async def _bursts(job: Job, live: GenerationStats | None) -> AsyncIterator[tuple
             return
         if isinstance(event, TokenPiece):
             pending += [event.text] if event.text else []
-            if live is None or live.rounds or live.generated != len(event.token_ids):
+            if live is None or live.rounds or live.generated_tokens != len(event.token_ids):
                 continue  # not the first token: its round sends it
         if pending:
             yield pending, None
@@ -205,7 +208,7 @@ async def _bursts(job: Job, live: GenerationStats | None) -> AsyncIterator[tuple
 
 
 async def _stream(job: Job, shape: ResponseShape, live: GenerationStats, watcher: asyncio.Task,
-                  worker: JobQueue) -> AsyncIterator[bytes]:
+                  jobs: JobQueue) -> AsyncIterator[bytes]:
     """Server-sent events: a role chunk (chat), one chunk per text piece (for a chat answer read into
     parts, per delta of reasoning, content or a tool call: ``AnswerStream``), the final chunk with the
     generation's timings, a usage chunk when asked, [DONE]."""
@@ -228,7 +231,7 @@ async def _stream(job: Job, shape: ResponseShape, live: GenerationStats, watcher
     except ApiError as exc:  # the headers are out: the error travels as an event, as OpenAI's do
         yield sse(exc.body())
     finally:
-        _finish(watcher, worker, job)
+        _finish(watcher, jobs, job)
     yield sse("[DONE]")
 
 

@@ -21,28 +21,29 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-requests", action="store_true", help="print one line per HTTP request")
 
 
-def serve(args, load_engine: Callable[[], object], speculation, drafter: str) -> int:
+def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
+    """Serve the pair ``load_engine`` loads (on the engine's thread) with ``drafter`` (a DrafterKind)."""
     from app.core.errors import QuickdraftError
 
     from app.server.run import LocalServer
-    from app.server.worker import EngineWorker
+    from app.server.worker import ThreadedJobs
 
     if not 0 <= args.port <= 65535:
         raise QuickdraftError(f"--port must be between 0 and 65535, not {args.port}")
     if args.queue < 0:
         raise QuickdraftError(f"--queue must not be negative, not {args.queue}")
-    worker = EngineWorker(load_engine, speculation, drafter, max_waiting=args.queue)
+    jobs = ThreadedJobs(load_engine, speculation, drafter, max_waiting=args.queue)
     # bind before loading, so a taken port or a wrong address fails before minutes of loading
-    server = LocalServer(worker, args.host, args.port, args.api_key, access_log=args.log_requests)
+    server = LocalServer(jobs, args.host, args.port, args.api_key, access_log=args.log_requests)
     try:
-        card = worker.start()
-        draft = f" drafting with {card.draft}" if card.draft else ""
-        print(f"serving {card.id}{draft} (context {card.n_ctx}) at {server.url}/v1 -- Ctrl-C stops",
+        pair = jobs.start()
+        draft = f" drafting with {pair.draft_file}" if pair.draft_file else ""
+        print(f"serving {pair.model_id}{draft} (context {pair.n_ctx}) at {server.url}/v1 -- Ctrl-C stops",
               file=sys.stderr, flush=True)
         server.run()
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down: a normal stop
         pass
     finally:
-        worker.stop()
+        jobs.stop()
         server.socket.close()
     return 0

@@ -3,7 +3,7 @@
 ``timings`` holds llama-server's fields (cache_n, prompt_n, prompt_ms, prompt_per_token_ms,
 prompt_per_second, predicted_n, predicted_ms, predicted_per_token_ms, predicted_per_second) and, as
 llama-server does whenever it serves with a draft, ``draft_n`` and ``draft_n_accepted`` whenever the
-server speculates (someone drafts with the loaded pair: ``ModelCard.speculative``), 0 when nothing
+server speculates (someone drafts with the loaded pair: ``JobQueue.drafting``), 0 when nothing
 was drafted; with ``--drafter none`` (or nobody able to draft) they are left out.
 
 Quickdraft's extension, in a finished generation's timings only (the final chunk, or the response):
@@ -63,7 +63,7 @@ def _timings(cached: int, prompt_n: int, prompt_s: float, predicted_n: int, pred
 
 def live_timings(live: GenerationStats, speculative: bool) -> dict:
     """The timings of a generation still running, from the same numbers its Summary will hold."""
-    return _timings(live.cached_tokens, live.evaluated_tokens, live.ttft_s or 0.0, live.generated,
+    return _timings(live.cached_tokens, live.evaluated_tokens, live.ttft_s or 0.0, live.generated_tokens,
                     live.generation_s, live.generation_tps, live.drafted, live.accepted, speculative)
 
 

@@ -59,14 +59,14 @@ class LocalServer:
     """The HTTP server for one job queue: ``run()`` on this thread (the CLI), or ``start()`` on
     its own (tests, the window), then ``stop()``."""
 
-    def __init__(self, worker: JobQueue, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+    def __init__(self, jobs: JobQueue, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                  api_key: str | None = None, access_log: bool = False):
         check_exposure(host, api_key)
-        self.worker = worker
+        self.jobs = jobs
         self.host = host
         self.socket = bind(host, port)
         self.port = self.socket.getsockname()[1]
-        config = uvicorn.Config(create_app(worker, api_key), log_level="info" if access_log else "warning",
+        config = uvicorn.Config(create_app(jobs, api_key), log_level="info" if access_log else "warning",
                                 access_log=access_log, lifespan="off", timeout_graceful_shutdown=2,
                                 http=HeaderDeadlineProtocol)   # a deadline for request headers (protocol.py)
         self._server = _Server(config)
@@ -78,7 +78,7 @@ class LocalServer:
         return f"http://{host}:{self.port}"
 
     def run(self) -> None:
-        """Serve until interrupted (Ctrl-C); the caller stops the worker afterwards."""
+        """Serve until interrupted (Ctrl-C); the caller stops the job queue afterwards."""
         self._server.run(sockets=[self.socket])
 
     def start(self) -> None:

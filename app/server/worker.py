@@ -1,6 +1,6 @@
 """One generation at a time from a bounded queue, each event stamped on the engine thread's clock and
 posted to the asyncio loop of the request that asked for it. The engine thread is the server's own
-(EngineWorker, for ``quickdraft serve``) or the window's (HostedJobs, the window's "Local server")."""
+(ThreadedJobs, for ``quickdraft serve``) or the window's (HostedJobs, the window's "Local server")."""
 
 from __future__ import annotations
 
@@ -12,35 +12,18 @@ import time
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from app.core.errors import PromptTooLongError, QuickdraftError
+from app.core.frontdoor import AnswerEngine, GenerationRequest, LoadedPair
 from app.core.params import DEFAULT_DRAFTER, DrafterKind, SpeculationParams
 from app.core.speculation.events import Summary, run_to_summary
 from app.core.speculation.loop import check_prompt_fits
 from app.server.answers import AnswerPlan, chat_prompt
-from app.server.api import ApiError, GenerationRequest
+from app.server.api import ApiError, ApiRequest
 from app.server.metrics import ServerMetrics
 
 RECENT_JOBS = 8   # how many recent generations the Retry-After estimate averages
-
-
-@dataclass(frozen=True)
-class ModelCard:
-    """What the loaded pair is, and who drafts with it for the server's requests, read once on the
-    engine's thread."""
-
-    id: str
-    main: str
-    draft: str | None
-    n_ctx: int
-    n_vocab: int
-    drafter: DrafterKind = DrafterKind.NONE   # who really drafts: NONE when nobody can (speculation off)
-
-    @property
-    def speculative(self) -> bool:
-        return self.drafter is not DrafterKind.NONE
 
 
 @dataclass(frozen=True)
@@ -53,11 +36,12 @@ class Job:
     """One request's generation; the engine thread posts the engine's events (Started first, each
     stamped on the engine's clock), or Failed, to ``outbox``."""
 
-    request: GenerationRequest
+    request: ApiRequest
     loop: asyncio.AbstractEventLoop
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
-    card: ModelCard | None = None   # the pair that answers it: set on the engine thread before Started is posted
+    pair: LoadedPair | None = None  # the pair that answers it: set on the engine thread before Started is posted
+    drafting: DrafterKind = DrafterKind.NONE   # who really drafts for it (NONE: nobody), set there too
     plan: AnswerPlan | None = None  # chat: how to read its answer (tools, reasoning), set there too
 
     def post(self, item) -> None:
@@ -72,22 +56,20 @@ class Job:
 
 class JobQueue:
     """The bounded queue of generations and how one is served. Which thread serves them is a
-    subclass's business: EngineWorker's own (``quickdraft serve``), or the window's engine thread
+    subclass's business: ThreadedJobs' own (``quickdraft serve``), or the window's engine thread
     (HostedJobs), where the window's chat and the server's clients share one engine."""
 
-    def __init__(self, speculation: SpeculationParams = SpeculationParams(), drafter: DrafterKind | str = DEFAULT_DRAFTER,
+    def __init__(self, speculation: SpeculationParams = SpeculationParams(), drafter: DrafterKind = DEFAULT_DRAFTER,
                  max_waiting: int = 8, metrics: ServerMetrics | None = None,
                  observe: Callable[[Job, object], None] | None = None):
-        kind = DrafterKind.parse(drafter)
-        if kind is None:  # every generation would fail; the timings need to know who drafts
-            raise QuickdraftError(f"Unknown drafter {drafter!r}; choose one of {', '.join(DrafterKind.values())}.")
         self.speculation = speculation
-        self.drafter = kind
+        self.drafter = drafter
         self.max_waiting = max_waiting
         self.metrics = metrics or ServerMetrics()
-        self.card: ModelCard | None = None
+        self.pair: LoadedPair | None = None
+        self.drafting = DrafterKind.NONE   # who really drafts with the pair as loaded (NONE: nobody)
         self._observe = observe       # sees every item a job is sent, on the engine's thread
-        self._engine = None
+        self._engine: AnswerEngine | None = None
         self._waiting: deque[Job] = deque()
         self._running: Job | None = None
         self._stopping = False
@@ -96,7 +78,7 @@ class JobQueue:
 
     @property
     def available(self) -> bool:
-        return not self._stopping and self.card is not None
+        return not self._stopping and self.pair is not None
 
     @property
     def processing(self) -> int:
@@ -108,7 +90,7 @@ class JobQueue:
 
     # --- requests (the HTTP side's thread) -------------------------------------------------------
 
-    def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop) -> Job:
+    def submit(self, request: ApiRequest, loop: asyncio.AbstractEventLoop) -> Job:
         """Queue a generation, or refuse it: 503 while unavailable, 429 when the queue is full."""
         with self._cond:
             if not self.available:
@@ -137,6 +119,12 @@ class JobQueue:
 
     def _job_waiting(self) -> None:
         """A job was queued (called on the HTTP side's thread, outside the lock)."""
+
+    def _use(self, engine: AnswerEngine) -> None:
+        """Serve with ``engine`` from now on; on the engine's thread."""
+        self._engine = engine
+        self.pair = engine.pair
+        self.drafting = self.pair.who_drafts(self.drafter, self.speculation)
 
     def _retry_after(self) -> int:
         mean = sum(self._durations) / len(self._durations) if self._durations else 1.0
@@ -176,12 +164,12 @@ class JobQueue:
     def _generate(self, job: Job) -> Summary | Failed:
         """Send the events as they come; return the last item (the Summary, or Failed)."""
         engine = self._engine
-        job.card = self.card  # before anything is posted: the handler names this pair in its answer
+        job.pair, job.drafting = self.pair, self.drafting   # before anything is posted: the handler names the pair
         if job.cancel.is_set():  # its client left before its turn
             return Failed(ApiError(499, "The client closed the request."))
         try:
             tokens = self._prompt_tokens(job)
-            check_prompt_fits(tokens, engine.main.n_ctx)
+            check_prompt_fits(tokens, self.pair.n_ctx)
         except PromptTooLongError as exc:
             param = "messages" if job.request.kind == "chat" else "prompt"
             return Failed(ApiError(400, str(exc), param=param, code="context_length_exceeded"))
@@ -190,45 +178,44 @@ class JobQueue:
         except ApiError as exc:
             return Failed(exc)
         plan = job.plan
-        summary = run_to_summary(engine.generate(prompt=tokens, sampling=job.request.sampling,
-                                                 speculation=self.speculation, drafter=self.drafter,
-                                                 cancel=job.cancel, spell=plan.spell if plan else (),
-                                                 tool_spans=plan.call_spans if plan else None),
-                                 lambda event: self._send(job, event))
+        request = GenerationRequest(prompt=tokens, sampling=job.request.sampling, speculation=self.speculation,
+                                    drafter=self.drafter, cancel=job.cancel, spell=plan.spell if plan else (),
+                                    tool_spans=plan.call_spans if plan else None)
+        summary = run_to_summary(engine.generate(request), lambda event: self._send(job, event))
         self.metrics.record(summary)
         return summary
 
     def _prompt_tokens(self, job: Job) -> list[int]:
         engine, request = self._engine, job.request
         if request.kind == "chat":
-            tokens, job.plan = chat_prompt(engine, request, self.card.id)
+            tokens, job.plan = chat_prompt(engine, request)
             return tokens
         if request.prompt_ids is not None:
-            bad = [t for t in request.prompt_ids if not 0 <= t < self.card.n_vocab]
+            bad = [t for t in request.prompt_ids if not 0 <= t < self.pair.n_vocab]
             if bad:
-                raise QuickdraftError(f"Token id {bad[0]} is outside the vocabulary (0..{self.card.n_vocab - 1}).")
+                raise QuickdraftError(f"Token id {bad[0]} is outside the vocabulary (0..{self.pair.n_vocab - 1}).")
             return list(request.prompt_ids)
-        return engine.main.model.tokenize(request.prompt_text, add_special=True, parse_special=True)
+        return engine.tokenize(request.prompt_text)
 
 
-class EngineWorker(JobQueue):
+class ThreadedJobs(JobQueue):
     """Owns the Engine on a thread of its own. One generation runs; up to ``max_waiting`` more wait."""
 
-    def __init__(self, load_engine: Callable[[], object], speculation: SpeculationParams = SpeculationParams(),
-                 drafter: DrafterKind | str = DEFAULT_DRAFTER, max_waiting: int = 8, metrics: ServerMetrics | None = None):
+    def __init__(self, load_engine: Callable[[], AnswerEngine], speculation: SpeculationParams = SpeculationParams(),
+                 drafter: DrafterKind = DEFAULT_DRAFTER, max_waiting: int = 8, metrics: ServerMetrics | None = None):
         super().__init__(speculation, drafter, max_waiting, metrics)
         self._load_engine = load_engine
         self._ready = threading.Event()
         self._load_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="quickdraft-engine", daemon=True)
 
-    def start(self) -> ModelCard:
+    def start(self) -> LoadedPair:
         """Load the engine on its thread; raises the loader's error (a QuickdraftError) here."""
         self._thread.start()
         self._ready.wait()
         if self._load_error is not None:
             raise self._load_error
-        return self.card
+        return self.pair
 
     def stop(self, timeout: float = 30.0) -> None:
         """Cancel what runs and waits, then unload the engine on its thread."""
@@ -242,8 +229,7 @@ class EngineWorker(JobQueue):
 
     def _run(self) -> None:
         try:
-            self._engine = self._load_engine()
-            self.card = _card(self._engine, self.drafter, self.speculation)
+            self._use(self._load_engine())
         except BaseException as exc:  # reported by start() on the caller's thread
             self._load_error = exc
             self._ready.set()
@@ -271,17 +257,17 @@ class HostedJobs(JobQueue):
     side's thread) when a job is queued; the host then calls ``serve_next()`` on its thread, one job
     a call, so the window's requests queued meanwhile take their turn between the server's."""
 
-    def __init__(self, engine, wake: Callable[[], None], speculation: SpeculationParams = SpeculationParams(),
-                 drafter: DrafterKind | str = DEFAULT_DRAFTER, max_waiting: int = 8, metrics: ServerMetrics | None = None,
+    def __init__(self, engine: AnswerEngine, wake: Callable[[], None],
+                 speculation: SpeculationParams = SpeculationParams(), drafter: DrafterKind = DEFAULT_DRAFTER,
+                 max_waiting: int = 8, metrics: ServerMetrics | None = None,
                  observe: Callable[[Job, object], None] | None = None):
         super().__init__(speculation, drafter, max_waiting, metrics, observe)
         self._wake = wake
         self.lend(engine)
 
-    def lend(self, engine) -> None:
+    def lend(self, engine: AnswerEngine) -> None:
         """Serve with ``engine`` from now on (the host loaded another pair); call on the host's thread."""
-        self._engine = engine
-        self.card = _card(engine, self.drafter, self.speculation)
+        self._use(engine)
 
     def serve_next(self) -> bool:
         """Serve the oldest waiting job, if any, on the calling (the host's) thread. Returns whether
@@ -306,18 +292,3 @@ class HostedJobs(JobQueue):
     def _job_waiting(self) -> None:
         self._wake()
 
-
-def _card(engine, drafter: DrafterKind, speculation: SpeculationParams) -> ModelCard:
-    main = Path(engine.main.model.path)
-    draft = Path(engine.draft_model.path).name if engine.draft_model is not None else None
-    return ModelCard(id=main.stem, main=main.name, draft=draft, n_ctx=engine.main.n_ctx,
-                     n_vocab=engine.main.model.n_vocab, drafter=who_drafts(engine, drafter, speculation))
-
-
-def who_drafts(engine, drafter: DrafterKind, speculation: SpeculationParams) -> DrafterKind:
-    """Who drafts with ``engine``'s pair as loaded (the engine's own rule, ``DrafterKind.for_pair``:
-    lookup drafts without a draft model, an MTP drafter file drafts with MTP); NONE when nobody
-    does, which is also so when ``draft_max`` is 0 (no round can draft)."""
-    if speculation.draft_max == 0:
-        return DrafterKind.NONE
-    return drafter.for_pair(engine.draft is not None, engine.mtp_drafter is not None)

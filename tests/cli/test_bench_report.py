@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.bench import BenchReport, PromptResult, format_table, paired_speedup
+from app.cli.bench import BenchReport, PromptResult, format_table, paired_speedup
 
 
 def test_a_burst_that_slows_one_run_does_not_move_the_paired_estimate():

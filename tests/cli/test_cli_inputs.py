@@ -125,7 +125,7 @@ def test_invalid_utf8_on_the_command_line(tiny_models, tmp_path, argv_bytes):
 
 @pytest.mark.parametrize("command", ["generate", "bench", "serve", "calibrate"])
 def test_drafter_and_policy_choices_come_from_the_core(command):
-    from app.cli import build_parser
+    from app.cli.commands import build_parser
     from app.core.params import DrafterKind, PolicyName
 
     sub = next(a for a in build_parser()._actions if a.dest == "command").choices[command]

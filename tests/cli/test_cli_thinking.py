@@ -9,9 +9,11 @@ import json
 
 import pytest
 
-from app.cli_thinking import DIM, RESET, ReasoningPrinter, format_parts, thinking_setup
+from app.cli.thinking import DIM, RESET, ReasoningPrinter, format_parts, thinking_setup
 from app.core.chat.reasoning import ThinkingFormat, split_reasoning
+from app.core.frontdoor import LoadedPair
 from app.core.gguf.tiny import THINKING_SPEC, write_tiny_model
+from app.core.remote.client import REMOTE_THINKING
 from app.core.speculation.events import Summary
 from tests.cli.test_cli import quickdraft
 
@@ -37,8 +39,9 @@ def test_the_reasoning_is_dimmed_on_a_terminal_marked_elsewhere_or_hidden():
 
 
 class _Engine:
-    def __init__(self, fmt):
+    def __init__(self, fmt, remote_url=None):
         self.fmt, self.asked = fmt, []
+        self.pair = LoadedPair("m", "m.gguf", thinking=fmt, remote_url=remote_url)
 
     def thinking_format(self, variables=None):
         self.asked.append(variables)
@@ -48,13 +51,16 @@ class _Engine:
 
 def test_think_goes_to_the_templates_switch_where_there_is_one():
     engine = _Engine(OPEN)
-    assert thinking_setup(engine, None) == (OPEN, None, None)
+    assert thinking_setup(engine, None) == (OPEN, {}, None)
     fmt, variables, note = thinking_setup(engine, False)
     assert variables == {"enable_thinking": False} and not fmt.starts_open and note is None
     no_switch = _Engine(ThinkingFormat("<think>", "</think>", False, None))
-    assert thinking_setup(no_switch, True)[1:] == (None, "--think/--no-think ignored: the model's chat template "
-                                                         "has no thinking switch")
-    assert thinking_setup(object(), None) == (None, None, None)   # a remote server's engine
+    assert thinking_setup(no_switch, True)[1:] == ({}, "--think/--no-think ignored: the model's chat template "
+                                                       "has no thinking switch")
+    remote = _Engine(REMOTE_THINKING, remote_url="http://h:1")   # a server's template is its own
+    assert thinking_setup(remote, None) == (REMOTE_THINKING, {}, None)
+    assert thinking_setup(remote, True) == (REMOTE_THINKING, {}, "--think/--no-think ignored: a remote "
+                                                                 "server's template is its own")
 
 
 def test_the_statistics_block_splits_the_parts_when_there_were_several():

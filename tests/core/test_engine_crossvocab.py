@@ -12,7 +12,8 @@ from app.core.gguf.info import OTHER_VOCABULARY_NOTE, check_pair, read_gguf_info
 from app.core.gguf.shared_vocab import token_bytes
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.llama.binding import LlamaModel
-from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.core.frontdoor import GenerationRequest
+from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
 from app.core.speculation.acceptance import CROSS
 from app.core.speculation.crossvocab import draft_prompt
 from app.core.speculation.events import run_to_summary
@@ -39,9 +40,9 @@ def engines(tiny_models, bpe):
         engine.close()
 
 
-def answer(engine, drafter="model", sampling=SamplingParams(max_tokens=48), spec=FIXED, prompt=None):
-    return run_to_summary(engine.generate(MESSAGES if prompt is None else None, prompt=prompt, sampling=sampling,
-                                          speculation=spec, drafter=drafter))
+def answer(engine, drafter=DrafterKind.MODEL, sampling=SamplingParams(max_tokens=48), spec=FIXED, prompt=None):
+    return run_to_summary(engine.generate(GenerationRequest(MESSAGES if prompt is None else (), prompt=prompt,
+                                                            sampling=sampling, speculation=spec, drafter=DrafterKind(drafter))))
 
 
 def test_a_draft_of_another_vocabulary_is_offered_with_what_it_costs(tiny_models, bpe):
@@ -89,7 +90,7 @@ def test_greedy_answer_is_the_main_models_with_a_draft_steered_to_it(engines, pa
     """The draft spells the main model's answer in its own tokens (every fifth one wrong): its text is
     read by the main model's tokenizer, accepted where right, and the draft follows the answer again."""
     engine = engines[pair]
-    prompt = engine.tokenize_messages(MESSAGES)
+    prompt = list(engine.prompt(MESSAGES).tokens)
     alone = answer(engine, "none", prompt=prompt)
     text = b"".join(engine.main.model.piece(t) for t in alone.token_ids)
     real = engine.draft
@@ -114,9 +115,9 @@ def test_sampling_drafts_on_the_shared_tokens_and_replays_with_a_seed(engines):
 
 def test_the_auto_policy_times_the_draft_and_calibration_measures_it(engines):
     engine = engines["bpe+spm"]
-    engine.forget_costs()
+    engine.costs.forget()
     answer(engine, spec=SpeculationParams())   # auto: the draft's step is timed after the answer
-    assert engine.cost_model(SpeculationParams().draft_max + 1).draft_step_s is not None
-    profile = engine.cost_profile(5, recalibrate=True)
+    assert engine.costs.model(SpeculationParams().draft_max + 1).draft_step_s is not None
+    profile = engine.costs.profile(5, recalibrate=True)
     assert profile.draft_step_s > 0
-    engine.forget_costs()
+    engine.costs.forget()

@@ -11,7 +11,8 @@ from app.core.engine import Engine, read_pair
 from app.core.errors import IncompatibleDraftError, ModelFileError, ModelLoadError, PromptTooLongError
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.llama.binding import LlamaModel, LlamaSession
-from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.core.frontdoor import GenerationRequest
+from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
 from app.core.speculation.events import Origin, Round, Started, StopReason, Summary, TokenPiece
 
 MESSAGES = [{"role": "user", "content": "the cat is on the mat and the dog is in the house"}]
@@ -30,8 +31,9 @@ def engines(tiny_models):
         engine.close()
 
 
-def generate(engine, drafter="model", sampling=GREEDY, spec=SpeculationParams(policy="fixed", draft_max=4), **kw):
-    return list(engine.generate(MESSAGES, sampling=sampling, speculation=spec, drafter=drafter, **kw))
+def generate(engine, drafter=DrafterKind.MODEL, sampling=GREEDY, spec=SpeculationParams(policy="fixed", draft_max=4), **kw):
+    return list(engine.generate(GenerationRequest(MESSAGES, sampling=sampling, speculation=spec,
+                                                  drafter=DrafterKind(drafter), **kw)))
 
 
 def test_batched_logits_rows_match_one_token_at_a_time(tiny_models):
@@ -67,11 +69,12 @@ def test_same_weights_draft_accepts_everything_other_weights_almost_nothing(engi
 @pytest.mark.parametrize("draft", ["same", "other"])
 def test_kv_caches_hold_exactly_the_accepted_prefix_after_each_round(engines, draft):
     engine = engines[draft]
-    prompt = engine.tokenize_messages(MESSAGES)
+    prompt = list(engine.prompt(MESSAGES).tokens)
     snapshots = []
-    for event in engine.generate(MESSAGES, sampling=GREEDY, speculation=SpeculationParams(policy="fixed", draft_max=4)):
+    for event in engine.generate(GenerationRequest(MESSAGES, sampling=GREEDY,
+                                                   speculation=SpeculationParams(policy="fixed", draft_max=4))):
         if isinstance(event, Round):
-            snapshots.append((event.generated_total, list(engine.main.cached), engine.main.kv_positions(),
+            snapshots.append((event.generated_tokens, list(engine.main.cached), engine.main.kv_positions(),
                               list(engine.draft.cached), engine.draft.kv_positions()))
     context = prompt + list(event.token_ids)
     assert len(snapshots) > 5
@@ -116,7 +119,8 @@ def test_stop_string_and_max_tokens(engines):
 def test_cancel_is_checked_every_round(engines):
     cancel = threading.Event()
     rounds = 0
-    for event in engines["other"].generate(MESSAGES, sampling=SamplingParams(max_tokens=200), cancel=cancel):
+    for event in engines["other"].generate(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=200),
+                                                             cancel=cancel)):
         if isinstance(event, Round):
             rounds += 1
             cancel.set()
@@ -128,7 +132,7 @@ def test_prompt_longer_than_context_is_a_clear_error(tiny_models):
     engine = Engine.load(ModelParams(str(tiny_models.main), n_ctx=64))
     long_messages = [{"role": "user", "content": "the cat " * 200}]
     with pytest.raises(PromptTooLongError, match=f"context holds {engine.main.n_ctx}"):
-        list(engine.generate(long_messages))
+        list(engine.generate(GenerationRequest(long_messages)))
     assert engine.main.cached == []  # nothing was decoded
     assert generate(engine, "none", sampling=SamplingParams(max_tokens=3))[-1].generated_tokens == 3
     engine.close()
@@ -146,8 +150,8 @@ def test_a_second_generation_reuses_the_cached_prompt(engines):
 def test_chat_template_and_plain_fallback(tiny_models):
     with_template = Engine.load(ModelParams(str(tiny_models.main), n_ctx=256))
     without = Engine.load(ModelParams(str(tiny_models.no_template), n_ctx=256))
-    text_with = with_template.detokenize(with_template.tokenize_messages(MESSAGES))
-    text_without = without.detokenize(without.tokenize_messages(MESSAGES))
+    text_with = with_template.detokenize(with_template.prompt(MESSAGES).tokens)
+    text_without = without.detokenize(without.prompt(MESSAGES).tokens)
     assert "<|im_start|>user" in text_with and text_with.endswith("<|im_start|>assistant\n")
     assert "User: the cat" in text_without and text_without.endswith("Assistant:")
     with_template.close()
@@ -240,13 +244,13 @@ def test_each_answer_estimates_its_speedup_from_the_learned_costs(tiny_models):
                          ModelParams(str(tiny_models.same), n_gpu_layers=0, n_ctx=256, n_threads=1))
     try:
         prompt = engine.main.model.tokenize("the cat is on the mat and the dog is on the mat")
-        auto = list(engine.generate(prompt=prompt, sampling=SamplingParams(max_tokens=24)))[-1]
-        step = engine.cost_model(17).main_batch(1, len(prompt) + 12)
+        auto = list(engine.generate(GenerationRequest(prompt=prompt, sampling=SamplingParams(max_tokens=24))))[-1]
+        step = engine.costs.model(17).main_batch(1, len(prompt) + 12)
         assert auto.estimated_speedup == pytest.approx(step * (auto.generated_tokens - 1) / auto.generation_s,
                                                        rel=0.2)
         assert auto.to_dict()["estimated_speedup"] == auto.estimated_speedup
-        fixed = list(engine.generate(prompt=prompt, sampling=SamplingParams(max_tokens=24),
-                                     speculation=SpeculationParams(policy="fixed", draft_max=4)))[-1]
+        fixed = list(engine.generate(GenerationRequest(prompt=prompt, sampling=SamplingParams(max_tokens=24),
+                                                       speculation=SpeculationParams(policy="fixed", draft_max=4))))[-1]
         assert fixed.estimated_speedup is None
     finally:
         engine.close()

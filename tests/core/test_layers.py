@@ -1,6 +1,7 @@
 """The layers app/core/__init__.py and app/gui/__init__.py state: a module imports only from its own
 package and from lower layers (every import counts, those inside functions too), nothing in app/
-imports in a circle, no module is over MAX_LINES, and app/core never imports Qt."""
+imports in a circle, no module is over MAX_LINES, app/core never imports Qt, only app/core/llama
+imports llama_cpp, and no front end reads an engine's internals (it uses app/core/frontdoor.py)."""
 
 import ast
 import re
@@ -13,6 +14,13 @@ APP = ROOT / "app"
 CORE = APP / "core"
 QT = re.compile(r"^\s*(from|import)\s+(PySide6|shiboken6|qasync|PyQt\d)", re.M)
 MAX_LINES = 450
+# llama-cpp-python is bound in one place: a new version changes one package, and the rest runs on test
+# models without it
+LLAMA_CPP_PACKAGES = ("app.core.llama",)
+# the front ends talk to an engine through the AnswerEngine protocol only, so a remote engine (and the
+# next kinds of engine) serve them all; these are the local Engine's own parts
+FRONT_ENDS = ("app.cli", "app.gui", "app.server")
+ENGINE_INTERNALS = {"main", "draft", "mtp_drafter", "main_info", "draft_info", "shared_vocab"}
 
 # per tree, its groups: (layer, the packages and modules in the group); a module belongs to the group
 # of the longest prefix that names it, and imports only from its own group and from lower layers
@@ -23,8 +31,9 @@ LAYERS = {
         "llama": (2, ("app.core.llama",)),
         "speculation": (3, ("app.core.speculation",)),
         "chat": (3, ("app.core.chat",)),
-        "remote": (4, ("app.core.remote",)),
-        "engine": (5, ("app.core.engine", "app.core.compare")),
+        "frontdoor": (4, ("app.core.frontdoor",)),
+        "remote": (5, ("app.core.remote",)),
+        "engine": (6, ("app.core.engine", "app.core.pair_costs", "app.core.compare")),
     },
     "app.gui": {
         "widgets": (0, ("app.gui.widgets",)),
@@ -147,8 +156,41 @@ def test_core_sources_do_not_import_qt():
 
 
 def test_importing_the_engine_loads_no_qt():
-    code = ("import sys, app.core.engine, app.core.speculation.loop, app.cli, app.bench; "
+    code = ("import sys, app.core.engine, app.core.speculation.loop, app.cli.commands, app.cli.bench; "
             "print([m for m in sys.modules if m.split('.')[0] in ('PySide6', 'shiboken6', 'qasync')])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=ROOT).stdout
     assert out.strip() == "[]"
+
+
+def _inside(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def _trees():
+    for name, path in MODULES.items():
+        yield name, ast.parse(path.read_text(encoding="utf-8"))
+
+
+def test_only_the_llama_package_imports_llama_cpp():
+    offenders = []
+    for name, tree in _trees():
+        for node in ast.walk(tree):
+            imported = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if any(m.split(".")[0] == "llama_cpp" for m in imported) and not _inside(name, LLAMA_CPP_PACKAGES):
+                offenders.append(f"{name}:{node.lineno}")
+    assert offenders == [], f"only {LLAMA_CPP_PACKAGES} may import llama_cpp"
+
+
+def _names_an_engine(node: ast.expr) -> bool:
+    """``engine``, ``self._engine``, ``served.engine``: an expression whose last name is an engine."""
+    last = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return last.lstrip("_").endswith("engine")
+
+
+def test_no_front_end_reads_an_engines_internals():
+    offenders = [f"{name}:{node.lineno} .{node.attr}" for name, tree in _trees() if _inside(name, FRONT_ENDS)
+                 for node in ast.walk(tree)
+                 if isinstance(node, ast.Attribute) and node.attr in ENGINE_INTERNALS and _names_an_engine(node.value)]
+    assert offenders == [], "front ends use app/core/frontdoor.py's AnswerEngine and LoadedPair"

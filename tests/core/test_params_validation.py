@@ -86,19 +86,18 @@ def test_speculation_policy_is_parsed_into_its_name():
 
 
 def test_one_default_drafter_for_every_front_end():
-    """The CLI, the server, the window's first start and Engine.generate draft alike when nobody says
-    who drafts: DEFAULT_DRAFTER, the one README documents."""
+    """The CLI, the server, the window's first start and a GenerationRequest draft alike when nobody
+    says who drafts: DEFAULT_DRAFTER, the one README documents."""
     import inspect
 
-    from app.core.engine import Engine
+    from app.core.frontdoor import GenerationRequest
     from app.core.params import DEFAULT_DRAFTER, DrafterKind
-    from app.core.remote.client import RemoteEngine
-    from app.server.worker import EngineWorker, HostedJobs, JobQueue
+    from app.server.worker import HostedJobs, JobQueue, ThreadedJobs
     from app.storage.settings import Settings
 
     assert DEFAULT_DRAFTER is DrafterKind.LOOKUP_MODEL
-    for function in (Engine.generate, RemoteEngine.generate, JobQueue.__init__, EngineWorker.__init__,
-                     HostedJobs.__init__):
+    assert GenerationRequest().drafter is DEFAULT_DRAFTER
+    for function in (JobQueue.__init__, ThreadedJobs.__init__, HostedJobs.__init__):
         assert inspect.signature(function).parameters["drafter"].default is DEFAULT_DRAFTER, function
     assert Settings().drafter is DEFAULT_DRAFTER
 

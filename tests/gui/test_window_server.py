@@ -10,9 +10,9 @@ import threading
 import httpx
 
 from app.core.engine import Engine
-from app.core.params import ModelParams, SpeculationParams
+from app.core.params import DrafterKind, ModelParams, SpeculationParams
 from app.server.run import LocalServer
-from app.server.worker import EngineWorker as ServerWorker
+from app.server.worker import ThreadedJobs
 from tests.gui.conftest import ANSWER_TIMEOUT_MS, send, wait_idle, wait_loaded
 
 CHAT = {"messages": [{"role": "user", "content": "the cat is on the mat"}], "temperature": 0, "max_tokens": 12}
@@ -51,9 +51,9 @@ def test_a_server_in_the_picker_answers_the_chat_with_its_speculation(qtbot, mak
         return Engine.load(ModelParams(str(gui_models.main), n_ctx=2048, n_threads=1),
                            ModelParams(str(gui_models.same), n_ctx=2048, n_threads=1))
 
-    worker = ServerWorker(load, SpeculationParams(policy="fixed", draft_max=4), "model")
-    worker.start()
-    server = LocalServer(worker, "127.0.0.1", 0)
+    jobs = ThreadedJobs(load, SpeculationParams(policy="fixed", draft_max=4), DrafterKind.MODEL)
+    jobs.start()
+    server = LocalServer(jobs, "127.0.0.1", 0)
     server.start()
     try:
         window = make_window(recent_remotes=(server.url,))
@@ -73,7 +73,7 @@ def test_a_server_in_the_picker_answers_the_chat_with_its_speculation(qtbot, mak
         assert window.controller.settings.recent_remotes[0] == server.url
     finally:
         server.stop()
-        worker.stop()
+        jobs.stop()
 
 
 def free_port() -> int:

@@ -46,7 +46,7 @@ def test_a_thinking_models_answer_shows_its_reasoning_folded_and_the_switch_work
     conversation = window.controller.conversation_id
     assert window.controller.store.get(conversation).thinking is False
     assert send(window, "and without thinking?")
-    assert window.controller.active.request.template_variables == (("enable_thinking", False),)
+    assert window.controller.active.request.template_variables == {"enable_thinking": False}
     wait_idle(qtbot, window)
     window.controller.new_conversation()
     assert think.isChecked()   # a new conversation thinks

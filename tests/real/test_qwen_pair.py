@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.compare import first_difference
+from app.core.compare import first_difference, logit_margin
 from app.core.engine import Engine
-from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.core.frontdoor import GenerationRequest
+from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
 from tests.conftest import real_model_dir
 
 MODELS = real_model_dir()
@@ -30,8 +31,8 @@ def engine():
 
 def run(engine, drafter):
     engine.forget_cache()
-    return list(engine.generate(MESSAGES, sampling=SamplingParams(max_tokens=40),
-                                speculation=SpeculationParams(policy="fixed", draft_max=4), drafter=drafter))[-1]
+    return list(engine.generate(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=40),
+                                speculation=SpeculationParams(policy="fixed", draft_max=4), drafter=DrafterKind(drafter))))[-1]
 
 
 def test_greedy_speculative_matches_the_main_model_or_parts_at_a_near_tie(engine):
@@ -39,8 +40,8 @@ def test_greedy_speculative_matches_the_main_model_or_parts_at_a_near_tie(engine
     assert base.generated_tokens == spec.generated_tokens == 40
     diff = first_difference(base.token_ids, spec.token_ids)
     if diff is not None:  # quantized matmuls are not batch-invariant: only a near-tie may flip
-        prompt = engine.tokenize_messages(MESSAGES)
-        assert engine.logit_margin(prompt + list(base.token_ids[:diff])).margin < 0.5
+        prompt = list(engine.prompt(MESSAGES).tokens)
+        assert logit_margin(engine, prompt + list(base.token_ids[:diff])).margin < 0.5
     assert "def" in base.text
     assert spec.generated_tokens == spec.accepted + spec.main_tokens
     assert spec.acceptance_rate > 0.4
@@ -56,8 +57,8 @@ def test_gemma_drafts_for_qwen_through_text():
         base, spec = run(gemma, "none"), run(gemma, "model")
         diff = first_difference(base.token_ids, spec.token_ids)
         if diff is not None:  # a near-tie flipped by batching, as above
-            prompt = gemma.tokenize_messages(MESSAGES)
-            assert gemma.logit_margin(prompt + list(base.token_ids[:diff])).margin < 0.5
+            prompt = list(gemma.prompt(MESSAGES).tokens)
+            assert logit_margin(gemma, prompt + list(base.token_ids[:diff])).margin < 0.5
         assert spec.accepted > 0 and [name for name, _, _ in spec.by_drafter] == ["model (other vocabulary)"]
     finally:
         gemma.close()

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 import pytest
 
 from app.core.engine import Engine
-from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.core.frontdoor import GenerationRequest
+from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
 from app.server.run import LocalServer
-from app.server.worker import EngineWorker
+from app.server.worker import ThreadedJobs
 
 N_CTX = 2048
 SPECULATION = SpeculationParams(policy="fixed", draft_max=4)
@@ -19,12 +20,12 @@ SPECULATION = SpeculationParams(policy="fixed", draft_max=4)
 @dataclass
 class Served:
     url: str
-    worker: EngineWorker
+    jobs: ThreadedJobs
     server: LocalServer
 
     @property
     def model_id(self) -> str:
-        return self.worker.card.id
+        return self.jobs.pair.model_id
 
 
 @contextmanager
@@ -36,16 +37,16 @@ def serving(main, draft=None, api_key=None, max_waiting=8, host="127.0.0.1", dra
         return Engine.load(ModelParams(str(main), n_ctx=N_CTX, n_threads=1),
                            ModelParams(str(draft), n_ctx=N_CTX, n_threads=1) if draft else None)
 
-    drafter = drafter or ("model" if draft else "none")
-    worker = EngineWorker(load, speculation, drafter, max_waiting=max_waiting)
-    worker.start()
-    server = LocalServer(worker, host, 0, api_key)
+    drafter = DrafterKind(drafter or ("model" if draft else "none"))
+    jobs = ThreadedJobs(load, speculation, drafter, max_waiting=max_waiting)
+    jobs.start()
+    server = LocalServer(jobs, host, 0, api_key)
     server.start()
     try:
-        yield Served(server.url, worker, server)
+        yield Served(server.url, jobs, server)
     finally:
         server.stop()
-        worker.stop()
+        jobs.stop()
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,8 @@ def greedy_text(main, messages, max_tokens: int) -> str:
     """The main model's own greedy answer, from an engine of the test's own."""
     engine = Engine.load(ModelParams(str(main), n_ctx=N_CTX, n_threads=1))
     try:
-        events = list(engine.generate(messages, sampling=SamplingParams(max_tokens=max_tokens), drafter="none"))
+        request = GenerationRequest(messages, sampling=SamplingParams(max_tokens=max_tokens), drafter=DrafterKind.NONE)
+        events = list(engine.generate(request))
     finally:
         engine.close()
     return events[-1].text

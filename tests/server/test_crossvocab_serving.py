@@ -20,7 +20,7 @@ def test_a_draft_of_another_vocabulary_serves_the_main_models_greedy_answer(tiny
     import openai
 
     with serving(tiny_models.main, bpe_draft) as served:
-        assert served.worker.card.drafter is DrafterKind.MODEL
+        assert served.jobs.drafting is DrafterKind.MODEL
         with openai.OpenAI(base_url=served.url + "/v1", api_key="unused", max_retries=0, timeout=30) as client:
             reply = client.chat.completions.create(model=served.model_id, messages=MESSAGES, max_tokens=32,
                                                    temperature=0)

@@ -4,7 +4,6 @@ llama-server's draft counts in ``timings`` whenever the server speculates, zero 
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -12,7 +11,6 @@ import pytest
 from app.core.params import DrafterKind, SpeculationParams
 from app.core.speculation.events import Summary
 from app.server.responses import summary_timings
-from app.server.worker import who_drafts
 from tests.server.conftest import serving
 
 MESSAGES = [{"role": "user", "content": "the cat is on the mat and the dog is in the house"}]
@@ -99,7 +97,7 @@ def test_a_streamed_answer_that_drafted_nothing_reports_zero_drafts(served, rout
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_lookup_without_a_draft_model_speculates_and_reports_zero_drafts(lookup_served, stream):
-    assert lookup_served.worker.card.drafter is DrafterKind.LOOKUP
+    assert lookup_served.jobs.drafting is DrafterKind.LOOKUP
     answer = post(lookup_served.url, "chat", max_tokens=1, temperature=0, stream=stream, timings_per_token=stream)
     timings = timed(answer) if stream else [answer["timings"]]
     assert timings and all(t.get("draft_n") == 0 and t.get("draft_n_accepted") == 0 for t in timings)
@@ -114,28 +112,11 @@ def test_live_timings_carry_draft_counts_from_the_first_chunk(lookup_served):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_without_speculation_there_are_no_draft_counts(plain_served, stream):
-    assert plain_served.worker.card.drafter is DrafterKind.NONE
+    assert plain_served.jobs.drafting is DrafterKind.NONE
     answer = post(plain_served.url, "chat", max_tokens=8, temperature=0, stream=stream, timings_per_token=stream)
     timings = timed(answer) if stream else [answer["timings"]]
     assert timings and all(t["predicted_n"] >= 1 for t in timings)
     assert not any(k in t for t in timings for k in DRAFT_FIELDS)
-
-
-def engine(draft: bool = False, mtp_drafter: bool = False) -> SimpleNamespace:
-    return SimpleNamespace(draft=object() if draft else None, mtp_drafter=object() if mtp_drafter else None)
-
-
-@pytest.mark.parametrize("drafter, loaded, draft_max, expected", [
-    (DrafterKind.LOOKUP_MODEL, engine(draft=True), 4, DrafterKind.LOOKUP_MODEL),
-    (DrafterKind.LOOKUP_MODEL, engine(), 4, DrafterKind.LOOKUP),      # lookup drafts without a draft model
-    (DrafterKind.LOOKUP, engine(), 4, DrafterKind.LOOKUP),
-    (DrafterKind.MODEL, engine(), 4, DrafterKind.NONE),               # nobody to draft
-    (DrafterKind.MODEL, engine(mtp_drafter=True), 4, DrafterKind.MTP),
-    (DrafterKind.NONE, engine(draft=True), 4, DrafterKind.NONE),
-    (DrafterKind.LOOKUP_MODEL, engine(draft=True), 0, DrafterKind.NONE),  # --draft-max 0: no round drafts
-])
-def test_who_drafts_with_the_loaded_pair(drafter, loaded, draft_max, expected):
-    assert who_drafts(loaded, drafter, SpeculationParams(draft_max=draft_max)) is expected
 
 
 # --- the estimated speedup (a Quickdraft extension) -------------------------------------------------

@@ -45,11 +45,11 @@ def held(monkeypatch):
 
     release, generate = threading.Event(), Engine.generate
 
-    def held_generate(self, *args, sampling, cancel=None, **kwargs):
-        for i, event in enumerate(generate(self, *args, sampling=sampling, cancel=cancel, **kwargs)):
+    def held_generate(self, request):
+        for i, event in enumerate(generate(self, request)):
             yield event
-            if i == 2 and sampling.max_tokens == LONG["max_tokens"]:
-                while not release.wait(0.005) and not (cancel and cancel.is_set()):
+            if i == 2 and request.sampling.max_tokens == LONG["max_tokens"]:
+                while not release.wait(0.005) and not request.cancel.is_set():
                     pass
 
     monkeypatch.setattr(Engine, "generate", held_generate)
@@ -62,8 +62,8 @@ def test_a_client_that_disconnects_cancels_its_generation_at_once(served, held):
     with httpx.stream("POST", served.url + "/v1/chat/completions", json=LONG) as response:
         lines = response.iter_lines()
         assert next(line for line in lines if line.startswith("data:"))
-        assert served.worker.processing == 1
-    took = wait_until(lambda: served.worker.processing == 0)
+        assert served.jobs.processing == 1
+    took = wait_until(lambda: served.jobs.processing == 0)
     assert took < 0.5
     assert cancelled(served.url) == before + 1
 
@@ -76,7 +76,7 @@ def one_running_one_waiting(s, waiter_timeout: float):
         next(lines)
         waiter = threading.Thread(target=lambda: post_quietly(s.url, timeout=waiter_timeout))
         waiter.start()
-        wait_until(lambda: s.worker.deferred == 1)
+        wait_until(lambda: s.jobs.deferred == 1)
         yield waiter
     waiter.join()
 
@@ -92,8 +92,8 @@ def test_a_waiting_client_that_leaves_frees_its_place(tiny_models, held):
     with serving(tiny_models.main, max_waiting=1) as s:
         with one_running_one_waiting(s, waiter_timeout=0.5) as waiter:
             waiter.join()  # its client gave up while it waited
-            wait_until(lambda: s.worker.deferred == 0, timeout=2)
-            assert s.worker.processing == 1
+            wait_until(lambda: s.jobs.deferred == 0, timeout=2)
+            assert s.jobs.processing == 1
 
 
 def test_a_full_queue_answers_429_with_retry_after(tiny_models, held):
@@ -108,7 +108,7 @@ def test_a_full_queue_answers_429_with_retry_after(tiny_models, held):
 
 def test_a_stopped_engine_answers_503(tiny_models):
     with serving(tiny_models.main) as s:
-        s.worker.stop()
+        s.jobs.stop()
         response = httpx.post(s.url + "/v1/chat/completions", json={"messages": MESSAGES})
         assert response.status_code == 503 and "retry-after" in response.headers
         assert httpx.get(s.url + "/health").status_code == 503
@@ -197,13 +197,14 @@ def test_a_burst_is_held_to_the_queue_before_the_first_job_has_started():
     all 20 accepted: refusal only began once a job was running)."""
     import asyncio
 
-    from app.server.api import ApiError, GenerationRequest
-    from app.server.worker import JobQueue, ModelCard
+    from app.core.frontdoor import LoadedPair
+    from app.server.api import ApiError, ApiRequest
+    from app.server.worker import JobQueue
     from app.core.params import SamplingParams
 
     queue = JobQueue(max_waiting=2)
-    queue.card = ModelCard(id="tiny", main="tiny.gguf", draft=None, n_ctx=256, n_vocab=270)
-    request = GenerationRequest("chat", SamplingParams(max_tokens=4), messages=({"role": "user", "content": "hi"},))
+    queue.pair = LoadedPair("tiny", "tiny.gguf", n_ctx=256, n_vocab=270)
+    request = ApiRequest("chat", SamplingParams(max_tokens=4), messages=({"role": "user", "content": "hi"},))
     loop = asyncio.new_event_loop()
     accepted = refused = 0
     try:

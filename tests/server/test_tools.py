@@ -74,12 +74,13 @@ class Script:
 def scripted(monkeypatch):
     script, generate = Script(), Engine.generate
 
-    def scripted_generate(self, messages=None, *, prompt=None, sampling, cancel=None, spell=(), **kwargs):
+    def scripted_generate(self, request):
+        prompt = request.prompt
         script.prompts.append(self.detokenize(prompt))
-        script.spelled.append(tuple(spell))
+        script.spelled.append(tuple(request.spell))
         answer = script.answers.pop(0) if script.answers else script.answer
         if answer is None:
-            yield from generate(self, messages, prompt=prompt, sampling=sampling, cancel=cancel, spell=spell, **kwargs)
+            yield from generate(self, request)
             return
         yield Started(len(prompt), 0)
         pieces = [answer[i:i + 5] for i in range(0, len(answer), 5)]

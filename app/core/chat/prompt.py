@@ -22,6 +22,7 @@ from typing import Any
 from app.core.chat import sizes
 from app.core.chat.deadline import Deadline, DeadlineExceeded
 from app.core.chat.messages import check_messages
+from app.core.chat.reasoning import ThinkingFormat
 from app.core.errors import ChatTemplateError, InvalidMessagesError
 
 __all__ = ["Message", "Prompt", "RenderedPrompt", "check_messages", "prompt_tokens", "render_plain", "render_prompt"]
@@ -48,6 +49,7 @@ class RenderedPrompt:
 class Prompt:
     tokens: list[int]
     warning: str | None = None
+    thinking: ThinkingFormat | None = None   # how the answer to it marks reasoning (the engine reads it)
 
 
 def render_prompt(messages: Sequence[Message], template: str | None, bos_token: str = "",

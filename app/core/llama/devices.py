@@ -65,10 +65,6 @@ class SystemInfo:
     def gpus(self) -> tuple[Device, ...]:
         return tuple(d for d in self.devices if d.is_gpu)
 
-    @property
-    def gpu_free_bytes(self) -> int:
-        return sum(d.free_bytes for d in self.gpus)
-
     def summary(self) -> str:
         """One line for a status bar: what the models can run on."""
         best = preferred_gpu(self.gpus)

@@ -25,6 +25,11 @@ def lib():
     return llama_cpp
 
 
+def version() -> str:
+    """llama-cpp-python's version: a cost profile measured under another is measured again."""
+    return lib().__version__
+
+
 # --- logging: llama.cpp prints every tensor while loading; keep warnings and errors only ------------
 
 _GGML_LOG_LEVEL_INFO = 2

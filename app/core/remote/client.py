@@ -13,18 +13,21 @@ CLI read both alike (``RemoteEngine.thinking_format``).
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
-from typing import Iterator, Sequence
+from collections.abc import Mapping
+from typing import Any, Iterator, Sequence
 from urllib.parse import urlsplit
 
 import httpx
 
-from app.core.chat.prompt import Message
+from app.core.chat.prompt import Message, Prompt
 from app.core.chat.reasoning import ThinkingFormat
 from app.core.errors import QuickdraftError
-from app.core.params import DEFAULT_DRAFTER, DrafterKind, SamplingParams, SpeculationParams
+from app.core.frontdoor import GenerationRequest, LoadedPair
+from app.core.params import SamplingParams
 from app.core.remote.metrics import SpecCounters, spec_counters
 from app.core.speculation.events import Event, Origin, Round, StopReason, Summary, TokenPiece
 
@@ -40,11 +43,12 @@ class RemoteError(QuickdraftError):
 
 
 class RemoteEngine:
-    has_draft = False   # whether the server drafts shows in the statistics it reports
-    warnings: tuple[str, ...] = ()
+    """The AnswerEngine (app/core/frontdoor.py) of a server: it renders its own prompts, drafts as it
+    chooses, and says so in the statistics it reports."""
 
     def __init__(self, url: str, api_key: str | None = None, model: str | None = None,
                  transport: httpx.BaseTransport | None = None):
+        self.given_url = url      # as the user gave it: what settings remember
         self.url = root_url(url)
         self._model = model
         self._metrics_available = True
@@ -66,27 +70,38 @@ class RemoteEngine:
     def display_name(self) -> str:
         return f"{self.model} at {urlsplit(self.url).netloc}"
 
+    @functools.cached_property
+    def pair(self) -> LoadedPair:
+        """The server's model; asking for it fails here (RemoteError) when the server cannot be reached."""
+        return LoadedPair(main_name=self.display_name, main_path=self.given_url, placement=(("remote", self.url),),
+                          thinking=REMOTE_THINKING, remote_url=self.given_url)
+
     def close(self) -> None:
         self._client.close()
 
-    def thinking_format(self, variables=None) -> ThinkingFormat:
-        """How the answer's text marks the reasoning a server sends apart."""
+    def thinking_format(self, variables: Mapping[str, Any] | None = None) -> ThinkingFormat:
+        """How the answer's text marks the reasoning a server sends apart (its template is its own)."""
         return REMOTE_THINKING
 
-    def generate(self, messages: Sequence[Message] | None = None, *, prompt: Sequence[int] | None = None,
-                 sampling: SamplingParams = SamplingParams(), speculation: SpeculationParams = SpeculationParams(),
-                 drafter: DrafterKind | str = DEFAULT_DRAFTER, cancel: threading.Event | None = None) -> Iterator[Event]:
+    def prompt(self, messages: Sequence[Message], variables: Mapping[str, Any] | None = None,
+               prefill: Sequence[tuple[str, bool]] = ()) -> Prompt:
+        raise RemoteError(f"{self.url} renders its own prompts: it cannot be asked for their tokens.")
+
+    def tokenize(self, text: str) -> list[int]:
+        raise RemoteError(f"{self.url} keeps its tokenizer: send it the text instead.")
+
+    def generate(self, request: GenerationRequest) -> Iterator[Event]:
         """Stream an answer from the server as TokenPiece and Round events and, last, a Summary, each
         stamped with the seconds since the request was sent. No Started event: the server says how
-        long the prompt was only at the end. ``speculation`` and ``drafter`` are the server's
-        business; they are accepted and unused."""
-        body = _sampling_body(sampling) | {"model": self.model, "stream": True, "timings_per_token": True,
-                                           "stream_options": {"include_usage": True}}
-        if prompt is not None:
-            path, body = "/v1/completions", body | {"prompt": list(prompt)}
+        long the prompt was only at the end. The request's speculation, drafter, template variables
+        and parts' markers are the server's business: they are not sent."""
+        body = _sampling_body(request.sampling) | {"model": self.model, "stream": True, "timings_per_token": True,
+                                                   "stream_options": {"include_usage": True}}
+        if request.prompt is not None:
+            path, body = "/v1/completions", body | {"prompt": list(request.prompt)}
         else:
-            path, body = "/v1/chat/completions", body | {"messages": [dict(m) for m in messages or []]}
-        return self._stream(path, body, cancel or threading.Event())
+            path, body = "/v1/chat/completions", body | {"messages": [dict(m) for m in request.messages]}
+        return self._stream(path, body, request.cancel)
 
     # --- one answer ------------------------------------------------------------------------------
 

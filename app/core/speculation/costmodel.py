@@ -59,13 +59,12 @@ def model_identity(path: str) -> dict:
 
 def profile_key(main_path: str, main_gpu_layers: int, main_threads: int,
                 draft_path: str | None, draft_gpu_layers: int, draft_threads: int, n_max: int,
-                device: str = "cpu") -> dict:
+                device: str = "cpu", llama_cpp_version: str = "") -> dict:
     """What a profile depends on: change any of it and the profile is measured again. The device
-    counts where a GPU is used (a profile made on the CPU keeps the key it always had)."""
-    import llama_cpp
-
+    counts where a GPU is used (a profile made on the CPU keeps the key it always had); the version
+    of llama-cpp-python comes from app/core/llama (the only package that imports it)."""
     key = {"main": model_identity(main_path), "main_gpu_layers": main_gpu_layers, "main_threads": main_threads,
-           "n_max": n_max, "llama_cpp": llama_cpp.__version__}
+           "n_max": n_max, "llama_cpp": llama_cpp_version}
     if device != "cpu":
         key["device"] = device
     if draft_path:

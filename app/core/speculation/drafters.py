@@ -107,9 +107,8 @@ class PromptLookupDrafter:
 
     Of several occurrences the latest in the prompt is copied, else the latest in the answer. An
     edit's answer holds an edited copy of the prompt, so where it repeats a passage it copied
-    before, the prompt says how the passage goes on and the earlier copy may not: on the benchmark's
-    edit answers, the 16 rounds whose 9+ token match was in both went on as the prompt did for all
-    16 drafted tokens, as the answer's copy did for 3.5 on average.
+    before, the prompt says how the passage goes on and the earlier copy may not (the measurement:
+    docs/architecture.md, section 4).
     """
 
     name = LOOKUP

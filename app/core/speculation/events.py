@@ -67,7 +67,7 @@ class Round:
     accepted: int
     draft_s: float
     verify_s: float
-    generated_total: int   # tokens generated so far, this round included
+    generated_tokens: int   # tokens generated so far, this round included
     at_s: float = 0.0      # when the round ended, since generation started (prompt processing included)
     learning: bool = False  # the policy was still learning this machine's costs after this round
     drafter: str = ""       # who drafted this round's tokens (a DrafterKind value); "" when none were drafted
@@ -114,14 +114,6 @@ class Summary(rates.CountRates):
     @property
     def prompt_tps(self) -> float:
         return rates.per_second(self.prompt_tokens_evaluated, self.prompt_s)
-
-    @property
-    def generated_count(self) -> int:
-        return self.generated_tokens
-
-    @property
-    def total_s(self) -> float:
-        return self.ttft_s + self.generation_s
 
     def to_dict(self) -> dict:
         return {

@@ -3,6 +3,9 @@
 Invariant between rounds: the main session's cache holds every accepted token but the newest one
 (``context[:-1]``); the newest is decoded at the head of the next verify batch. The drafter keeps
 only a prefix of ``context``. So after every round both caches hold accepted tokens only.
+
+Every event is final as it is yielded: a round carries its part of the answer, the Summary its parts'
+numbers and the thread counts, so that whoever runs the loop passes the events on untouched.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 from app.core.errors import PromptTooLongError, QuickdraftError
 from app.core.lm import Session, Vocabulary, common_prefix_length, prefill
@@ -23,6 +26,14 @@ from app.core.speculation.stats import GenerationStats
 from app.core.speculation.text import TextAssembler
 
 
+class PartsOfText(Protocol):
+    """What tells the part of streamed text (app/core/chat/reasoning.py's PartTracker)."""
+
+    def piece(self, text: str, n_tokens: int) -> str: ...
+
+    def take(self) -> str: ...
+
+
 def check_prompt_fits(prompt: Sequence[int], n_ctx: int) -> None:
     if len(prompt) >= n_ctx:  # at least one position must stay free for the answer
         raise PromptTooLongError(len(prompt), n_ctx)
@@ -32,13 +43,19 @@ def check_prompt_fits(prompt: Sequence[int], n_ctx: int) -> None:
 
 class SpeculativeGeneration:
     """One generation. Iterate ``run()`` for the events: a Started first, a Summary last, each
-    stamped with the seconds since the generation started (one clock, ``time.perf_counter``)."""
+    stamped with the seconds since the generation started (one clock, ``time.perf_counter``).
+    ``parts`` reads every piece of text, so each round names the part of the answer (reasoning,
+    answer, tool call) most of its tokens belong to (None: rounds name none); ``threads`` says, at the
+    end, how many threads the main model and the draft decode with (None: 0, not known)."""
 
     def __init__(self, main: Session, vocab: Vocabulary, drafter: Drafter | None, policy: DraftPolicy,
                  sampling: SamplingParams, draft_min: int = 0, cancel: threading.Event | None = None,
-                 warnings: Sequence[str] = ()):
+                 warnings: Sequence[str] = (), parts: PartsOfText | None = None,
+                 threads: Callable[[], tuple[int, int]] | None = None):
         self.main = main
         self.warnings = tuple(warnings)   # for the Summary: e.g. the chat template was not used
+        self.parts = parts
+        self.threads = threads
         self.draft_min = draft_min
         self.vocab = vocab
         self.drafter = drafter
@@ -78,12 +95,14 @@ class SpeculativeGeneration:
         tail = self.text.finish()
         if tail is not None:
             yield self._record(tail)
+        threads, draft_threads = self.threads() if self.threads is not None else (0, 0)
         yield self.stats.to_summary(generated_tokens=len(self.generated), end_s=self._now(),
                                     stop_reason=stop or StopReason.LENGTH, error=error,
                                     text=self.text.text, token_ids=self.generated, warnings=self.warnings,
                                     policy_learning=self.policy.learning,
-                                    cost_rounds_observed=self.policy.rounds_learned,
-                                    main_step_s=self.policy.main_step_s(self._middle_context()))
+                                    cost_rounds_observed=self.policy.cost_rounds_observed,
+                                    main_step_s=self.policy.main_step_s(self._middle_context()),
+                                    threads=threads, draft_threads=draft_threads)
 
     def _middle_context(self) -> int:
         """The context halfway through the answer: where a main step's cost stands for the whole answer."""
@@ -93,8 +112,10 @@ class SpeculativeGeneration:
         return time.perf_counter() - self._start
 
     def _record(self, event: Event) -> Event:
-        """Stamp an event on this generation's clock and count it."""
+        """Stamp an event on this generation's clock, read a piece's part, and count it."""
         event = dataclasses.replace(event, at_s=self._now())
+        if self.parts is not None and isinstance(event, TokenPiece):
+            self.parts.piece(event.text, len(event.token_ids))
         self.stats.add(event)
         return event
 
@@ -119,7 +140,8 @@ class SpeculativeGeneration:
         if self.drafter is not None:
             self.drafter.sync(self.context)
         yield self._record(Round(self.stats.rounds, len(draft), used_drafts, t1 - t0, t2 - t1, len(self.generated),
-                                 learning=self.policy.learning, drafter=draft.sources[0] if draft.sources else ""))
+                                 learning=self.policy.learning, drafter=draft.sources[0] if draft.sources else "",
+                                 part=self.parts.take() if self.parts is not None else ""))
         return self._stop_reason()
 
     def _draft(self) -> Draft:

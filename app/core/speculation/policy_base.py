@@ -57,7 +57,7 @@ class DraftPolicy(Protocol):
     def learning(self) -> bool:
         """Whether the policy is still learning what this machine's batches cost."""
 
-    rounds_learned: int   # rounds whose times its cost model learned from (0: it learns none)
+    cost_rounds_observed: int   # rounds whose times its cost model learned from (0: it learns none)
 
 
 def below_p_min(params: SpeculationParams, score: Score, source: str) -> bool:
@@ -96,7 +96,7 @@ class FixedPolicy:
         pass
 
     learning = False
-    rounds_learned = 0
+    cost_rounds_observed = 0
 
     def main_step_s(self, context: int) -> float | None:
         return None

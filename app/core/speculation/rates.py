@@ -36,7 +36,7 @@ class CountRates:
     """The rates read off a generation's counts, written once for the live statistics (stats.py) and
     the Summary (events.py). What mixes it in has ``accepted``, ``drafted``, ``drafting_rounds``,
     ``rounds``, ``generation_s``, ``accepted_by_position``, ``drafted_by_position`` and
-    ``generated_count`` (the tokens generated so far)."""
+    ``generated_tokens`` (the tokens generated so far)."""
 
     @property
     def acceptance_rate(self) -> float:
@@ -49,11 +49,11 @@ class CountRates:
 
     @property
     def tokens_per_round(self) -> float:
-        return tokens_per_round(self.generated_count, self.rounds)
+        return tokens_per_round(self.generated_tokens, self.rounds)
 
     @property
     def generation_tps(self) -> float:
-        return generation_tps(self.generated_count, self.generation_s)
+        return generation_tps(self.generated_tokens, self.generation_s)
 
     def acceptance_by_position(self) -> list[float]:
         return by_position(self.accepted_by_position, self.drafted_by_position)

@@ -6,11 +6,10 @@ Plain data: every time comes from the events' own stamps (``at_s``, the engine's
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Protocol, Sequence
+from typing import Sequence
 
 from app.core.speculation import rates
 from app.core.speculation.events import Event, Round, Started, StopReason, Summary, TokenPiece
@@ -24,7 +23,7 @@ ALONE_ROUNDS = 3         # rounds without a draft that time a main step well eno
 class GenerationStats(rates.CountRates):
     prompt_tokens: int = 0
     cached_tokens: int = 0            # prompt tokens reused from the KV cache
-    generated: int = 0
+    generated_tokens: int = 0
     ttft_s: float | None = None       # when the first token was ready
     generation_s: float = 0.0         # from the first token to the latest
     drafted: int = 0
@@ -42,7 +41,7 @@ class GenerationStats(rates.CountRates):
     learning: bool = False            # the auto policy is still learning this machine's costs
     _window: deque = field(default_factory=deque, repr=False)                 # (at_s, generated)
     _rolling: deque = field(default_factory=lambda: deque(maxlen=ROLLING_ROUNDS), repr=False)
-    _last_round: tuple[float, int] | None = field(default=None, repr=False)   # (at_s, generated_total)
+    _last_round: tuple[float, int] | None = field(default=None, repr=False)   # (at_s, generated_tokens)
 
     # --- feeding -------------------------------------------------------------------------------
 
@@ -69,20 +68,20 @@ class GenerationStats(rates.CountRates):
         if not piece.token_ids:
             return
         if not self.rounds:  # before the first round only pieces tell how many tokens exist
-            self.generated += len(piece.token_ids)
+            self.generated_tokens += len(piece.token_ids)
         self._token_at(piece.at_s)
 
     def _add_round(self, r: Round) -> None:
         if r.part:
             self._add_to_part(r)
-        self._last_round = (r.at_s, r.generated_total)
+        self._last_round = (r.at_s, r.generated_tokens)
         self.rounds += 1
         self.learning = r.learning
-        self.generated = max(self.generated, r.generated_total)
+        self.generated_tokens = max(self.generated_tokens, r.generated_tokens)
         self.draft_s += r.draft_s
         self.verify_s += r.verify_s
         self._token_at(r.at_s)
-        self._window.append((r.at_s, r.generated_total))
+        self._window.append((r.at_s, r.generated_tokens))
         while len(self._window) > 2 and r.at_s - self._window[1][0] >= TPS_WINDOW_S:
             self._window.popleft()
         if r.drafted <= 0:
@@ -106,7 +105,7 @@ class GenerationStats(rates.CountRates):
             counts[0] += r.drafted
             counts[1] += r.accepted
         since_s, before = self._last_round or (self.ttft_s or 0.0, 1)   # the first token came before any round
-        counts[2] += max(0, r.generated_total - before)
+        counts[2] += max(0, r.generated_tokens - before)
         counts[3] += max(0.0, r.at_s - since_s)
 
     def part_rows(self) -> tuple[tuple[str, int, int, int, float], ...]:
@@ -120,7 +119,7 @@ class GenerationStats(rates.CountRates):
         self.summary = s
         self.learning = s.policy_learning
         self.prompt_tokens, self.cached_tokens = s.prompt_tokens, s.prompt_tokens - s.prompt_tokens_evaluated
-        self.generated, self.ttft_s, self.generation_s = s.generated_tokens, s.ttft_s, s.generation_s
+        self.generated_tokens, self.ttft_s, self.generation_s = s.generated_tokens, s.ttft_s, s.generation_s
         self.drafted, self.accepted = s.drafted, s.accepted
         self.rounds, self.drafting_rounds = s.rounds, s.drafting_rounds
         self.draft_s, self.verify_s = s.draft_s, s.verify_s
@@ -135,10 +134,12 @@ class GenerationStats(rates.CountRates):
     def to_summary(self, *, generated_tokens: int, end_s: float, stop_reason: StopReason,
                    error: str | None = None, text: str = "", token_ids: Sequence[int] = (),
                    warnings: Sequence[str] = (), policy_learning: bool = False,
-                   cost_rounds_observed: int = 0, main_step_s: float | None = None) -> Summary:
+                   cost_rounds_observed: int = 0, main_step_s: float | None = None,
+                   threads: int = 0, draft_threads: int = 0) -> Summary:
         """The Summary of what was added so far; the loop gives what only it knows (tokens never
-        shown, such as an end-of-generation token, when it ended, what its policy learned and what a
-        step of the main model alone costs, for the estimated speedup)."""
+        shown, such as an end-of-generation token, when it ended, what its policy learned, what a
+        step of the main model alone costs, for the estimated speedup, and the threads each model
+        decoded with)."""
         ttft = self.ttft_s or 0.0
         generation_s = max(0.0, end_s - ttft)
         step = self.alone_step_s(main_step_s)
@@ -170,6 +171,8 @@ class GenerationStats(rates.CountRates):
             policy_learning=policy_learning,
             cost_rounds_observed=cost_rounds_observed,
             estimated_speedup=rates.ratio(alone_s, generation_s) if alone_s and generation_s > 0 else None,
+            threads=threads,
+            draft_threads=draft_threads,
         )
 
     # --- reading -------------------------------------------------------------------------------
@@ -190,15 +193,11 @@ class GenerationStats(rates.CountRates):
     @property
     def main_tokens(self) -> int:
         """Tokens the main model produced itself: generated = accepted + main tokens."""
-        return self.generated - self.accepted
+        return self.generated_tokens - self.accepted
 
     @property
     def prompt_tps(self) -> float:
         return rates.per_second(self.evaluated_tokens, self.ttft_s or 0.0)
-
-    @property
-    def generated_count(self) -> int:
-        return self.generated
 
     @property
     def tps_now(self) -> float:
@@ -212,30 +211,6 @@ class GenerationStats(rates.CountRates):
     def rolling_acceptance_rate(self) -> float:
         """Acceptance over the latest ROLLING_ROUNDS rounds that drafted."""
         return rates.ratio(sum(a for _, a in self._rolling), sum(d for d, _ in self._rolling))
-
-
-class PartsOfText(Protocol):
-    """What tells the part of streamed text (app/core/chat/reasoning.py's PartTracker)."""
-
-    def piece(self, text: str, n_tokens: int) -> str: ...
-
-    def take(self) -> str: ...
-
-
-def tag_parts(events: Iterable[Event], parts: PartsOfText) -> Iterator[Event]:
-    """The events with each Round marked with the part of the answer most of its tokens belong to
-    (reasoning, answer, tool call: ``parts`` reads every piece), and the Summary's ``by_part``
-    counted from those rounds."""
-    counted = GenerationStats()
-    for event in events:
-        if isinstance(event, TokenPiece):
-            parts.piece(event.text, len(event.token_ids))
-        elif isinstance(event, Round):
-            event = dataclasses.replace(event, part=parts.take())
-        elif isinstance(event, Summary):
-            event = dataclasses.replace(event, by_part=counted.part_rows())
-        counted.add(event)
-        yield event
 
 
 def _add_ones(by_position: list[int], n: int) -> None:

@@ -9,7 +9,9 @@ from app.core.chat.reasoning import ThinkingFormat, split_reasoning
 from app.core.compare import CompareResult
 from app.core.speculation.events import Summary
 from app.gui.runtime.live_stats import INTERRUPTED, LiveStats
-from app.gui.runtime.worker import Batch, GenerateRequest, LoadedInfo
+from app.core.frontdoor import GenerationRequest, LoadedPair
+from app.core.params import DrafterKind
+from app.gui.runtime.worker import Batch
 from app.storage.conversations import ConversationStore, StoredMessage
 from app.storage.settings import Settings
 
@@ -28,7 +30,7 @@ class ShownConversation:
 
 @dataclass
 class ActiveGeneration:
-    request: GenerateRequest
+    request: GenerationRequest
     conversation_id: int
     message_id: int                 # the assistant message being written (or compared)
     compare: bool = False
@@ -62,14 +64,30 @@ def prompt_messages(store: ConversationStore, conversation_id: int, upto_id: int
     return messages
 
 
-def thinking_request(loaded: LoadedInfo | None, on: bool) -> tuple[ThinkingFormat | None, tuple]:
+def thinking_request(loaded: LoadedPair | None, on: bool) -> tuple[ThinkingFormat | None, dict]:
     """The reasoning markers an answer will use and the template variables that ask for them: with a
     switch in the template, thinking on or off as the conversation says; without one, as it is."""
     if loaded is None or loaded.thinking is None:
-        return None, ()
+        return None, {}
     if loaded.thinking_off is None:
-        return loaded.thinking, ()
-    return (loaded.thinking if on else loaded.thinking_off), ((loaded.thinking.switch, on),)
+        return loaded.thinking, {}
+    return (loaded.thinking if on else loaded.thinking_off), {loaded.thinking.switch: on}
+
+
+def who_drafts(settings: Settings, loaded: LoadedPair | None) -> DrafterKind:
+    """Who drafts for the settings' choice with what is loaded (with nothing loaded: no draft model)."""
+    chosen = DrafterKind(settings.drafter)   # the settings edge: a name the combo box or the file gave
+    return loaded.who_drafts(chosen) if loaded is not None else chosen.without_model()
+
+
+def answer_request(settings: Settings, loaded: LoadedPair | None, messages: list[dict],
+                   thinking_on: bool) -> tuple[ThinkingFormat | None, GenerationRequest]:
+    """The request that answers ``messages`` with the settings and the loaded pair, and the reasoning
+    markers its answer will use (the conversation's "Think" switch asks the template for them)."""
+    thinking, variables = thinking_request(loaded, thinking_on)
+    request = GenerationRequest(tuple(messages), sampling=settings.sampling(), speculation=settings.speculation(),
+                                drafter=who_drafts(settings, loaded), template_variables=variables)
+    return thinking, request
 
 
 def answer_parts(live: LiveStats, summary: Summary | None = None) -> tuple[str, str]:
@@ -101,7 +119,7 @@ def keep_partial(store: ConversationStore, active: ActiveGeneration) -> None:
         active.saved_at = now
 
 
-def settings_after_load(settings: Settings, info: LoadedInfo, remote_api_key: str = "") -> Settings:
+def settings_after_load(settings: Settings, info: LoadedPair, remote_api_key: str = "") -> Settings:
     """The loaded pair becomes the one opened next time and heads the recent lists; a server heads
     the recent servers (the next start opens the local pair again: a server may be gone by then)."""
     if info.remote_url:

@@ -13,14 +13,14 @@ from pathlib import Path
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, QTimer, Signal
 
 from app.core.compare import CompareResult
+from app.core.frontdoor import LoadedPair
 from app.core.params import DrafterKind
 from app.core.speculation.events import Summary
-from app.gui.runtime.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, answer_parts, compare_notice,
-                                 feed, keep_partial, prompt_messages, save_partial, settings_after_load,
-                                 thinking_request, title_from, with_compare)
+from app.gui.runtime.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, answer_parts, answer_request,
+                                         compare_notice, feed, keep_partial, prompt_messages, save_partial,
+                                         settings_after_load, title_from, who_drafts, with_compare)
 from app.gui.runtime.live_stats import LiveStats, message_stats
-from app.gui.runtime.worker import (Batch, EngineWorker, GenerateRequest, LoadedInfo, LoadFailure,
-                            LoadRequest, RemoteRequest, Started)
+from app.gui.runtime.worker import Batch, EngineWorker, LoadFailure, LoadRequest, RemoteRequest, Started
 from app.paths import AppPaths
 from app.storage.conversations import ConversationStore
 from app.storage.opening import open_storage
@@ -44,13 +44,14 @@ class ChatController(QObject):
     notice = Signal(str, str)                     # text, kind: "error", "warning" or "info"
     notice_cleared = Signal(str)                  # clear the notice shown if it is of this kind
     model_loading = Signal(str)                   # the main model's file name
-    models_loaded = Signal(object)                # LoadedInfo: after a load, or again when a failed one kept it
+    models_loaded = Signal(object)                # LoadedPair: after a load, or again when a failed one kept it
     models_unloaded = Signal()
     colour_tokens_changed = Signal(bool)
 
     _load = Signal(object)          # LoadRequest, to the worker
     _connect_remote = Signal(object)  # RemoteRequest, to the worker
-    _generate = Signal(object)      # GenerateRequest, to the worker
+    _generate = Signal(object)      # GenerationRequest, to the worker
+    _compare = Signal(object)       # GenerationRequest, to the worker: compared with the main model alone
     _finish = Signal()              # to the worker: free the models and end the thread
 
     def __init__(self, paths: AppPaths, settings_store: SettingsStore | None = None,
@@ -64,7 +65,7 @@ class ChatController(QObject):
         self.problems = storage.problems   # what opening the files took, for the first notice
         self.conversation_id: int | None = None
         self.search = ""
-        self.loaded: LoadedInfo | None = None
+        self.loaded: LoadedPair | None = None
         self.loading = False
         self.active: ActiveGeneration | None = None
         self.last_generation: ActiveGeneration | None = None
@@ -86,6 +87,7 @@ class ChatController(QObject):
         self._load.connect(self.worker.load, Qt.ConnectionType.QueuedConnection)
         self._connect_remote.connect(self.worker.connect_remote, Qt.ConnectionType.QueuedConnection)
         self._generate.connect(self.worker.generate, Qt.ConnectionType.QueuedConnection)
+        self._compare.connect(self.worker.compare, Qt.ConnectionType.QueuedConnection)
         self._finish.connect(self.worker.finish, Qt.ConnectionType.QueuedConnection)
         self.worker.loaded.connect(self._on_loaded)
         self.worker.load_failed.connect(self._on_load_failed)
@@ -244,9 +246,8 @@ class ChatController(QObject):
         if stored is None or stored.role != "assistant":
             return False
         history = self.prompt_messages(stored.conversation_id, upto_id=message_id)
-        _, variables = thinking_request(self.loaded, self.store.get(stored.conversation_id).thinking)
-        request = GenerateRequest(tuple(history), self.settings.sampling(), self.settings.speculation(),
-                                  drafter, compare=True, template_variables=variables)
+        thinking_on = self.store.get(stored.conversation_id).thinking
+        _, request = answer_request(self.settings, self.loaded, history, thinking_on)
         self.last_compare = None
         self._begin(ActiveGeneration(request, stored.conversation_id, message_id, compare=True))
         self.notice.emit("Comparing: greedy with the draft, then the main model alone…", "info")
@@ -264,15 +265,12 @@ class ChatController(QObject):
 
     def drafter(self) -> DrafterKind:
         """Who drafts, given what is loaded."""
-        loaded = self.loaded
-        return DrafterKind(self.settings.drafter).for_pair(loaded is not None and loaded.draft_path is not None,
-                                                          loaded is not None and loaded.draft_is_mtp_drafter)
+        return who_drafts(self.settings, self.loaded)
 
     def _start_answer(self) -> None:
         # the request first: if it cannot be made, no empty answer is saved or left "generating…"
-        thinking, variables = thinking_request(self.loaded, self.store.get(self.conversation_id).thinking)
-        request = GenerateRequest(tuple(self.prompt_messages(self.conversation_id)), self.settings.sampling(),
-                                  self.settings.speculation(), self.drafter(), template_variables=variables)
+        thinking, request = answer_request(self.settings, self.loaded, self.prompt_messages(self.conversation_id),
+                                           self.store.get(self.conversation_id).thinking)
         message = self.store.add_message(self.conversation_id, "assistant", "")
         self.answer_started.emit(message.id)
         self._begin(ActiveGeneration(request, self.conversation_id, message.id, live=LiveStats(thinking=thinking)))
@@ -283,7 +281,7 @@ class ChatController(QObject):
         self.generating_changed.emit(True)
         self.busy_changed.emit(True)
         self._repaint_timer.start()
-        self._generate.emit(active.request)
+        (self._compare if active.compare else self._generate).emit(active.request)
 
     def _on_started(self, started: Started) -> None:
         if self.active is not None:
@@ -383,7 +381,7 @@ class ChatController(QObject):
         self._connect_remote.emit(request)
         return True
 
-    def _on_loaded(self, info: LoadedInfo) -> None:
+    def _on_loaded(self, info: LoadedPair) -> None:
         self.loading = False
         self.loaded = info
         self.models_loaded.emit(info)

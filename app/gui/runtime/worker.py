@@ -8,17 +8,16 @@ GUI thread free; every event keeps the engine's own time stamp (``at_s``).
 from __future__ import annotations
 
 import logging
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 
-from app.core.chat.reasoning import ThinkingFormat
 from app.core.compare import compare_greedy
 from app.core.engine import Engine, read_pair
 from app.core.errors import QuickdraftError
-from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
+from app.core.frontdoor import AnswerEngine, GenerationRequest
+from app.core.params import DrafterKind, ModelParams, SpeculationParams
 from app.core.remote.client import RemoteEngine
 from app.core.speculation.costmodel import ProfileStore
 from app.core.speculation.events import Round, Started, Summary, TokenPiece, run_to_summary
@@ -32,20 +31,6 @@ BATCH_S = 0.05
 class LoadRequest:
     main: ModelParams
     draft: ModelParams | None
-
-
-@dataclass(frozen=True)
-class LoadedInfo:
-    main_path: str
-    draft_path: str | None
-    main_name: str
-    draft_name: str | None
-    warnings: tuple[str, ...]
-    placement: tuple[str, ...] = ()   # where each model's layers went, a line each
-    remote_url: str | None = None     # chatting through this server instead of local models
-    draft_is_mtp_drafter: bool = False  # the draft is an MTP drafter file: it drafts with MTP
-    thinking: ThinkingFormat | None = None      # the main model thinks: its reasoning markers (thinking on)
-    thinking_off: ThinkingFormat | None = None  # the same with its template's switch off (None: no switch)
 
 
 @dataclass(frozen=True)
@@ -65,7 +50,7 @@ class ServeRequest:
     port: int
     api_key: str | None
     speculation: SpeculationParams
-    drafter: DrafterKind | str
+    drafter: DrafterKind
 
 
 @dataclass(frozen=True)
@@ -78,17 +63,6 @@ class ServerState:
 class LoadFailure:
     message: str
     previous_kept: bool               # the pair loaded before is still loaded
-
-
-@dataclass(frozen=True)
-class GenerateRequest:
-    messages: tuple[dict, ...]
-    sampling: SamplingParams
-    speculation: SpeculationParams
-    drafter: DrafterKind | str        # a DrafterKind or its value
-    cancel: threading.Event = field(default_factory=threading.Event, compare=False)
-    compare: bool = False             # greedy speculative run, then greedy main-only run
-    template_variables: tuple[tuple[str, object], ...] = ()   # for the chat template: (("enable_thinking", False),)
 
 
 @dataclass(frozen=True)
@@ -113,21 +87,21 @@ class EngineWorker(QObject):
     # Signal(object), the payload's type beside it: declared as Signal(Batch) and the like, PySide6
     # converts each payload on the way and the GUI thread stalled 100-250 ms while an answer streamed
     loading = Signal(str)              # what is being loaded
-    loaded = Signal(object)            # LoadedInfo
+    loaded = Signal(object)            # LoadedPair
     load_failed = Signal(object)       # LoadFailure
     started = Signal(object)           # app.core.speculation.events.Started, the engine's first event
     batch = Signal(object)             # Batch
     finished = Signal(object)          # Summary
     compared = Signal(object)          # app.core.compare.CompareResult
     failed = Signal(str)               # a generation could not run; the message is for the user
-    idle = Signal()                    # a generate request has ended, however it ended
+    idle = Signal()                    # a generate or compare request has ended, however it ended
     server_state = Signal(object)      # ServerState
     served = Signal(object)            # ServedEvents: the server's clients' answers, as they run
     _jobs_waiting = Signal()           # the HTTP thread queued a job: serve it on this thread
 
     def __init__(self, profiles_dir: str | Path | None = None):
         super().__init__()
-        self._engine: Engine | RemoteEngine | None = None
+        self._engine: AnswerEngine | None = None
         self._profiles = ProfileStore(profiles_dir) if profiles_dir else None
         self._hosted: HostedJobs | None = None
         self._server = None                # app.server.run.LocalServer while serving
@@ -142,7 +116,7 @@ class EngineWorker(QObject):
             read_pair(request.main.path, request.draft.path if request.draft else None)
             self._close_engine()
             engine = Engine.load(request.main, request.draft, profile_store=self._profiles)
-            thinking = _thinking_formats(engine)
+            pair = engine.pair   # renders the chat template: a template that fails is a failed load
         except QuickdraftError as exc:
             self._load_failed(str(exc))
         except Exception as exc:  # llama.cpp can fail in ways the engine does not name
@@ -152,11 +126,7 @@ class EngineWorker(QObject):
             self._engine = engine
             if self._hosted is not None:
                 self._hosted.lend(engine)
-            self.loaded.emit(LoadedInfo(
-                request.main.path, request.draft.path if request.draft else None,
-                engine.main_info.display_name, engine.draft_info.display_name if engine.draft_info else None,
-                engine.warnings, tuple(f"{name}: {where.describe()}" for name, where in engine.placement().items()),
-                draft_is_mtp_drafter=engine.mtp_drafter is not None, thinking=thinking[0], thinking_off=thinking[1]))
+            self.loaded.emit(pair)
 
     @Slot(object)
     def connect_remote(self, request: RemoteRequest) -> None:
@@ -164,7 +134,7 @@ class EngineWorker(QObject):
         self.loading.emit(request.url)
         engine = RemoteEngine(request.url, request.api_key, request.model)
         try:
-            name = engine.display_name   # asks the server for its models: fails here if unreachable
+            pair = engine.pair   # asks the server for its models: fails here if unreachable
         except QuickdraftError as exc:
             engine.close()
             self.load_failed.emit(LoadFailure(str(exc), self._engine is not None))
@@ -173,8 +143,7 @@ class EngineWorker(QObject):
                           "connected to a remote server.")
         self._close_engine()
         self._engine = engine
-        self.loaded.emit(LoadedInfo(request.url, None, name, None, (), (f"remote: {engine.url}",),
-                                    remote_url=request.url, thinking=engine.thinking_format()))
+        self.loaded.emit(pair)
 
     def _load_failed(self, message: str) -> None:
         if self._engine is None:
@@ -182,14 +151,20 @@ class EngineWorker(QObject):
         self.load_failed.emit(LoadFailure(message, self._engine is not None))
 
     @Slot(object)
-    def generate(self, request: GenerateRequest) -> None:
+    def generate(self, request: GenerationRequest) -> None:
+        self._answer(lambda engine: self.finished.emit(self._stream(engine, request)))
+
+    @Slot(object)
+    def compare(self, request: GenerationRequest) -> None:
+        """Greedy with the request's drafter, then the main model alone: ``compared`` gets both."""
+        self._answer(lambda engine: self._compare(engine, request))
+
+    def _answer(self, run) -> None:
+        """Run a generate or compare request on the loaded engine; any failure becomes ``failed``."""
         try:
             if self._engine is None:
                 raise QuickdraftError("No model is loaded. Choose a main model first.")
-            if request.compare:
-                self._compare(self._engine, request)
-            else:
-                self.finished.emit(self._stream(self._engine, request))
+            run(self._engine)
         except QuickdraftError as exc:
             self.failed.emit(str(exc))
         except MemoryError:
@@ -214,7 +189,7 @@ class EngineWorker(QObject):
         if self._server is not None:
             self.server_state.emit(ServerState(self._server.url))
             return
-        if not isinstance(self._engine, Engine):
+        if self._engine is None or self._engine.pair.remote_url is not None:
             self.server_state.emit(ServerState(None, "Load a local model first: the server serves the loaded pair."))
             return
         from app.server.run import LocalServer  # uvicorn and starlette: only when serving
@@ -266,7 +241,7 @@ class EngineWorker(QObject):
             self._engine.close()
             self._engine = None
 
-    def _stream(self, engine: Engine, request: GenerateRequest) -> Summary:
+    def _stream(self, engine: AnswerEngine, request: GenerationRequest) -> Summary:
         """Run one generation, sending Started and then batches of events; returns its Summary."""
         batches = _Batcher(self.batch.emit)
 
@@ -276,28 +251,16 @@ class EngineWorker(QObject):
             else:
                 batches.add(event)
 
-        variables = {"template_variables": dict(request.template_variables)} if request.template_variables else {}
-        summary = run_to_summary(engine.generate(list(request.messages), sampling=request.sampling,
-                                                 speculation=request.speculation, drafter=request.drafter,
-                                                 cancel=request.cancel, **variables), send)
+        summary = run_to_summary(engine.generate(request), send)
         batches.flush()
         return summary
 
-    def _compare(self, engine: Engine, request: GenerateRequest) -> None:
-        tokens = engine.prompt(list(request.messages), dict(request.template_variables)).tokens
+    def _compare(self, engine: AnswerEngine, request: GenerationRequest) -> None:
+        tokens = engine.prompt(request.messages, request.template_variables).tokens
         result = compare_greedy(engine, tokens, request.drafter, request.sampling.max_tokens,
                                 request.speculation, request.cancel)
         if result is not None:
             self.compared.emit(result)
-
-
-def _thinking_formats(engine: Engine) -> tuple[ThinkingFormat | None, ThinkingFormat | None]:
-    """How the main model marks its reasoning with thinking on, and with its template's switch off
-    (None: the template has no switch, or the model does not think)."""
-    fmt = engine.thinking_format()
-    if fmt is None or fmt.switch is None:
-        return fmt, None
-    return engine.thinking_format({fmt.switch: True}), engine.thinking_format({fmt.switch: False})
 
 
 class _Batcher:

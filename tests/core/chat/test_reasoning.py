@@ -15,7 +15,8 @@ from app.core.chat.reasoning import (PartTracker, ReasoningSplitter, SpelledVoca
 from app.core.engine import Engine
 from app.core.gguf.tiny import THINKING_SPEC, TinySpec, write_tiny_model
 from app.core.llama.binding import LlamaModel
-from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.core.frontdoor import GenerationRequest
+from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
 from app.core.speculation.events import Round, Summary, TokenPiece
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -164,9 +165,9 @@ def test_the_engine_reads_the_tiny_thinking_models_format(thinking_engine):
 
 @pytest.mark.parametrize("think", [True, False])
 def test_a_thinking_answers_rounds_say_their_part(thinking_engine, think):
-    events = list(thinking_engine.generate(HI, sampling=SamplingParams(max_tokens=40, seed=1),
+    events = list(thinking_engine.generate(GenerationRequest(HI, sampling=SamplingParams(max_tokens=40, seed=1),
                                            speculation=SpeculationParams(policy="fixed", draft_max=3),
-                                           drafter="lookup", template_variables={"enable_thinking": think}))
+                                           drafter=DrafterKind.LOOKUP, template_variables={"enable_thinking": think})))
     summary = events[-1]
     assert isinstance(summary, Summary)
     rounds = [e for e in events if isinstance(e, Round)]

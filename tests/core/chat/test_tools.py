@@ -16,7 +16,8 @@ from app.core.chat.tools import ToolFormat, call_opening, template_messages, too
 from app.core.errors import ChatTemplateError, InvalidMessagesError
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.llama.binding import LlamaModel
-from app.core.params import ModelParams
+from app.core.frontdoor import GenerationRequest
+from app.core.params import DrafterKind, ModelParams
 
 TEMPLATES = Path(__file__).parent / "templates"
 WEATHER = {"type": "function", "function": {
@@ -233,8 +234,9 @@ def test_the_engine_spells_the_control_tokens_a_tool_reader_needs(tmp_path, monk
         end = _control(engine.main.model, "<|im_end|>")
         assert engine.main.model.piece(end) == b""                   # a control token renders as nothing
         for spell, piece in [(("<|im_end|>",), b"<|im_end|>"), ((), b"")]:
-            list(engine.generate([{"role": "user", "content": "hi"}], sampling=SamplingParams(max_tokens=2),
-                                 drafter="none", spell=spell))
+            list(engine.generate(GenerationRequest([{"role": "user", "content": "hi"}],
+                                                   sampling=SamplingParams(max_tokens=2),
+                                                   drafter=DrafterKind.NONE, spell=spell)))
             assert seen["vocab"].piece(end) == piece
     finally:
         engine.close()

@@ -10,7 +10,8 @@ import pytest
 from app.core.engine import Engine
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.llama import mtp
-from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.core.frontdoor import GenerationRequest
+from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
 from app.core.speculation.drafters import MTP
 from tests.core.llama.mtp_steering import run_steered
 
@@ -31,8 +32,9 @@ def engine(qwen35):
 
 def _answer(engine, drafter: str, draft_max: int = 4, n: int = 32, **sampling):
     prompt = engine.main.model.tokenize(PROMPT)
-    events = list(engine.generate(prompt=prompt, drafter=drafter, sampling=SamplingParams(max_tokens=n, **sampling),
-                                  speculation=SpeculationParams(draft_max=draft_max, policy="fixed")))
+    events = list(engine.generate(GenerationRequest(prompt=prompt, drafter=DrafterKind(drafter),
+                                                    sampling=SamplingParams(max_tokens=n, **sampling),
+                                                    speculation=SpeculationParams(draft_max=draft_max, policy="fixed"))))
     summary = events[-1]
     assert summary.error is None
     return prompt, summary
@@ -111,7 +113,7 @@ def test_a_model_without_mtp_layers_is_refused(tiny_models):
     engine = Engine.load(ModelParams(str(tiny_models.main), n_gpu_layers=0, n_ctx=256, n_threads=1))
     try:
         with pytest.raises(mtp.MTPUnavailable, match="has no MTP layers"):
-            list(engine.generate(prompt=[1, 50, 60], drafter="mtp"))
+            list(engine.generate(GenerationRequest(prompt=[1, 50, 60], drafter=DrafterKind.MTP)))
     finally:
         engine.close()
 
@@ -184,9 +186,11 @@ def test_auto_learns_what_an_mtp_token_costs_from_the_rounds_it_times():
 
 def test_mtp_with_the_auto_policy_gives_the_main_models_answer(engine):
     prompt = engine.main.model.tokenize(PROMPT)
-    plain = list(engine.generate(prompt=prompt, drafter="none", sampling=SamplingParams(max_tokens=32)))[-1]
-    auto = list(engine.generate(prompt=prompt, drafter="mtp", sampling=SamplingParams(max_tokens=32),
-                                       speculation=SpeculationParams(policy="auto")))[-1]
+    plain = list(engine.generate(GenerationRequest(prompt=prompt, drafter=DrafterKind.NONE,
+                                                   sampling=SamplingParams(max_tokens=32))))[-1]
+    auto = list(engine.generate(GenerationRequest(prompt=prompt, drafter=DrafterKind.MTP,
+                                                  sampling=SamplingParams(max_tokens=32),
+                                                  speculation=SpeculationParams(policy="auto"))))[-1]
     assert auto.error is None and auto.token_ids == plain.token_ids
 
 
@@ -215,8 +219,9 @@ def test_auto_drafts_mtp_on_the_first_answer(engine):
     fresh = Engine.load(ModelParams(engine.main_params.path, n_gpu_layers=0, n_ctx=256, n_threads=1))
     try:
         prompt = fresh.main.model.tokenize(PROMPT)
-        summary = list(fresh.generate(prompt=prompt, drafter="mtp", sampling=SamplingParams(max_tokens=32),
-                                      speculation=SpeculationParams(policy="auto")))[-1]
+        summary = list(fresh.generate(GenerationRequest(prompt=prompt, drafter=DrafterKind.MTP,
+                                                        sampling=SamplingParams(max_tokens=32),
+                                                        speculation=SpeculationParams(policy="auto"))))[-1]
         assert summary.error is None and summary.drafted > 0
     finally:
         fresh.close()

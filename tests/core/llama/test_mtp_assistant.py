@@ -12,7 +12,8 @@ from app.core.errors import IncompatibleDraftError, ModelLoadError
 from app.core.gguf.info import check_pair, read_gguf_info
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.llama import mtp
-from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.core.frontdoor import GenerationRequest
+from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
 from app.core.speculation.drafters import MTP
 from tests.core.llama.mtp_steering import run_steered
 
@@ -45,8 +46,9 @@ def engine(gemma):
 
 def _answer(engine, drafter: str, draft_max: int = 4, n: int = 32, policy: str = "fixed"):
     prompt = engine.main.model.tokenize(PROMPT)
-    events = list(engine.generate(prompt=prompt, drafter=drafter, sampling=SamplingParams(max_tokens=n),
-                                  speculation=SpeculationParams(draft_max=draft_max, policy=policy)))
+    events = list(engine.generate(GenerationRequest(prompt=prompt, drafter=DrafterKind(drafter),
+                                                    sampling=SamplingParams(max_tokens=n),
+                                                    speculation=SpeculationParams(draft_max=draft_max, policy=policy))))
     summary = events[-1]
     assert summary.error is None
     return prompt, summary
@@ -103,8 +105,8 @@ def test_the_pair_drafts_with_mtp_whatever_model_drafter_is_asked(engine):
     finally:
         del engine._drafter
     assert seen == [None, MTP, MTP]
-    assert engine.draft is None and engine.draft_model is engine.mtp_drafter
-    assert set(engine.placement()) == {"main", "draft"}
+    assert engine.draft is None and engine.pair.mtp_drafter and engine.pair.draft_path is not None
+    assert {name for name, _ in engine.pair.placement} == {"main", "draft"}
 
 
 @pytest.mark.parametrize("right", [1, 2, 5])

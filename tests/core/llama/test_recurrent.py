@@ -17,7 +17,8 @@ from app.core.engine import Engine
 from app.core.gguf.info import check_pair, read_gguf_info
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.llama.binding import ATTENTION, HYBRID, RECURRENT, LlamaModel, LlamaSession
-from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.core.frontdoor import GenerationRequest
+from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
 
 ARCHITECTURES = {"lfm2": HYBRID, "qwen35": HYBRID, "mamba": RECURRENT, "qwen3moe": ATTENTION}
 MESSAGES = [{"role": "user", "content": "the cat is on the mat and the dog is in the house"}]
@@ -42,7 +43,8 @@ def plain(files):
     answers = {}
     for arch, paths in files.items():
         engine = Engine.load(ModelParams(str(paths["main"]), n_ctx=512, n_threads=1))
-        answers[arch] = list(engine.generate(MESSAGES, sampling=GREEDY, drafter="none"))[-1].token_ids
+        answers[arch] = list(engine.generate(GenerationRequest(MESSAGES, sampling=GREEDY,
+                                                               drafter=DrafterKind.NONE)))[-1].token_ids
         engine.close()
     return answers
 
@@ -51,7 +53,8 @@ def speculate(paths, draft: str, drafter: str, runs: int = 1):
     engine = Engine.load(ModelParams(str(paths["main"]), n_ctx=512, n_threads=1),
                          ModelParams(str(paths[draft]), n_ctx=512, n_threads=1))
     try:
-        return [list(engine.generate(MESSAGES, sampling=GREEDY, speculation=FIXED_4, drafter=drafter))[-1]
+        return [list(engine.generate(GenerationRequest(MESSAGES, sampling=GREEDY, speculation=FIXED_4,
+                                                       drafter=DrafterKind(drafter))))[-1]
                 for _ in range(runs)]
     finally:
         engine.close()
@@ -75,7 +78,8 @@ def test_the_same_request_four_times_gets_the_same_answer(files, plain, arch):
     answers = speculate(files[arch], "other", "lookup+model", runs=4)
     assert [a.token_ids for a in answers] == [plain[arch]] * 4 and all(a.error is None for a in answers)
     engine = Engine.load(ModelParams(str(files[arch]["main"]), n_ctx=512, n_threads=1))
-    plain_again = [list(engine.generate(MESSAGES, sampling=GREEDY, drafter="none"))[-1] for _ in range(4)]
+    plain_again = [list(engine.generate(GenerationRequest(MESSAGES, sampling=GREEDY,
+                                                          drafter=DrafterKind.NONE)))[-1] for _ in range(4)]
     assert [a.token_ids for a in plain_again] == [plain[arch]] * 4
     engine.close()
 
@@ -173,16 +177,19 @@ def test_a_second_chat_turn_picks_up_after_the_first_prompt_without_reading_it_a
     engine = Engine.load(ModelParams(str(files[arch]["main"]), n_ctx=512, n_threads=1),
                          ModelParams(str(files[arch]["other"]), n_ctx=512, n_threads=1))
     try:
-        first = list(engine.generate(MESSAGES, sampling=GREEDY, speculation=FIXED_4, drafter=drafter))[-1]
+        first = list(engine.generate(GenerationRequest(MESSAGES, sampling=GREEDY, speculation=FIXED_4,
+                                                       drafter=DrafterKind(drafter))))[-1]
         turn = MESSAGES + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "and then?"}]
         rereads = engine.main.rereads
-        second = list(engine.generate(turn, sampling=GREEDY, speculation=FIXED_4, drafter=drafter))[-1]
+        second = list(engine.generate(GenerationRequest(turn, sampling=GREEDY, speculation=FIXED_4,
+                                                        drafter=DrafterKind(drafter))))[-1]
         assert engine.main.rereads == rereads   # from the state saved after the first prompt
     finally:
         engine.close()
     fresh = Engine.load(ModelParams(str(files[arch]["main"]), n_ctx=512, n_threads=1))
     try:
-        assert second.token_ids == list(fresh.generate(turn, sampling=GREEDY, drafter="none"))[-1].token_ids
+        assert second.token_ids == list(fresh.generate(GenerationRequest(turn, sampling=GREEDY,
+                                                                         drafter=DrafterKind.NONE)))[-1].token_ids
     finally:
         fresh.close()
 
@@ -194,13 +201,15 @@ def test_a_batch_llama_cpp_refuses_leaves_no_half_read_state_behind(files, monke
 
     engine = Engine.load(ModelParams(str(files["lfm2"]["main"]), n_ctx=512, n_threads=1))
     try:
-        plain = list(engine.generate(MESSAGES, sampling=GREEDY, drafter="none"))[-1].token_ids
+        plain = list(engine.generate(GenerationRequest(MESSAGES, sampling=GREEDY,
+                                                       drafter=DrafterKind.NONE)))[-1].token_ids
         real = llama_cpp.llama_decode
         monkeypatch.setattr(llama_cpp, "llama_decode", lambda ctx, batch: 1)
         with pytest.raises(DecodeError, match="failed to decode"):
             engine.main.eval([5, 6, 7])
         assert list(engine.main.cached) == []   # a recurrent state the batch may have touched is not trusted
         monkeypatch.setattr(llama_cpp, "llama_decode", real)
-        assert list(engine.generate(MESSAGES, sampling=GREEDY, drafter="none"))[-1].token_ids == plain
+        assert list(engine.generate(GenerationRequest(MESSAGES, sampling=GREEDY,
+                                                      drafter=DrafterKind.NONE)))[-1].token_ids == plain
     finally:
         engine.close()

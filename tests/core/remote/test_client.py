@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from app.core.chat.reasoning import split_reasoning
+from app.core.frontdoor import GenerationRequest
 from app.core.params import SamplingParams
 from app.core.remote.client import RemoteEngine, RemoteError, root_url
 from app.core.remote.metrics import spec_counters
@@ -38,7 +39,7 @@ def test_remote_engine_on_quickdraft_serve_reports_its_speculation_live(tiny_mod
     expected = greedy_text(tiny_models.main, MESSAGES, 40)
     with serving(tiny_models.main, tiny_models.same) as s:
         engine = RemoteEngine(s.url + "/v1/")
-        events = list(engine.generate(MESSAGES, sampling=SamplingParams(max_tokens=40)))
+        events = list(engine.generate(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=40))))
         engine.close()
     summary = events[-1]
     rounds = [e for e in events if isinstance(e, Round)]
@@ -58,7 +59,7 @@ def test_remote_engine_reads_another_quickdrafts_estimated_speedup():
     chunks.append({"choices": [], "timings": {"predicted_n": 2, "draft_n": 4, "draft_n_accepted": 3,
                                                "estimated_speedup": 1.7}})
     engine = RemoteEngine("http://other:8080", transport=fake_server(sse_stream(chunks, finish="stop"), metrics=None))
-    assert list(engine.generate(MESSAGES))[-1].estimated_speedup == 1.7
+    assert list(engine.generate(GenerationRequest(MESSAGES)))[-1].estimated_speedup == 1.7
 
 
 def test_a_servers_reasoning_content_reads_as_a_thinking_models_reasoning():
@@ -66,7 +67,7 @@ def test_a_servers_reasoning_content_reads_as_a_thinking_models_reasoning():
               {"content": "Hel"}, {"content": "lo"}]
     stream = sse_stream([{"choices": [{"index": 0, "delta": d}]} for d in deltas], finish="stop")
     engine = RemoteEngine("http://gpu-box:8080", transport=fake_server(stream, metrics=None))
-    events = list(engine.generate(MESSAGES))
+    events = list(engine.generate(GenerationRequest(MESSAGES)))
     pieces = [e.text for e in events if isinstance(e, TokenPiece)]
     assert pieces == ["<think>The user", " greets.", "</think>Hel", "lo"]
     assert split_reasoning(engine.thinking_format(), events[-1].text) == ("The user greets.", "Hello")
@@ -76,7 +77,7 @@ def test_remote_engine_says_not_reported_for_a_server_without_a_draft_or_metrics
     stream = sse_stream([{"choices": [{"index": 0, "delta": {"content": w}}]} for w in ("Hel", "lo", "!")],
                         finish="stop", usage={"prompt_tokens": 9, "completion_tokens": 3})
     engine = RemoteEngine("http://gpu-box:8000", transport=fake_server(stream, metrics=None))
-    events = list(engine.generate(MESSAGES))
+    events = list(engine.generate(GenerationRequest(MESSAGES)))
     summary = events[-1]
     assert summary.text == "Hello!" and summary.generated_tokens == 3 and summary.prompt_tokens == 9
     assert not summary.speculation_reported
@@ -91,7 +92,7 @@ def test_remote_engine_reads_vllm_spec_decode_counter_deltas_around_the_answer()
     requests: list[httpx.Request] = []
     engine = RemoteEngine("http://gpu-box:8000/v1", api_key="k", transport=fake_server(stream, [before, after],
                                                                                      requests))
-    summary = list(engine.generate(MESSAGES, sampling=SamplingParams(max_tokens=57)))[-1]
+    summary = list(engine.generate(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=57))))[-1]
     assert summary.speculation_reported
     assert (summary.drafted, summary.accepted, summary.drafting_rounds) == (54, 38, 18)
     assert summary.accepted_by_position == (16, 13, 9) and summary.drafted_by_position == (18, 18, 18)
@@ -106,7 +107,7 @@ def test_recorded_llama_server_stream_replays_with_its_rounds_and_draft_origins(
     stream = (FIXTURES / "llama_server_stream.txt").read_text()
     before, after = [(FIXTURES / f"llama_server_metrics_{n}.txt").read_text() for n in ("before", "after")]
     engine = RemoteEngine("http://127.0.0.1:8099", model="qwen", transport=fake_server(stream, [before, after]))
-    events = list(engine.generate(MESSAGES, sampling=SamplingParams(max_tokens=40)))
+    events = list(engine.generate(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=40))))
     summary, rounds = events[-1], [e for e in events if isinstance(e, Round)]
     pieces = [e for e in events if isinstance(e, TokenPiece)]
     assert summary.text.startswith("```python\ndef fibonacci_iterative(n):\n") and summary.error is None
@@ -124,7 +125,7 @@ def test_recorded_llama_server_stream_replays_with_its_rounds_and_draft_origins(
 
 def test_llama_server_without_metrics_still_reports_from_its_timings():
     stream = (FIXTURES / "llama_server_stream.txt").read_text()
-    summary = list(RemoteEngine("http://h:1", model="q", transport=fake_server(stream, None)).generate(MESSAGES))[-1]
+    summary = list(RemoteEngine("http://h:1", model="q", transport=fake_server(stream, None)).generate(GenerationRequest(MESSAGES)))[-1]
     assert summary.speculation_reported and (summary.drafted, summary.accepted) == (34, 27)
     assert summary.drafting_rounds == 12 and summary.accepted_by_position == ()
 
@@ -143,7 +144,7 @@ def test_cancel_stops_reading_and_ends_with_a_cancel_summary():
     cancel = threading.Event()
     engine = RemoteEngine("http://gpu-box:8000", transport=fake_server(stream, metrics=None))
     events = []
-    for event in engine.generate(MESSAGES, cancel=cancel):
+    for event in engine.generate(GenerationRequest(MESSAGES, cancel=cancel)):
         events.append(event)
         if len(events) == 5:
             cancel.set()
@@ -154,7 +155,7 @@ def test_cancel_stops_reading_and_ends_with_a_cancel_summary():
 def test_a_server_error_in_the_stream_ends_with_an_error_summary():
     stream = ('data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\n'
               'data: {"error": {"message": "out of memory", "type": "server_error"}}\n\n')
-    summary = list(RemoteEngine("http://h:1", transport=fake_server(stream, None)).generate(MESSAGES))[-1]
+    summary = list(RemoteEngine("http://h:1", transport=fake_server(stream, None)).generate(GenerationRequest(MESSAGES)))[-1]
     assert summary.stop_reason is StopReason.ERROR and "out of memory" in summary.error and summary.text == "par"
 
 
@@ -162,12 +163,12 @@ def test_refusals_and_unreachable_servers_raise_one_clear_error(tiny_models):
     with serving(tiny_models.main, api_key="sesame", host="0.0.0.0") as s:
         url = f"http://127.0.0.1:{s.server.port}"
         with pytest.raises(RemoteError, match="HTTP 401: Missing or wrong API key"):
-            list(RemoteEngine(url, api_key="wrong").generate(MESSAGES))
+            list(RemoteEngine(url, api_key="wrong").generate(GenerationRequest(MESSAGES)))
         # a server serving one pair answers whatever model name a client sends, as llama-server does
-        assert list(RemoteEngine(url, api_key="sesame", model="gpt-4").generate(MESSAGES))[-1].error is None
+        assert list(RemoteEngine(url, api_key="sesame", model="gpt-4").generate(GenerationRequest(MESSAGES)))[-1].error is None
         port = s.server.port
     with pytest.raises(RemoteError, match="cannot reach"):
-        list(RemoteEngine(f"http://127.0.0.1:{port}").generate(MESSAGES))
+        list(RemoteEngine(f"http://127.0.0.1:{port}").generate(GenerationRequest(MESSAGES)))
 
 
 @pytest.mark.parametrize("given, root", [

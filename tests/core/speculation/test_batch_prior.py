@@ -172,18 +172,18 @@ def test_the_engine_starts_from_its_main_model_s_prior(moe, tiny_models, tmp_pat
     try:
         assert engine.main.model.placement.offloaded == 0
         shape = main_batch_shape(engine.main_info, 0.0, N_MAX)
-        costs = engine.cost_model(N_MAX)
+        costs = engine.costs.model(N_MAX)
         assert not costs.warm and prior_ratios(costs) == pytest.approx(shape)
         assert shape[1] > cpu[1] + 0.1 and all(s >= c for s, c in zip(shape, cpu))
-        stored = CostProfile(key=engine.profile_key(N_MAX), main_batch_s=[STEP] * N_MAX)
-        engine.profile_store = ProfileStore(tmp_path)
-        engine.profile_store.save(stored)
-        engine.forget_costs()
-        assert engine.cost_model(N_MAX).warm and prior_ratios(engine.cost_model(N_MAX)) == pytest.approx([1.0] * N_MAX)
+        stored = CostProfile(key=engine.costs.key(N_MAX), main_batch_s=[STEP] * N_MAX)
+        engine.costs.store = ProfileStore(tmp_path)
+        engine.costs.store.save(stored)
+        engine.costs.forget()
+        assert engine.costs.model(N_MAX).warm and prior_ratios(engine.costs.model(N_MAX)) == pytest.approx([1.0] * N_MAX)
     finally:
         engine.close()
     dense = Engine.load(ModelParams(str(tiny_models.main), n_gpu_layers=0, n_ctx=256, n_threads=1))
     try:
-        assert prior_ratios(dense.cost_model(N_MAX)) == pytest.approx(cpu)
+        assert prior_ratios(dense.costs.model(N_MAX)) == pytest.approx(cpu)
     finally:
         dense.close()

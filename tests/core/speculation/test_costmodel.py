@@ -11,7 +11,8 @@ import types
 import numpy as np
 import pytest
 
-from app.core.params import SamplingParams, SpeculationParams
+from app.core.frontdoor import GenerationRequest
+from app.core.params import DrafterKind, SamplingParams, SpeculationParams
 from app.core.speculation import loop as speculative
 from app.core.speculation.acceptance import LOOKUP, MODEL, LookupMatch
 from app.core.speculation.costmodel import CostModel, CostProfile, ProfileStore
@@ -179,7 +180,7 @@ def test_the_policy_follows_a_machine_whose_speed_changes_mid_answer(clock):
     learning = []
     events, _ = run_lookup(policy, machine, clock, 600, check)
     assert len(late) > 20 and all(within(r, 1.0) for r in late)
-    assert policy.rounds_learned == sum(isinstance(e, Round) for e in events)
+    assert policy.cost_rounds_observed == sum(isinstance(e, Round) for e in events)
     assert learning[0] and not learning[99] and learning[101]   # cold, then learned; the change is noticed
     assert not learning[100 + 2 * ROUNDS_TO_FOLLOW]
 
@@ -200,7 +201,7 @@ def test_a_warm_start_from_a_wrong_profile_is_corrected(clock):
                                     SamplingParams(temperature=1.0, seed=3, max_tokens=400))
         rounds = [e for e in gen.run([0, 1, 2, 3, 0, 1, 2, 3]) if isinstance(e, Round)]
         assert name == "stale" or policy.costs.stale                       # twice as fast: not this machine
-        late = rounds[-1].generated_total - rounds[39].generated_total
+        late = rounds[-1].generated_tokens - rounds[39].generated_tokens
         speeds[name] = late / (rounds[-1].at_s - rounds[39].at_s) * STEP   # 1.0: the main model alone
     assert speeds["learning"] > 0.9 and speeds["stale"] < 0.5
     ctx = len(main.cached)
@@ -352,7 +353,7 @@ def test_a_size_timed_slow_by_a_burst_of_load_does_not_stop_the_probes_above_it(
     policy = AutoPolicy(AUTO, costs)
     copying = LookupMatch(16, in_prompt=True)
     chances = [policy.acceptance.chance(LOOKUP, i, copying) for i in range(16)]
-    assert policy.bounded.main_batch(5) < policy.bounded.main_batch(4)   # a batch of 3, then two steps
+    assert policy.readings.bounded.main_batch(5) < policy.readings.bounded.main_batch(4)   # a batch of 3, then two steps
     assert policy._may_verify(4, chances)
 
 
@@ -408,14 +409,14 @@ def test_the_draft_step_is_learned_from_the_rounds_it_drafts(clock):
 # -- the engine -------------------------------------------------------------------------------------
 
 def test_the_engine_answers_without_calibrating_and_stores_what_it_learned(tmp_path, tiny_models, monkeypatch):
-    from app.core import engine as engine_module
+    from app.core import pair_costs
     from app.core.engine import Engine
     from app.core.params import ModelParams
 
     def no_calibration(*args, **kwargs):
         raise AssertionError("generate must not calibrate")
 
-    monkeypatch.setattr(engine_module, "calibrate", no_calibration)
+    monkeypatch.setattr(pair_costs, "calibrate", no_calibration)
     store = ProfileStore(tmp_path)
     params = (ModelParams(str(tiny_models.main), n_ctx=256, n_threads=1),
               ModelParams(str(tiny_models.same), n_ctx=256, n_threads=1))
@@ -423,17 +424,17 @@ def test_the_engine_answers_without_calibrating_and_stores_what_it_learned(tmp_p
     try:
         messages = [{"role": "user", "content": "the cat is on the mat and the dog is in the house"}]
         for drafter in ("model", "lookup", "lookup+model"):
-            events = list(engine.generate(messages, sampling=SamplingParams(max_tokens=24),
-                                          speculation=SpeculationParams(draft_max=4), drafter=drafter))
+            events = list(engine.generate(GenerationRequest(messages, sampling=SamplingParams(max_tokens=24),
+                                          speculation=SpeculationParams(draft_max=4), drafter=DrafterKind(drafter))))
             summary = events[-1]
             assert summary.error is None and summary.cost_rounds_observed == summary.rounds > 0
-        assert engine.cost_model(5).draft_step_s > 0          # timed with a step, not calibrated
-        assert store.load(engine.profile_key(5)).learned_rounds >= summary.rounds
+        assert engine.costs.model(5).draft_step_s > 0          # timed with a step, not calibrated
+        assert store.load(engine.costs.key(5)).learned_rounds >= summary.rounds
     finally:
         engine.close()
     again = Engine.load(*params, profile_store=store)
     try:
-        assert again.cost_model(5).warm and again.cost_model(5).draft_step_s > 0
+        assert again.costs.model(5).warm and again.costs.model(5).draft_step_s > 0
     finally:
         again.close()
 
@@ -454,12 +455,12 @@ def test_nothing_runs_on_the_draft_model_before_a_cold_starts_first_token(tmp_pa
         eval_draft = engine.draft.eval
         monkeypatch.setattr(engine.draft, "eval", lambda *a, **k: decoded.append(bool(answered)) or eval_draft(*a, **k))
         messages = [{"role": "user", "content": "the cat is on the mat and the dog is in the house"}]
-        for event in engine.generate(messages, sampling=SamplingParams(max_tokens=24),
-                                     speculation=SpeculationParams(draft_max=4), drafter="lookup+model"):
+        for event in engine.generate(GenerationRequest(messages, sampling=SamplingParams(max_tokens=24),
+                                     speculation=SpeculationParams(draft_max=4), drafter=DrafterKind.LOOKUP_MODEL)):
             if isinstance(event, TokenPiece):
                 answered.append(event)
         assert decoded and all(after_first_token for after_first_token in decoded)
-        assert engine.cost_model(5).draft_step_s > 0
-        assert store.load(engine.profile_key(5)).draft_step_s > 0
+        assert engine.costs.model(5).draft_step_s > 0
+        assert store.load(engine.costs.key(5)).draft_step_s > 0
     finally:
         engine.close()

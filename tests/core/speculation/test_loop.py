@@ -147,13 +147,48 @@ def test_the_events_give_the_summarys_numbers(name):
     stats = GenerationStats()
     for event in [started, *middle]:
         stats.add(event)
-    assert (stats.generated, stats.drafted, stats.accepted, stats.main_tokens) == \
+    assert (stats.generated_tokens, stats.drafted, stats.accepted, stats.main_tokens) == \
         (summary.generated_tokens, summary.drafted, summary.accepted, summary.main_tokens)
     assert (stats.rounds, stats.drafting_rounds) == (summary.rounds, summary.drafting_rounds)
     assert tuple(stats.drafted_by_position) == summary.drafted_by_position
     assert tuple(stats.accepted_by_position) == summary.accepted_by_position
     assert stats.acceptance_rate == summary.acceptance_rate
     assert stats.tokens_per_round == summary.tokens_per_round
+
+
+class _Halves:
+    """A scripted PartTracker: the first ten tokens are reasoning, the rest the answer."""
+
+    def __init__(self):
+        self.seen, self.counts = 0, Counter()
+
+    def piece(self, text, n_tokens):
+        part = "reasoning" if self.seen < 10 else "answer"
+        self.seen += n_tokens
+        self.counts[part] += n_tokens
+        return part
+
+    def take(self):
+        part = max(self.counts, key=self.counts.get)
+        self.counts = Counter()
+        return part
+
+
+def test_the_loops_events_are_final_rounds_name_their_part_and_the_summary_the_threads():
+    spec = SpeculationParams(policy="fixed", draft_max=4)
+    gen = SpeculativeGeneration(ReferenceSession(MAIN), MAIN, DraftModelDrafter(ReferenceSession(MAIN)),
+                                make_policy(spec), SamplingParams(max_tokens=30), parts=_Halves(),
+                                threads=lambda: (3, 2))
+    *middle, summary = list(gen.run(PROMPT))
+    assert [r.part for r in middle if isinstance(r, Round)][:2] == ["reasoning", "reasoning"]
+    assert [r.part for r in middle if isinstance(r, Round)][-1] == "answer"
+    assert (summary.threads, summary.draft_threads) == (3, 2)
+    assert [row[0] for row in summary.by_part] == ["reasoning", "answer"]
+    assert sum(row[3] for row in summary.by_part) == summary.generated_tokens - 1   # the tokens after the first
+    stats = GenerationStats()
+    for event in middle:
+        stats.add(event)
+    assert [row[:4] for row in stats.part_rows()] == [row[:4] for row in summary.by_part]
 
 
 def test_draft_min_drops_short_drafts():

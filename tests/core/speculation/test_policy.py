@@ -213,21 +213,21 @@ def test_profile_is_saved_reused_and_invalidated(tmp_path, tiny_models):
     store = ProfileStore(tmp_path / "profiles")
     engine = Engine.load(ModelParams(str(tiny_models.main), n_ctx=256, n_threads=1),
                          ModelParams(str(tiny_models.other), n_ctx=256, n_threads=1), profile_store=store)
-    first = engine.cost_profile(5, recalibrate=True)   # measured only when asked (quickdraft calibrate)
+    first = engine.costs.profile(5, recalibrate=True)   # measured only when asked (quickdraft calibrate)
     assert first.n_max == 5 and first.draft_step_s > 0 and all(t > 0 for t in first.main_batch_s)
     assert len(list(store.directory.glob("*.json"))) == 1
     engine.close()
 
     again = Engine.load(ModelParams(str(tiny_models.main), n_ctx=256, n_threads=1),
                         ModelParams(str(tiny_models.other), n_ctx=256, n_threads=1), profile_store=store)
-    assert again.cost_profile(5).main_batch_s == pytest.approx(first.main_batch_s, rel=0.01)  # reused
-    assert again.cost_profile(5, recalibrate=True).measured_at >= first.measured_at
+    assert again.costs.profile(5).main_batch_s == pytest.approx(first.main_batch_s, rel=0.01)  # reused
+    assert again.costs.profile(5, recalibrate=True).measured_at >= first.measured_at
     again.close()
 
     other_threads = Engine.load(ModelParams(str(tiny_models.main), n_ctx=256, n_threads=2),
                                 ModelParams(str(tiny_models.other), n_ctx=256, n_threads=1), profile_store=store)
-    assert store.load(other_threads.profile_key(5)) is None              # settings changed: not valid
-    other_threads.cost_profile(5, recalibrate=True)
+    assert store.load(other_threads.costs.key(5)) is None              # settings changed: not valid
+    other_threads.costs.profile(5, recalibrate=True)
     assert len(list(store.directory.glob("*.json"))) == 2
     other_threads.close()
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from app.core.speculation.events import Origin, Round, Started, StopReason, Summary, TokenPiece
-from app.core.speculation.stats import ROLLING_ROUNDS, TPS_WINDOW_S, GenerationStats, tag_parts
+from app.core.speculation.stats import ROLLING_ROUNDS, TPS_WINDOW_S, GenerationStats
 
 
-def round_(index, drafted, accepted, generated_total, at_s, draft_s=0.0, verify_s=0.0):
-    return Round(index, drafted, accepted, draft_s, verify_s, generated_total, at_s)
+def round_(index, drafted, accepted, generated_tokens, at_s, draft_s=0.0, verify_s=0.0, part=""):
+    return Round(index, drafted, accepted, draft_s, verify_s, generated_tokens, at_s, part=part)
 
 
 # 120 prompt tokens, 20 of them from the cache; the first token at 0.5 s, then three rounds:
@@ -38,7 +38,7 @@ def fed(events) -> GenerationStats:
 def test_counts_from_a_hand_made_stream():
     s = fed(EVENTS)
     assert (s.prompt_tokens, s.cached_tokens, s.evaluated_tokens) == (120, 20, 100)
-    assert (s.generated, s.drafted, s.accepted, s.main_tokens) == (9, 8, 5, 4)
+    assert (s.generated_tokens, s.drafted, s.accepted, s.main_tokens) == (9, 8, 5, 4)
     assert (s.rounds, s.drafting_rounds) == (3, 2)
     assert s.drafted_by_position == [2, 2, 2, 2] and s.accepted_by_position == [2, 1, 1, 1]
     assert s.draft_s == pytest.approx(0.04) and s.verify_s == pytest.approx(0.14)
@@ -59,7 +59,7 @@ def test_rates_from_a_hand_made_stream():
 
 def test_before_any_round_pieces_count_the_tokens():
     s = fed(EVENTS[:3])
-    assert s.generated == 5 and s.rounds == 0
+    assert s.generated_tokens == 5 and s.rounds == 0
     assert s.generation_tps == pytest.approx(4 / 0.1)
     assert s.tps_now == 0.0 and s.acceptance_rate == 0.0 and s.acceptance_by_position() == []
 
@@ -85,7 +85,7 @@ def test_the_summary_is_the_final_word():
                   drafting_rounds=3, draft_s=0.1, verify_s=0.2, accepted_by_position=(3, 3),
                   drafted_by_position=(3, 3, 3, 1)))
     assert s.summary is not None
-    assert (s.generated, s.drafted, s.accepted, s.rounds, s.cached_tokens) == (12, 10, 6, 5, 0)
+    assert (s.generated_tokens, s.drafted, s.accepted, s.rounds, s.cached_tokens) == (12, 10, 6, 5, 0)
     assert s.generation_tps == s.summary.generation_tps == pytest.approx(11 / 1.1)
     assert s.acceptance_by_position() == s.summary.acceptance_by_position() == [1.0, 1.0, 0.0, 0.0]
 
@@ -144,49 +144,28 @@ def test_the_estimated_speedup_uses_the_answers_own_steps_of_the_main_model_alon
     assert answer([(4, 4, 0.1)] * 2, learned=None).estimated_speedup is None
 
 
-class _Parts:
-    """A scripted PartTracker: the part each piece's text names."""
-
-    def __init__(self):
-        self.counts: dict[str, int] = {}
-
-    def piece(self, text, n_tokens):
-        self.counts[text] = self.counts.get(text, 0) + n_tokens
-        return text
-
-    def take(self):
-        part = max(self.counts, key=self.counts.get)
-        self.counts = {}
-        return part
-
-
-def test_rounds_are_tagged_with_their_part_and_the_summary_splits_counts_and_time_by_part():
+def test_rounds_tagged_with_their_part_split_the_summarys_counts_and_time_by_part():
     events = [
         Started(10, 0),
         TokenPiece("reasoning", (1,), Origin.MAIN, at_s=0.5),
         TokenPiece("reasoning", (2, 3, 4), Origin.DRAFT, at_s=0.7),
-        round_(0, 4, 2, 4, 0.7),                   # 3 new tokens in 0.2 s, since the first token
+        round_(0, 4, 2, 4, 0.7, part="reasoning"),   # 3 new tokens in 0.2 s, since the first token
         TokenPiece("reasoning", (5, 6), Origin.DRAFT, at_s=0.8),
         TokenPiece("answer", (7,), Origin.MAIN, at_s=0.8),
-        round_(1, 2, 1, 7, 0.8),                   # mostly reasoning
+        round_(1, 2, 1, 7, 0.8, part="reasoning"),   # mostly reasoning
         TokenPiece("answer", (8,), Origin.MAIN, at_s=1.2),
-        round_(2, 0, 0, 8, 1.2),                   # the main model alone, 0.4 s
+        round_(2, 0, 0, 8, 1.2, part="answer"),      # the main model alone, 0.4 s
         TokenPiece("tool_call", (9, 10, 11, 12), Origin.DRAFT, at_s=1.3),
-        round_(3, 4, 3, 12, 1.3),
-        Summary(10, 10, 12, 0.5, 0.5, 0.8, 10, 6, 6, 4, 3, 0.0, 0.0, at_s=1.3),
+        round_(3, 4, 3, 12, 1.3, part="tool_call"),
     ]
-    out = list(tag_parts(events, _Parts()))
-    assert [e.part for e in out if isinstance(e, Round)] == ["reasoning", "reasoning", "answer", "tool_call"]
-    summary = out[-1]
+    summary = fed(events).to_summary(generated_tokens=12, end_s=1.3, stop_reason=StopReason.EOG)
     rows = {part: (d, a, n, pytest.approx(sec)) for part, d, a, n, sec in summary.by_part}
     assert rows == {"reasoning": (6, 3, 6, pytest.approx(0.3)), "answer": (0, 0, 1, pytest.approx(0.4)),
                     "tool_call": (4, 3, 4, pytest.approx(0.1))}
     assert [row[0] for row in summary.by_part] == ["reasoning", "answer", "tool_call"]
     as_json = summary.to_dict()["by_part"]
     assert as_json["reasoning"]["acceptance_rate"] == 0.5 and as_json["tool_call"]["tokens_per_s"] == pytest.approx(40)
-    live = fed(out[:-1])   # the window's live numbers read the same split from the tagged rounds
-    assert live.part_rows() == tuple(summary.by_part)
-    assert fed(out).by_part == {part: [d, a, n, sec] for part, d, a, n, sec in summary.by_part}
+    assert fed(events + [summary]).by_part == {part: [d, a, n, sec] for part, d, a, n, sec in summary.by_part}
 
 
 def test_untagged_rounds_have_no_parts_and_a_summary_without_parts_keeps_what_was_counted():

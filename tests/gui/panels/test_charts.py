@@ -25,7 +25,7 @@ def test_round_axis_before_data_and_after_rounds(qtbot):
 
     live = LiveStats()
     for i in range(3):
-        live.add(Round(i, drafted=4, accepted=2, draft_s=0, verify_s=0, generated_total=3 * (i + 1),
+        live.add(Round(i, drafted=4, accepted=2, draft_s=0, verify_s=0, generated_tokens=3 * (i + 1),
                        at_s=0.1 * (i + 1)))
     panel.update_from(live)
     labels = _round_labels(panel)

@@ -35,7 +35,7 @@ def answer(rounds: int = 300, learning: bool = True, summary: bool = False) -> L
     for i in range(rounds):
         drafted = 1 + i % 16
         live.add(Round(i, drafted=drafted, accepted=(i * 7) % (drafted + 1), draft_s=0.004, verify_s=0.02,
-                       generated_total=3 * (i + 1), at_s=0.5 + 0.025 * (i + 1), learning=learning, drafter="model"))
+                       generated_tokens=3 * (i + 1), at_s=0.5 + 0.025 * (i + 1), learning=learning, drafter="model"))
     if summary:
         live.add(Summary(prompt_tokens=117, prompt_tokens_evaluated=117, generated_tokens=3 * rounds, ttft_s=0.5,
                          prompt_s=0.5, generation_s=0.025 * rounds, drafted=live.drafted, accepted=live.accepted,

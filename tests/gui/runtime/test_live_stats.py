@@ -11,9 +11,9 @@ from app.gui.runtime.live_stats import LiveStats, format_footer, thin
 def test_rounds_give_acceptance_by_round_rolling_and_position():
     live = LiveStats()
     live.add(TokenPiece("a", (1,), Origin.MAIN, at_s=0.010))
-    live.add(Round(0, drafted=4, accepted=4, draft_s=0, verify_s=0, generated_total=6, at_s=0.1))
-    live.add(Round(1, drafted=4, accepted=1, draft_s=0, verify_s=0, generated_total=8, at_s=0.2))
-    live.add(Round(2, drafted=0, accepted=0, draft_s=0, verify_s=0, generated_total=9, at_s=0.3))
+    live.add(Round(0, drafted=4, accepted=4, draft_s=0, verify_s=0, generated_tokens=6, at_s=0.1))
+    live.add(Round(1, drafted=4, accepted=1, draft_s=0, verify_s=0, generated_tokens=8, at_s=0.2))
+    live.add(Round(2, drafted=0, accepted=0, draft_s=0, verify_s=0, generated_tokens=9, at_s=0.3))
     assert live.ttft_s == 0.010
     assert (live.drafted, live.accepted, live.drafting_rounds) == (8, 5, 2)
     assert live.acceptance_rate == 5 / 8 and live.mean_accepted_length == 2.5
@@ -31,7 +31,7 @@ def test_prompt_speed_from_the_first_token_and_message_speed_from_the_second():
     live.add(TokenPiece("a", (1,), Origin.MAIN, at_s=104.63))
     assert live.prompt_tps == 500 / 104.63 and live.generation_tps == 0.0
     live.add(TokenPiece("b", (2, 3), Origin.DRAFT, at_s=105.63))
-    live.add(Round(0, drafted=2, accepted=2, draft_s=0, verify_s=0, generated_total=3, at_s=105.63))
+    live.add(Round(0, drafted=2, accepted=2, draft_s=0, verify_s=0, generated_tokens=3, at_s=105.63))
     assert live.generation_tps == 2 / 1.0
     panel = StatsPanel()
     panel.update_from(live)

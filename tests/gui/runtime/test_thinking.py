@@ -15,7 +15,7 @@ from app.core.speculation.events import Origin, Round, Summary, TokenPiece
 from app.gui.runtime.chat_values import answer_parts, prompt_messages, thinking_request
 from app.gui.runtime.controller import ChatController
 from app.gui.runtime.live_stats import LiveStats, format_footer, message_stats
-from app.gui.runtime.worker import LoadedInfo
+from app.core.frontdoor import LoadedPair
 from app.paths import app_paths
 from app.storage.settings import SettingsStore
 from tests.gui.conftest import ANSWER_TIMEOUT_MS, LOAD_TIMEOUT_MS, TEST_SETTINGS
@@ -76,13 +76,13 @@ def test_the_footer_and_the_stored_stats_split_the_parts():
 
 
 def test_the_switch_asks_the_template_for_thinking_or_not():
-    info = LoadedInfo("m", None, "m", None, (), thinking=OPEN, thinking_off=CLOSED)
-    assert thinking_request(info, True) == (OPEN, (("enable_thinking", True),))
-    assert thinking_request(info, False) == (CLOSED, (("enable_thinking", False),))
+    info = LoadedPair("m", "m", thinking=OPEN, thinking_off=CLOSED)
+    assert thinking_request(info, True) == (OPEN, {"enable_thinking": True})
+    assert thinking_request(info, False) == (CLOSED, {"enable_thinking": False})
     no_switch = replace(OPEN, switch=None)
-    assert thinking_request(replace(info, thinking=no_switch, thinking_off=None), False) == (no_switch, ())
-    assert thinking_request(replace(info, thinking=None, thinking_off=None), True) == (None, ())
-    assert thinking_request(None, True) == (None, ())
+    assert thinking_request(replace(info, thinking=no_switch, thinking_off=None), False) == (no_switch, {})
+    assert thinking_request(replace(info, thinking=None, thinking_off=None), True) == (None, {})
+    assert thinking_request(None, True) == (None, {})
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def test_a_thinking_conversation_keeps_reasoning_apart_and_the_switch_turns_it_o
     c = controller
     assert c.loaded.thinking == OPEN and c.loaded.thinking_off == CLOSED
     request, live, first = _answer(c, qtbot, "hello there")
-    assert request.template_variables == (("enable_thinking", True),)
+    assert request.template_variables == {"enable_thinking": True}
     assert live.thinking == OPEN
     # the tiny model's random words begin inside the reasoning block its template opened
     assert first.reasoning and first.reasoning == live.reasoning
@@ -127,7 +127,7 @@ def test_a_thinking_conversation_keeps_reasoning_apart_and_the_switch_turns_it_o
     c.set_thinking(False)
     assert c.store.get(c.conversation_id).thinking is False
     request, live, second = _answer(c, qtbot, "and now?")
-    assert request.template_variables == (("enable_thinking", False),)
+    assert request.template_variables == {"enable_thinking": False}
     assert live.thinking == CLOSED and not live.thinking_now
     # the earlier reasoning goes back apart from its answer; the template drops it (it is before the last
     # user message), as Qwen3's does
@@ -145,5 +145,5 @@ def test_a_new_chat_takes_the_switch_set_before_its_first_message(controller, qt
     c = controller
     c.set_thinking(False)
     request, _, _ = _answer(c, qtbot, "hi")
-    assert request.template_variables == (("enable_thinking", False),)
+    assert request.template_variables == {"enable_thinking": False}
     assert c.store.get(c.conversation_id).thinking is False

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from app.core.compare import CompareResult
-from app.core.engine import Engine, read_pair
+from app.core.engine import read_pair
 from app.core.errors import IncompatibleDraftError
+from app.core.frontdoor import GenerationRequest, LoadedPair
 from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
 from app.core.speculation.events import Round, Started, Summary, TokenPiece
-from app.gui.runtime.worker import Batch, EngineWorker, GenerateRequest, LoadedInfo, LoadFailure, LoadRequest
+from app.gui.runtime.worker import Batch, EngineWorker, LoadFailure, LoadRequest
 
 MESSAGES = ({"role": "user", "content": "write a long story"},)
 
@@ -28,19 +29,18 @@ def worker(gui_models):
     seen = record(worker)
     worker.load(LoadRequest(ModelParams(str(gui_models.main), n_ctx=512, n_threads=1),
                             ModelParams(str(gui_models.same), n_ctx=512, n_threads=1)))
-    assert isinstance(seen["loaded"][0], LoadedInfo), seen["load_failed"]
+    assert isinstance(seen["loaded"][0], LoadedPair), seen["load_failed"]
     yield worker, seen
     worker._close_engine()
 
 
-def request(drafter=DrafterKind.MODEL, compare=False, max_tokens=200) -> GenerateRequest:
-    return GenerateRequest(MESSAGES, SamplingParams(max_tokens=max_tokens),
-                           SpeculationParams(policy="fixed", draft_max=4), drafter, compare=compare)
+def request(drafter=DrafterKind.MODEL, max_tokens=200) -> GenerationRequest:
+    return GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=max_tokens),
+                             speculation=SpeculationParams(policy="fixed", draft_max=4), drafter=drafter)
 
 
 def test_the_stream_carries_the_engines_start_and_stamps(worker, monkeypatch):
     worker, seen = worker
-    monkeypatch.setattr(Engine, "tokenize_messages", lambda *a: pytest.fail("the prompt was tokenized to count it"))
     worker.generate(request())
     [started], [summary] = seen["started"], seen["finished"]
     assert isinstance(started, Started) and isinstance(summary, Summary) and not seen["failed"]
@@ -55,7 +55,7 @@ def test_the_stream_carries_the_engines_start_and_stamps(worker, monkeypatch):
 
 def test_compare_runs_greedy_with_the_draft_and_alone(worker):
     worker, seen = worker
-    worker.generate(request(compare=True, max_tokens=40))
+    worker.compare(request(max_tokens=40))
     [result] = seen["compared"]
     assert isinstance(result, CompareResult) and not seen["failed"]
     assert result.identical and result.first_difference is None

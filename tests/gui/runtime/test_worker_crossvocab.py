@@ -7,7 +7,8 @@ from app.core.params import DrafterKind, ModelParams, SamplingParams, Speculatio
 from app.core.speculation.acceptance import CROSS
 from app.gui.panels.stats_panel import SpeculationPanel
 from app.gui.runtime.live_stats import LiveStats
-from app.gui.runtime.worker import EngineWorker, GenerateRequest, LoadedInfo, LoadRequest
+from app.core.frontdoor import GenerationRequest, LoadedPair
+from app.gui.runtime.worker import EngineWorker, LoadRequest
 from tests.gui.runtime.test_worker import MESSAGES, record
 
 
@@ -18,15 +19,16 @@ def test_a_draft_of_another_vocabulary_loads_drafts_and_shows_its_acceptance(gui
                             ModelParams(str(gui_models.other_vocab), n_ctx=512, n_threads=1)))
     try:
         [loaded] = seen["loaded"]
-        assert isinstance(loaded, LoadedInfo) and not seen["load_failed"]
+        assert isinstance(loaded, LoadedPair) and not seen["load_failed"]
         speculation = SpeculationParams(policy="fixed", draft_max=4)
-        worker.generate(GenerateRequest(MESSAGES, SamplingParams(max_tokens=40), speculation, DrafterKind.MODEL,
-                                        compare=True))
+        worker.compare(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=40), speculation=speculation,
+                                         drafter=DrafterKind.MODEL))
         [compared] = seen["compared"]
         assert compared.identical and compared.speculative.drafted > 0
         assert [name for name, _, _ in compared.speculative.by_drafter] == [CROSS]
 
-        worker.generate(GenerateRequest(MESSAGES, SamplingParams(max_tokens=40), speculation, DrafterKind.MODEL))
+        worker.generate(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=40), speculation=speculation,
+                                          drafter=DrafterKind.MODEL))
         [summary] = seen["finished"]
         live = LiveStats()
         for batch in seen["batch"]:

@@ -10,9 +10,10 @@ import pytest
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
 from app.core.engine import Engine
-from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.core.frontdoor import GenerationRequest
+from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
 from app.core.speculation.events import Summary
-from app.gui.runtime.worker import (EngineWorker, GenerateRequest, LoadRequest, RemoteRequest, ServeRequest,
+from app.gui.runtime.worker import (EngineWorker, LoadRequest, RemoteRequest, ServeRequest,
                             ServerState)
 from tests.gui.conftest import LOAD_TIMEOUT_MS
 
@@ -89,14 +90,15 @@ def worker(qtbot, gui_models):
 
 
 def serve(qtbot, worker, host="127.0.0.1", api_key=None) -> ServerState:
-    worker.driver.start_server.emit(ServeRequest(host, 0, api_key, SPECULATION, "model"))
+    worker.driver.start_server.emit(ServeRequest(host, 0, api_key, SPECULATION, DrafterKind.MODEL))
     return worker.inbox.next(qtbot, "server_state", 10_000)
 
 
 def greedy_answer(main) -> str:
     engine = Engine.load(ModelParams(str(main), n_ctx=2048, n_threads=1))
     try:
-        return list(engine.generate(list(MESSAGES), sampling=SamplingParams(max_tokens=12), drafter="none"))[-1].text
+        request = GenerationRequest(list(MESSAGES), sampling=SamplingParams(max_tokens=12), drafter=DrafterKind.NONE)
+        return list(engine.generate(request))[-1].text
     finally:
         engine.close()
 
@@ -128,7 +130,8 @@ def test_the_window_engine_serves_http_clients_and_shows_their_answers(qtbot, wo
 
 def test_the_window_chats_while_serving_and_stopping_closes_the_port(qtbot, worker):
     state = serve(qtbot, worker)
-    worker.driver.generate.emit(GenerateRequest(MESSAGES, SamplingParams(max_tokens=8), SPECULATION, "model"))
+    worker.driver.generate.emit(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=8),
+                                                  speculation=SPECULATION, drafter=DrafterKind.MODEL))
     summary = worker.inbox.next(qtbot, "finished")
     assert isinstance(summary, Summary) and summary.generated_tokens > 0
     assert httpx.get(state.url + "/health", timeout=10).status_code == 200
@@ -161,7 +164,8 @@ def test_a_remote_server_becomes_the_window_engine(qtbot, worker, gui_models):
         info = inbox.next(qtbot, "loaded", 10_000)
         assert info.remote_url == state.url and info.draft_path is None
         assert info.main_name.startswith("main at 127.0.0.1:")
-        driver.generate.emit(GenerateRequest(MESSAGES, SamplingParams(max_tokens=12), SPECULATION, "none"))
+        driver.generate.emit(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=12),
+                                               speculation=SPECULATION, drafter=DrafterKind.NONE))
         summary = inbox.next(qtbot, "finished")
         assert summary.text == greedy_answer(gui_models.main)
         assert summary.speculation_reported and summary.drafted > 0

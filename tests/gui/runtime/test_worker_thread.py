@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import QObject, Qt, QThread, Signal
 
-from app.core.params import ModelParams, SamplingParams, SpeculationParams
+from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
 from app.core.speculation.events import TokenPiece
-from app.gui.runtime.worker import EngineWorker, GenerateRequest, LoadRequest
+from app.core.frontdoor import GenerationRequest
+from app.gui.runtime.worker import EngineWorker, LoadRequest
 
 WORKER_SIGNALS = ("loaded", "load_failed", "started", "batch", "finished", "compared", "failed", "idle")
 TIMEOUT_MS = 30_000
@@ -57,10 +58,10 @@ def params(path) -> ModelParams:
     return ModelParams(str(path), n_ctx=512, n_threads=1)
 
 
-def request(max_tokens: int = 24) -> GenerateRequest:
-    return GenerateRequest(({"role": "user", "content": "hello"},),
-                           SamplingParams(temperature=0.0, max_tokens=max_tokens),
-                           SpeculationParams(draft_max=4, policy="fixed"), "model")
+def request(max_tokens: int = 24) -> GenerationRequest:
+    return GenerationRequest(({"role": "user", "content": "hello"},),
+                             sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens),
+                             speculation=SpeculationParams(draft_max=4, policy="fixed"), drafter=DrafterKind.MODEL)
 
 
 def load(qtbot, h: Harness, main, draft=None) -> None:
@@ -69,7 +70,7 @@ def load(qtbot, h: Harness, main, draft=None) -> None:
     qtbot.waitUntil(lambda: any(n in ("loaded", "load_failed") for n, _ in h.seen[count:]), timeout=TIMEOUT_MS)
 
 
-def generate(qtbot, h: Harness, req: GenerateRequest) -> list[str]:
+def generate(qtbot, h: Harness, req: GenerationRequest) -> list[str]:
     count = len(h.seen)
     h.driver.generate.emit(req)
     qtbot.waitUntil(lambda: "idle" in h.names()[count:], timeout=TIMEOUT_MS)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from app.core.chat.prompt import check_messages
-from app.core.compare import CompareResult, compare_greedy
+from app.core.compare import CompareResult, compare_greedy, logit_margin
 from app.core.engine import Engine
 from app.core.errors import QuickdraftError
 from app.core.params import DrafterKind, SpeculationParams
@@ -122,20 +122,20 @@ def _prompt_line(path: Path, n: int, line: str) -> tuple[str, list[dict]]:
 
 
 def bench_prompt(engine: Engine, prompt_id: str, messages: list[dict], n_predict: int,
-                 speculation: SpeculationParams, drafter: DrafterKind | str,
+                 speculation: SpeculationParams, drafter: DrafterKind,
                  llama_baseline: Callable[[list[int], int], float] | None = None, repeat: int = 1) -> PromptResult:
     """Main alone, then speculative, alternating ``repeat`` times; each keeps its fastest run (load
     from other programs only ever slows a run down, so the fastest is the least disturbed). With
     repeats there is a second estimate, the median ratio of the runs paired in time
     (see ``paired_speedup``)."""
-    tokens = engine.tokenize_messages(messages)
+    tokens = list(engine.prompt(messages).tokens)
     runs = [compare_greedy(engine, tokens, drafter, n_predict, speculation) for _ in range(repeat)]
     bases, specs = [r.baseline for r in runs], [r.speculative for r in runs]
     fastest = CompareResult(max(specs, key=lambda s: s.generation_tps), max(bases, key=lambda s: s.generation_tps))
     base, spec, diff = fastest.baseline, fastest.speculative, fastest.first_difference
     margin = None
     if diff is not None and diff < len(base.token_ids):
-        margin = engine.logit_margin(tokens + list(base.token_ids[:diff])).margin
+        margin = logit_margin(engine, tokens + list(base.token_ids[:diff])).margin
     llama_tps = max(llama_baseline(tokens, n_predict) for _ in range(repeat)) if llama_baseline else None
     base_runs, spec_runs = [s.generation_tps for s in bases], [s.generation_tps for s in specs]
     rounds = max(spec.rounds, 1)
@@ -175,32 +175,6 @@ def paired_speedup(base_tps: Sequence[float], spec_tps: Sequence[float]) -> floa
     one ratio, which the median ignores. None without at least two pairs."""
     ratios = [s / b for b, s in zip(base_tps, spec_tps) if b > 0]
     return statistics.median(ratios) if len(ratios) >= 2 else None
-
-
-def make_llama_baseline(model_path: str, n_ctx: int, n_threads: int | None, n_gpu_layers: int):
-    """llama-cpp-python's own high-level ``Llama`` greedy loop, timed like our engine (tokens after
-    the first, per second), to show what our Python loop costs."""
-    import llama_cpp
-    from llama_cpp import Llama
-
-    from app.core.llama.binding import default_threads
-
-    llm = Llama(model_path=model_path, n_ctx=n_ctx, n_threads=n_threads or default_threads(),
-                n_threads_batch=n_threads or default_threads(), n_gpu_layers=n_gpu_layers, verbose=False)
-
-    def run(tokens: list[int], n_predict: int) -> float:
-        llm.reset()
-        count, t_first = 0, 0.0
-        for token in llm.generate(tokens, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):
-            count += 1
-            if count == 1:
-                t_first = time.perf_counter()
-            if count >= n_predict or llama_cpp.llama_vocab_is_eog(llm._model.vocab, token):
-                break
-        elapsed = time.perf_counter() - t_first
-        return (count - 1) / elapsed if count > 1 and elapsed > 0 else 0.0
-
-    return run
 
 
 def format_table(report: BenchReport) -> str:

@@ -133,13 +133,13 @@ def _mtp_row(info: dict) -> str:
 
 
 def _loaded_placement(args) -> dict[str, str]:
-    from app.cli_engine import load_engine
+    from app.cli.model_args import load_engine
 
     args.ctx_draft = None
     args.threads = args.threads_draft = None
     engine = load_engine(args)
     try:
-        return {name: where.describe() for name, where in engine.placement().items()}
+        return dict(engine.pair.placement)
     finally:
         engine.close()
 

@@ -23,19 +23,17 @@ def add_thinking_args(p: argparse.ArgumentParser) -> None:
 
 def thinking_setup(engine, think: bool | None):
     """(the reasoning markers of the answer to come, the chat template variables asking for ``think``,
-    a warning when ``think`` was given but the template has no switch). A remote server's engine
-    knows no template: (None, None, None)."""
-    read = getattr(engine, "thinking_format", None)
-    if read is None:
-        return None, None, ("--think/--no-think ignored: a remote server's template is its own"
-                            if think is not None else None)
-    fmt = read()
+    a warning when ``think`` was given but cannot be asked for: a remote server's template is its
+    own, and a local one may have no switch)."""
+    fmt = engine.thinking_format()
     if think is None:
-        return fmt, None, None
+        return fmt, {}, None
+    if engine.pair.remote_url is not None:
+        return fmt, {}, "--think/--no-think ignored: a remote server's template is its own"
     if fmt is None or fmt.switch is None:
-        return fmt, None, "--think/--no-think ignored: the model's chat template has no thinking switch"
+        return fmt, {}, "--think/--no-think ignored: the model's chat template has no thinking switch"
     variables = {fmt.switch: think}
-    return read(variables), variables, None
+    return engine.thinking_format(variables), variables, None
 
 
 class ReasoningPrinter:

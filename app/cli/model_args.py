@@ -1,5 +1,5 @@
 """The command line's model arguments (-m, -md, -ngl, -c, -t, --device, ...) turned into model
-parameters and a loaded engine: shared by the commands in app/cli.py and app/info_cli.py."""
+parameters and a loaded engine: shared by the commands in app/cli/commands.py and app/cli/info.py."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ def load_engine(args):
 
     main, draft = model_params(args)
     engine = Engine.load(main, draft, profile_store=ProfileStore(app_paths().profiles_dir))
-    for warning in engine.warnings:
+    for warning in engine.pair.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    if engine.shared_vocab is not None:
-        print(f"draft of another vocabulary: {engine.shared_vocab.describe()}", file=sys.stderr)
+    if engine.pair.other_vocabulary is not None:
+        print(f"draft of another vocabulary: {engine.pair.other_vocabulary}", file=sys.stderr)
     return engine
 
 

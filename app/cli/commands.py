@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 from app import __version__
-from app.cli_engine import load_engine, model_params
+from app.cli.model_args import load_engine, model_params
 from app.core.params import DEFAULT_DRAFTER, DrafterKind, PolicyName
 from app.paths import DATA_DIR_ENV
 
@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None, help="random seed; -1 or left out = a fresh one each run")
     gen.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     gen.add_argument("--json", action="store_true", help="print one JSON summary instead of the stream")
-    from app.cli_thinking import add_thinking_args
+    from app.cli.thinking import add_thinking_args
 
     add_thinking_args(gen)
     gen.set_defaults(handler=cmd_generate)
@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also time llama-cpp-python's own Llama greedy loop on the main model")
     bench.set_defaults(handler=cmd_bench)
 
-    from app.info_cli import add_info_parser
+    from app.cli.info import add_info_parser
 
     add_info_parser(sub, _gpu_layer_args)
 
@@ -192,7 +192,7 @@ def cmd_serve(args) -> int:
     def load():  # on the server's engine thread; the auto policy learns the machine's costs as it answers
         return load_engine(args)
 
-    return serve(args, load, _speculation(args), _drafter(args))
+    return serve(args, load, _speculation(args), _chosen_drafter(args))
 
 
 def _remote_args(p: argparse.ArgumentParser) -> None:
@@ -224,9 +224,9 @@ def _add_models(sub) -> None:
     add_models_parser(sub)
 
 
-def _drafter(args) -> DrafterKind:
-    """Who drafts: --drafter, else the default; without --draft, what that becomes with no draft model."""
-    return (DrafterKind(args.drafter) if args.drafter else DEFAULT_DRAFTER).for_pair(bool(args.draft))
+def _chosen_drafter(args) -> DrafterKind:
+    """Who is asked to draft: --drafter, else the default (the loaded pair says who can: ``who_drafts``)."""
+    return DrafterKind(args.drafter) if args.drafter else DEFAULT_DRAFTER
 
 
 def _baseline_layers(params) -> int:
@@ -257,8 +257,9 @@ def _messages(args) -> list[dict]:
 
 
 def cmd_generate(args) -> int:
-    from app.cli_thinking import ReasoningPrinter, thinking_setup
+    from app.cli.thinking import ReasoningPrinter, thinking_setup
     from app.core.chat.reasoning import split_reasoning
+    from app.core.frontdoor import GenerationRequest
     from app.core.speculation.events import TokenPiece, run_to_summary
     from app.core.params import SamplingParams
 
@@ -270,20 +271,22 @@ def cmd_generate(args) -> int:
         model_params(args)   # every value is checked before a model loads
     engine = _generation_engine(args)
     cancel = threading.Event()
-    placement = {} if args.remote else {name: where.describe() for name, where in engine.placement().items()}
-    thinking, variables, note = thinking_setup(engine, args.think)
-    printer = ReasoningPrinter(thinking, args.reasoning)
-    if note:
-        print(f"warning: {note}", file=sys.stderr)
-
-    def show(event) -> None:
-        if isinstance(event, TokenPiece) and not args.json:
-            printer.feed(event.text)
-
     try:
-        summary = run_to_summary(engine.generate(messages, sampling=sampling, speculation=speculation,
-                                                 drafter=_drafter(args), cancel=cancel,
-                                                 **({"template_variables": variables} if variables else {})), show)
+        pair = engine.pair   # a server is asked for its model here
+        placement = {} if pair.remote_url else dict(pair.placement)
+        drafter = pair.who_drafts(_chosen_drafter(args))
+        thinking, variables, note = thinking_setup(engine, args.think)
+        printer = ReasoningPrinter(thinking, args.reasoning)
+        if note:
+            print(f"warning: {note}", file=sys.stderr)
+
+        def show(event) -> None:
+            if isinstance(event, TokenPiece) and not args.json:
+                printer.feed(event.text)
+
+        request = GenerationRequest(messages, sampling=sampling, speculation=speculation, drafter=drafter,
+                                    cancel=cancel, template_variables=variables)
+        summary = run_to_summary(engine.generate(request), show)
     except KeyboardInterrupt:
         cancel.set()
         raise
@@ -292,7 +295,7 @@ def cmd_generate(args) -> int:
     for warning in summary.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:
-        from app.info_cli import system_summary
+        from app.cli.info import system_summary
 
         extra = {} if args.remote else {"placement": placement, "backend": system_summary()}
         reasoning, answer = split_reasoning(thinking, summary.text)
@@ -300,7 +303,7 @@ def cmd_generate(args) -> int:
     else:
         printer.finish()
         print(file=sys.stdout)
-        n_draft = None if args.remote else args.draft_max if _drafter(args) is not DrafterKind.NONE else 0
+        n_draft = None if args.remote else args.draft_max if drafter is not DrafterKind.NONE else 0
         print(format_stats(summary, n_draft), file=sys.stderr)
         for name, where in placement.items():
             print(f"{name + ' model':<9} = {where}", file=sys.stderr)
@@ -328,7 +331,7 @@ def format_stats(s, n_draft: int | None) -> str:
     if s.drafted_by_position:
         by_pos = " ".join(f"{100 * r:.0f}%" for r in s.acceptance_by_position())
         lines.append(f"accept by draft position: {by_pos}")
-    from app.cli_thinking import format_parts
+    from app.cli.thinking import format_parts
 
     lines += format_parts(s)   # thinking, answer and tool calls apart, when there was more than one
     if s.threads:
@@ -342,26 +345,27 @@ def _stopped(s) -> str:
 
 
 def cmd_bench(args) -> int:
-    from app.bench import BenchReport, bench_prompt, format_table, load_prompts, make_llama_baseline
+    from app.cli.bench import BenchReport, bench_prompt, format_table, load_prompts
+    from app.core.llama.baseline import make_llama_baseline
 
     _check_bench_args(args)
     prompts = load_prompts(args.prompts)[: args.limit]
     speculation = _speculation(args)
     engine = load_engine(args)
+    drafter = engine.pair.who_drafts(_chosen_drafter(args))
     baseline = (make_llama_baseline(args.main, args.ctx, args.threads, _baseline_layers(engine.main_params))
                 if args.llama_baseline else None)
-    from app.info_cli import system_summary
+    from app.cli.info import system_summary
 
     report = BenchReport(settings={
         "main": args.main, "draft": args.draft, "n_predict": args.n_predict, "draft_max": args.draft_max,
-        "draft_min": args.draft_min, "p_min": args.draft_p_min, "policy": args.policy, "drafter": _drafter(args),
+        "draft_min": args.draft_min, "p_min": args.draft_p_min, "policy": args.policy, "drafter": drafter,
         "threads": args.threads, "ctx": args.ctx, "repeat": args.repeat, "gpu_layers": args.gpu_layers,
         "gpu_layers_draft": args.gpu_layers_draft, "prompts": args.prompts,
-        "placement": {name: p.describe() for name, p in engine.placement().items()},
-        "backend": system_summary()})
+        "placement": dict(engine.pair.placement), "backend": system_summary()})
     try:
         for prompt_id, messages in prompts:
-            result = bench_prompt(engine, prompt_id, messages, args.n_predict, speculation, _drafter(args), baseline,
+            result = bench_prompt(engine, prompt_id, messages, args.n_predict, speculation, drafter, baseline,
                                   args.repeat)
             report.results.append(result)
             print(f"{prompt_id}: {result.base_tps:.2f} -> {result.spec_tps:.2f} t/s ({result.speedup:.2f}x)",
@@ -394,7 +398,7 @@ def cmd_calibrate(args) -> int:
     engine = load_engine(args)
     try:
         print(f"calibrating this machine for the auto policy (batches of 1..{args.draft_max + 1})...", file=sys.stderr)
-        profile = engine.cost_profile(args.draft_max + 1, recalibrate=True)
+        profile = engine.costs.profile(args.draft_max + 1, recalibrate=True)
     finally:
         engine.close()
     step = profile.main_batch_s[0]
@@ -404,7 +408,7 @@ def cmd_calibrate(args) -> int:
         print(f"{n:>5}  {1000 * t:8.1f}  {t / step:10.2f}")
     if profile.draft_step_s:
         print(f"draft model, one token: {1000 * profile.draft_step_s:.1f} ms ({profile.draft_step_s / step:.2f} of a main step)")
-    print(f"saved to {engine.profile_store.path_for(profile.key)}")
+    print(f"saved to {engine.costs.store.path_for(profile.key)}")
     return 0
 
 
@@ -430,6 +434,3 @@ def cmd_check_pair(args) -> int:
         print(f"  - {reason}")
     return 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

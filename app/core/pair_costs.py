@@ -1,0 +1,117 @@
+"""What this machine's batches cost for the loaded pair: the cost model the auto policy learns on while
+the pair is loaded, the profiles stored between runs, and an explicit calibration (``quickdraft
+calibrate``). The Engine holds one (``Engine.costs``) and asks it for the model each answer runs on."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Iterator
+
+from app.core.gguf.info import GGUFInfo
+from app.core.gguf.shared_vocab import SharedVocabulary
+from app.core.llama import binding as llama, library
+from app.core.params import ModelParams
+from app.core.speculation.batch_prior import main_batch_shape
+from app.core.speculation.costmodel import (CALIBRATION_TEXT, CostModel, CostProfile, ProfileStore, calibrate,
+                                            profile_key)
+from app.core.speculation.events import Event, StopReason, Summary
+
+
+class PairCosts:
+    """The loaded pair's costs: one cost model at a time, keyed by what it depends on."""
+
+    def __init__(self, main: "llama.LlamaSession", main_info: GGUFInfo, main_params: ModelParams,
+                 draft: "llama.LlamaSession | None", draft_params: ModelParams | None,
+                 shared_vocab: SharedVocabulary | None, store: ProfileStore | None = None):
+        self.main, self.main_info, self.main_params = main, main_info, main_params
+        self.draft, self.draft_params = draft, draft_params
+        self.shared_vocab = shared_vocab
+        self.store = store         # keeps profiles between runs (None: they live as long as the engine)
+        self._costs: CostModel | None = None
+
+    def model(self, n_max: int) -> CostModel:
+        """What this machine's batches cost, learned while the engine answers: kept while the pair
+        is loaded, started from the stored profile for this key (warm) or from a prior (cold) whose
+        shape follows the main model and where llama.cpp put its layers (app/core/speculation/batch_prior.py:
+        a mixture of experts' batch costs more than one step even on a GPU)."""
+        key = self.key(n_max)
+        if self._costs is None or self._costs.key != key:
+            stored = self.store.load(key) if self.store else None
+            placement = self.main.model.placement
+            shape = main_batch_shape(self.main_info, placement.offloaded / placement.total if placement.total else 0.0,
+                                     n_max)
+            self._costs = CostModel.from_profile(stored, n_max, shape) if stored else \
+                CostModel(key, n_max, prior_shape=shape)
+        return self._costs
+
+    def use(self, costs: CostModel) -> None:
+        """Answer with ``costs`` from now on (it goes on learning): a measurement can take turns between
+        two starting points on one engine (scripts/drift_bench.py's stale scenario)."""
+        self._costs = costs
+
+    def forget(self) -> None:
+        """Drop what was learned; the next answer starts from the stored profile or the prior."""
+        self._costs = None
+
+    def key(self, n_max: int) -> dict:
+        """What a profile of this pair depends on (``costmodel.profile_key``)."""
+        draft = self.draft_params if self.draft is not None else None
+        return profile_key(
+            self.main_params.path, self.main_params.n_gpu_layers, self.main_params.n_threads or llama.default_threads(),
+            draft.path if draft else None, draft.n_gpu_layers if draft else 0,
+            (draft.n_threads or llama.default_threads()) if draft else 0, n_max, device=self.main_params.device,
+            llama_cpp_version=library.version())
+
+    def profile(self, n_max: int, recalibrate: bool = False, progress=None) -> CostProfile:
+        """The machine's cost profile for this pair: what has been learned (or stored) so far; with
+        ``recalibrate``, measured now instead (tens of seconds for billion-parameter models:
+        ``quickdraft calibrate``), stored, and where learning goes on from."""
+        if not recalibrate:
+            return self.model(n_max).profile()
+        key = self.key(n_max)
+        filler = self.main.model.tokenize(CALIBRATION_TEXT, add_special=False, parse_special=False)
+        draft_filler = self.draft.model.tokenize(CALIBRATION_TEXT, add_special=False, parse_special=False) \
+            if self.draft is not None else None
+        profile = calibrate(self.main, self.draft, key, n_max, filler, progress=progress, draft_filler=draft_filler)
+        if self.store is not None:
+            self.store.save(profile)
+        self._costs = CostModel.from_profile(profile, n_max)
+        return profile
+
+    def keep_what_is_learned(self, events: Iterator[Event], costs: CostModel,
+                             draft_probe: list[int] | None) -> Iterator[Event]:
+        """Pass the events on; once the answer is out, store what ``costs`` learned, so that the next
+        start is warm. ``draft_probe``: the draft model's step is not known yet; it is timed then,
+        after the answer, where it cannot slow the first token (a cold start could not have used the
+        draft model in this answer: it waits until batches are measured)."""
+        for event in events:
+            if isinstance(event, Summary):
+                if draft_probe and event.stop_reason is not StopReason.ERROR:
+                    self._time_draft_step(costs, draft_probe)
+                self._store(costs)
+            yield event
+
+    def _time_draft_step(self, costs: CostModel, probe: list[int]) -> None:
+        """Time one draft-model step at the end of its cache, then put the cache back. Twice: the
+        first decode after loading also sets up buffers."""
+        keep = len(self.draft.cached)
+        if self.shared_vocab is not None:
+            probe = self.draft.cached[-1:]   # a token of the draft's own vocabulary
+        if not probe or keep + 1 >= self.draft.n_ctx:
+            return
+        times = []
+        for _ in range(2):
+            started = time.perf_counter()
+            self.draft.eval(probe)
+            times.append(time.perf_counter() - started)
+            self.draft.truncate(keep)
+        costs.observe_draft(1, min(times))
+
+    def _store(self, costs: CostModel) -> None:
+        if self.store is None or not costs.rounds_now:
+            return
+        try:
+            self.store.save(dataclasses.replace(costs.profile(), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S")))
+        except OSError:
+            pass  # a profile is only a warm start: the next start learns again

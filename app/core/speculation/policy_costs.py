@@ -1,0 +1,75 @@
+"""What the auto policy reads of the cost model, and what it teaches it (policy.py decides lengths).
+
+The readings are taken at the current context and kept until a round's times move the estimates: a
+round reads at most three profiles of the model, however many tokens it drafts, since reading them
+costs a fraction of a percent of a main step each time (the numbers: docs/architecture.md, section 4).
+"""
+
+from __future__ import annotations
+
+from app.core.speculation.acceptance import DRAFT_MODELS, MTP
+from app.core.speculation.costmodel import CostModel, CostProfile
+
+
+class CostReadings:
+    """The cost model as the auto policy sees it: its estimates at the current context, three ways
+    (a batch size never measured read off its neighbours, at the most, or at the least it can cost),
+    and a round's times fed back. Given a CostProfile instead of a CostModel, the costs are fixed
+    (a replay, a test) and nothing is learned."""
+
+    MTP_STEP_DECAY = 0.8   # an MTP token's cost follows the last few rounds that timed one
+
+    def __init__(self, costs: "CostModel | CostProfile"):
+        self.learns = isinstance(costs, CostModel)
+        self.costs = costs if self.learns else CostModel.from_profile(costs)
+        self.context = 0
+        self.mtp_step_s: float | None = None   # one MTP token, learned from this answer's MTP rounds
+        self.cost_rounds_observed = 0          # rounds whose times the cost model learned from
+        self._read: dict[str, CostProfile] = {}
+
+    @property
+    def learning(self) -> bool:
+        return self.learns and self.costs.learning
+
+    def _reading(self, unmeasured: str) -> CostProfile:
+        profile = self._read.get(unmeasured)
+        if profile is None:
+            profile = self._read[unmeasured] = self.costs.profile(self.context, unmeasured=unmeasured)
+        return profile
+
+    @property
+    def profile(self) -> CostProfile:
+        """The cost model's estimates at the current context."""
+        return self._reading("estimate")
+
+    @property
+    def bounded(self) -> CostProfile:
+        """The estimates, with a size never measured at the most it can cost (``AutoPolicy._may_verify``)."""
+        return self._reading("most")
+
+    @property
+    def hopeful(self) -> CostProfile:
+        """The estimates, with a size never measured at the least it can cost (``AutoPolicy._batch_costs``)."""
+        return self._reading("least")
+
+    def catch_up_ratio(self) -> float:
+        """What reading one skipped token costs the draft model, in its steps: it reads them in one
+        batch, assumed to batch as well as the main model does."""
+        return self.profile.main_batch(self.profile.n_max) / self.profile.n_max / self.profile.main_batch(1)
+
+    def learn(self, batch: int, verify_s: float, context: int, draft_s: float | None, source: str | None,
+              behind: int, more: int) -> None:
+        """Teach the cost model one round's times: the verify batch, and the drafter's work when it
+        drafted (a draft model's catch-up on ``behind`` skipped tokens, then a step per token after
+        the first; an MTP head's steps). The readings are taken again at the new context."""
+        self.costs.observe_main(batch, context, verify_s)
+        self.cost_rounds_observed += 1
+        if source in DRAFT_MODELS and draft_s is not None:
+            steps = 1 + max(0, behind - 1) * self.catch_up_ratio() + more
+            self.costs.observe_draft(steps, draft_s)
+        if source == MTP and draft_s is not None:
+            per_token = draft_s / (1 + more)
+            previous = per_token if self.mtp_step_s is None else self.mtp_step_s
+            self.mtp_step_s = self.MTP_STEP_DECAY * previous + (1 - self.MTP_STEP_DECAY) * per_token
+        self.context = context + batch
+        self._read = {}

@@ -1,0 +1,53 @@
+"""Which drafters the auto policy asks: each drafter's standing, kept from what its rounds saved or lost
+against the main model alone (policy.py decides lengths and works out the savings)."""
+
+from __future__ import annotations
+
+from app.core.speculation.acceptance import CROSS, DRAFT_MODELS, LOOKUP, MODEL, MTP
+
+
+class DrafterStandings:
+    """A drafter whose recent rounds lost time sits out a while, and a draft model that lost too much
+    stops for the rest of the answer.
+
+    Each drafter keeps a balance of the seconds its recent rounds saved. While it is negative the
+    drafter sits out 1, 2, 4 ... MAX_BACKOFF rounds between probes: the wait doubles after each losing
+    round and stays after a paying one, so a single lucky round does not send a mostly losing drafter
+    back to probing every other round. A draft model below PARK_STEPS main steps is parked: every probe
+    would first feed it the tokens it skipped, so probing again within the answer cannot pay. It
+    probes again with the next answer, whose prompt it reads in the prompt phase.
+    """
+
+    MAX_BACKOFF = 64
+    BALANCE_DECAY = 0.8  # the balance follows the last few rounds: the text changes as it goes
+    PARK_STEPS = 2.0
+
+    def __init__(self):
+        self._backoff = dict.fromkeys((MODEL, CROSS, LOOKUP, MTP), 0)  # rounds a drafter sits out after losing
+        self._wait = dict.fromkeys((MODEL, CROSS, LOOKUP, MTP), 0)
+        self._balance = dict.fromkeys((MODEL, CROSS, LOOKUP, MTP), 0.0)  # seconds saved by its recent rounds
+        self.model_parked = False
+
+    def park_model(self) -> None:
+        """The draft model stops for the rest of the answer."""
+        self.model_parked = True
+
+    def sits_out(self, source: str) -> bool:
+        """Whether ``source`` sits out this round (counting the round off its wait)."""
+        if self._wait[source] > 0:
+            self._wait[source] -= 1
+            return True
+        return False
+
+    def settle(self, source: str, saved: float, step: float) -> None:
+        """A round of ``source`` saved ``saved`` seconds (negative: lost) against the main model alone,
+        whose step takes ``step``."""
+        self._balance[source] = self._balance[source] * self.BALANCE_DECAY + saved
+        if source in DRAFT_MODELS and self._balance[source] < -self.PARK_STEPS * step:
+            self.park_model()
+        if self._balance[source] >= 0:
+            self._backoff[source] = 0
+            return
+        if saved < 0:
+            self._backoff[source] = min(self.MAX_BACKOFF, max(1, self._backoff[source] * 2))
+        self._wait[source] = max(1, self._backoff[source])
