@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import threading
 
 import numpy as np
@@ -13,6 +14,7 @@ from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.llama.binding import LlamaModel, LlamaSession
 from app.core.frontdoor import GenerationRequest
 from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
+from app.core.speculation.events import Round
 from app.core.speculation.events import Origin, Round, Started, StopReason, Summary, TokenPiece
 
 MESSAGES = [{"role": "user", "content": "the cat is on the mat and the dog is in the house"}]
@@ -234,20 +236,27 @@ def test_model_too_large_for_memory(tiny_models, monkeypatch):
         Engine.load(ModelParams(str(tiny_models.main)))
 
 
-def test_each_answer_estimates_its_speedup_from_the_learned_costs(tiny_models):
+def test_each_answer_estimates_its_speedup_from_the_learned_costs(tiny_models, monkeypatch):
     """Under auto the cost model knows what a step of the main model alone costs: the Summary says
-    how much faster the answer was (estimated); a policy without a cost model says nothing."""
+    how much faster the answer was (estimated); a policy without a cost model says nothing. The step
+    is the one the policy gives the summary, unless the answer timed three rounds alone itself (then
+    theirs), so the check does not hang on this machine's load (it compared the two, 20% apart at most)."""
     from app.core.engine import Engine
     from app.core.params import ModelParams, SamplingParams, SpeculationParams
+    from app.core.speculation import policy, stats
 
+    given = []
+    learned_step = policy.AutoPolicy.main_step_s
+    monkeypatch.setattr(policy.AutoPolicy, "main_step_s",
+                        lambda self, context: given.append(learned_step(self, context)) or given[-1])
     engine = Engine.load(ModelParams(str(tiny_models.main), n_gpu_layers=0, n_ctx=256, n_threads=1),
                          ModelParams(str(tiny_models.same), n_gpu_layers=0, n_ctx=256, n_threads=1))
     try:
         prompt = engine.main.model.tokenize("the cat is on the mat and the dog is on the mat")
-        auto = list(engine.generate(GenerationRequest(prompt=prompt, sampling=SamplingParams(max_tokens=24))))[-1]
-        step = engine.costs.model(17).main_batch(1, len(prompt) + 12)
-        assert auto.estimated_speedup == pytest.approx(step * (auto.generated_tokens - 1) / auto.generation_s,
-                                                       rel=0.2)
+        events = list(engine.generate(GenerationRequest(prompt=prompt, sampling=SamplingParams(max_tokens=24))))
+        auto, alone = events[-1], [e.verify_s for e in events if isinstance(e, Round) and e.drafted == 0]
+        step = statistics.median(alone) if len(alone) >= stats.ALONE_ROUNDS else given[-1]
+        assert given[-1] and auto.estimated_speedup == pytest.approx(step * (auto.generated_tokens - 1) / auto.generation_s)
         assert auto.to_dict()["estimated_speedup"] == auto.estimated_speedup
         fixed = list(engine.generate(GenerationRequest(prompt=prompt, sampling=SamplingParams(max_tokens=24),
                                                        speculation=SpeculationParams(policy="fixed", draft_max=4))))[-1]
