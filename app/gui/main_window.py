@@ -10,7 +10,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import QMainWindow, QScrollArea, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QMainWindow, QMenu, QMessageBox, QScrollArea, QSplitter, QTabWidget, QVBoxLayout,
+                               QWidget)
 
 from app import __version__
 from app.core.frontdoor import LoadedPair
@@ -130,9 +131,9 @@ class MainWindow(QMainWindow):
     def _build_menu(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
         self._action(file_menu, "New conversation", lambda: self.controller.new_conversation(),
-                     QKeySequence.StandardKey.New)
+                     QKeySequence(QKeySequence.StandardKey.New))
         file_menu.addSeparator()
-        self._action(file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit)
+        self._action(file_menu, "Quit", self.close, QKeySequence(QKeySequence.StandardKey.Quit))
         models = self.menuBar().addMenu("&Models")
         self.model_manager_action = self._action(models, "Models…", self.open_model_manager)
         self._action(models, "Open main model…", lambda: self.model_bar.browse_main())
@@ -140,16 +141,45 @@ class MainWindow(QMainWindow):
         self._action(models, "Reload models", self.model_bar.request_load)
         models.addSeparator()
         self._action(models, "Connect to a server…", self.connect_to_server)
+        chat = self.menuBar().addMenu("&Chat")
+        # the keys browsers and chat apps use: Esc stops, Ctrl+Tab / Ctrl+PgDown go to the next tab, Ctrl+L
+        # goes to the address bar (here: the message box), Ctrl+R reloads (here: answers again)
+        self._action(chat, "Stop the answer", lambda: self.controller.stop(), "Esc")
+        self._action(chat, "Regenerate", lambda: self.controller.regenerate(), "Ctrl+R")
+        self._action(chat, "Go to the message box", self.composer.focus_input, "Ctrl+L")
+        chat.addSeparator()
+        self._action(chat, "Next conversation", lambda: self.conversation_list.select_next(1), "Ctrl+Tab", "Ctrl+PgDown")
+        self._action(chat, "Previous conversation", lambda: self.conversation_list.select_next(-1),
+                     "Ctrl+Shift+Tab", "Ctrl+PgUp")
         view = self.menuBar().addMenu("&View")
         self.colour_action = self._action(view, "Colour tokens by origin", self.composer.toggle_colour_tokens)
+        help_menu = self.menuBar().addMenu("&Help")
+        self._action(help_menu, "Keyboard shortcuts", self.show_shortcuts, "F1")
 
-    def _action(self, menu, text: str, slot, shortcut=None) -> QAction:
+    def _action(self, menu, text: str, slot, *shortcuts) -> QAction:
         action = QAction(text, self)
-        if shortcut is not None:
-            action.setShortcut(shortcut)
+        action.setShortcuts([QKeySequence(k) for k in shortcuts])
         action.triggered.connect(slot)
         menu.addAction(action)
         return action
+
+    def shortcut_rows(self) -> list[tuple[str, str]]:
+        """(keys, what they do) for every menu action with keys: the list Help shows, read off the menus
+        themselves so that it cannot drift from them."""
+        rows = []
+        for menu in self.menuBar().findChildren(QMenu):
+            for action in menu.actions():
+                keys = ", ".join(k.toString(QKeySequence.SequenceFormat.NativeText) for k in action.shortcuts())
+                if keys:
+                    rows.append((keys, f"{menu.title().replace('&', '')} › {action.text()}"))
+        return rows
+
+    def show_shortcuts(self) -> None:
+        rows = "".join(f"<tr><td><b>{keys}</b>&nbsp;&nbsp;</td><td>{what}</td></tr>"
+                       for keys, what in self.shortcut_rows())
+        extra = ("<tr><td><b>Enter</b></td><td>send the message</td></tr>"
+                 "<tr><td><b>Shift+Enter</b></td><td>a new line in the message</td></tr>")
+        QMessageBox.information(self, "Keyboard shortcuts", f"<table>{rows}{extra}</table>")
 
     def _restore(self) -> None:
         settings = self.controller.settings

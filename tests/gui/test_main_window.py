@@ -448,3 +448,53 @@ def test_an_answer_is_saved_as_it_streams_so_a_kill_loses_at_most_seconds(loaded
     assert window.chat_view.messages()[-1].footer.text().startswith("interrupted")
     wait_idle(qtbot, window)
     assert window.controller.store.message(active.message_id).stats["stop_reason"] != "interrupted"
+
+
+def test_the_keyboard_stops_switches_regenerates_and_focuses(loaded_window, qtbot):
+    """Esc stops an answer; Tab leaves the message box instead of typing a tab; Ctrl+Tab and
+    Ctrl+Shift+Tab (and Ctrl+PgDown/PgUp) switch conversations; Ctrl+L goes to the message box; Ctrl+R
+    answers again; Help lists every one of them."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    window = loaded_window
+    box = window.composer.input
+    ctrl = Qt.KeyboardModifier.ControlModifier
+
+    def press(widget, key, modifiers=Qt.KeyboardModifier.NoModifier) -> None:
+        window.activateWindow()   # shortcuts reach the active window only
+        qtbot.waitUntil(window.isActiveWindow)
+        QTest.keyClick(widget, key, modifiers)
+
+    window.settings_panel.set_value("max_tokens", 1000)
+    send(window, LONG_PROMPT)
+    generation = wait_answering(qtbot, window)
+    press(box, Qt.Key.Key_Escape)
+    wait_idle(qtbot, window)
+    assert generation.live.summary.stop_reason.value == "cancel"
+    window.settings_panel.set_value("max_tokens", 24)
+
+    first = window.controller.conversation_id
+    second = window.controller.new_conversation()
+    send(window, "second question")
+    wait_idle(qtbot, window)
+    box.setFocus()
+    press(box, Qt.Key.Key_Tab)
+    assert "\t" not in box.toPlainText() and not box.hasFocus()
+    press(window, Qt.Key.Key_L, ctrl)
+    assert box.hasFocus()
+    press(box, Qt.Key.Key_Tab, ctrl)
+    assert window.controller.conversation_id == first and "\t" not in box.toPlainText()
+    press(box, Qt.Key.Key_PageUp, ctrl)
+    assert window.controller.conversation_id == second
+
+    before = [m.id for m in window.controller.store.messages(second)]
+    press(window, Qt.Key.Key_R, ctrl)
+    assert window.controller.is_generating
+    wait_idle(qtbot, window)
+    after = [m.id for m in window.controller.store.messages(second)]
+    assert after[:-1] == before[:-1] and after[-1] != before[-1]   # the last answer, made again
+
+    listed = dict(window.shortcut_rows())
+    for keys in ("Esc", "Ctrl+R", "Ctrl+L", "Ctrl+Tab, Ctrl+PgDown", "Ctrl+Shift+Tab, Ctrl+PgUp", "F1"):
+        assert keys in listed, listed

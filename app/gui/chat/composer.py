@@ -26,6 +26,7 @@ class Composer(QWidget):
         self.input = QPlainTextEdit()
         self.input.setPlaceholderText("Message (Enter to send, Shift+Enter for a new line)")
         self.input.setFixedHeight(84)
+        self.input.setTabChangesFocus(True)   # Tab leaves the box, as in a browser's; a tab is not typed
         self.input.installEventFilter(self)
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("primary")
@@ -95,6 +96,9 @@ class Composer(QWidget):
         text = self.input.toPlainText().strip()
         if text and self.send_button.isEnabled():
             self.send_requested.emit(text)
+
+    def focus_input(self) -> None:
+        self.input.setFocus(Qt.FocusReason.ShortcutFocusReason)
 
     def clear_input(self) -> None:
         self.input.clear()

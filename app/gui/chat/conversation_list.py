@@ -71,6 +71,11 @@ class ConversationList(QWidget):
     def set_search_text(self, text: str) -> None:
         self.search.setText(text)
 
+    def select_next(self, step: int) -> None:
+        """The conversation ``step`` rows down (up when negative), round the list; not while busy."""
+        if self.list.isEnabled() and self.list.count():
+            self.list.setCurrentRow((max(self.list.currentRow(), 0) + step) % self.list.count())
+
     def set_busy(self, busy: bool) -> None:
         """While an answer streams, the conversation cannot change under it."""
         for widget in (self.list, self.new_button, self.delete_button):
