@@ -127,12 +127,10 @@ class Run:
 
     def model(self, key: str) -> Path:
         """The model make_shapes.py writes for ``key``, written on first use."""
-        folder = self.work / "models"
-        found = sorted(folder.glob(f"*{shape_name(key)}*.gguf"))
-        if found:
-            return found[0]
-        stdout, _ = self.run(f"make-{key}", [self.python, "scripts/gpu/make_shapes.py", str(folder), "--shapes", key])
-        return Path(stdout.split("\t")[1])
+        path = self.work / "models" / f"{shape_name(key)}-q4_k_m.gguf"   # the name make_shapes.py gives it
+        if not path.exists():
+            self.run(f"make-{key}", [self.python, "scripts/gpu/make_shapes.py", str(path.parent), "--shapes", key])
+        return path
 
     # --- results ------------------------------------------------------------------------------------
 
