@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts" / "gpu"))   # make_shapes, beside this script
 STAGES = ("probe", "build", "info", "plain", "race", "profiles", "replay", "overhead", "mtp", "eagle3")
 PROMPT = "Write a Python function that parses an ISO 8601 date and returns the weekday, with tests."
 # llama.cpp's own tools, and what the product's build adds to build them from the same tree
@@ -140,8 +141,7 @@ class Run:
 
 
 def shape_name(key: str) -> str:
-    sys.path.insert(0, str(REPO / "scripts" / "gpu"))
-    from make_shapes import LAID_OUT, SHAPES
+    from make_shapes import LAID_OUT, SHAPES   # imported when first asked: it needs numpy and gguf
 
     return LAID_OUT[key].name if key in LAID_OUT else SHAPES[key].name
 
