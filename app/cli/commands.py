@@ -166,6 +166,9 @@ def _gpu_layer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None,
                    help="the GPU both models run on: auto (a discrete GPU first, then the most free memory; "
                         "default), cpu (none), or a name from `quickdraft info` (CUDA0, Vulkan1)")
+    p.add_argument("--no-mmap", dest="mmap", action="store_false",
+                   help="read the model files into memory instead of mapping them (slower to load; for files "
+                        "on a network or removable disk)")
 
 
 def _gpu_layers(text: str):

@@ -27,11 +27,12 @@ def model_params(args):
     from app.core.params import ModelParams
 
     device = args.device or "auto"
-    main = ModelParams(args.main, n_gpu_layers=args.gpu_layers, n_ctx=args.ctx, n_threads=args.threads, device=device)
+    main = ModelParams(args.main, n_gpu_layers=args.gpu_layers, n_ctx=args.ctx, n_threads=args.threads, device=device,
+                       use_mmap=args.mmap)
     if not args.draft:
         return main, None
     try:
         return main, ModelParams(args.draft, n_gpu_layers=args.gpu_layers_draft, n_ctx=args.ctx_draft or args.ctx,
-                                 n_threads=args.threads_draft or args.threads, device=device)
+                                 n_threads=args.threads_draft or args.threads, device=device, use_mmap=args.mmap)
     except InvalidParameterError as exc:
         raise InvalidParameterError(f"draft {exc.name}", exc.problem) from None

@@ -9,7 +9,7 @@ measured beside llama.cpp's on the same files in the same run.
                                                                  # (estimated; 3 to 4 of them the build)
     rehearsal:   .venv/bin/python scripts/gpu/measure.py --cpu   # the same stages on the CPU, tiny shapes
 
-Stages, in order (name some to run only those): probe build info plain race profiles replay overhead
+Stages, in order (name some to run only those): probe build doctor info plain race profiles replay overhead
 mtp eagle3. A stage makes the models it needs on first use. Every figure is read from a tool's output; one that
 cannot be read, or a tool that fails, stops the run with the tool's log (never a 0 in a table). Results
 go under --out ($OUT, else results/gpu) as each stage ends: results.json, stages.json (each stage's
@@ -38,7 +38,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts" / "gpu"))   # make_shapes, beside this script
-STAGES = ("probe", "build", "info", "plain", "race", "profiles", "replay", "overhead", "mtp", "eagle3")
+STAGES = ("probe", "build", "doctor", "info", "plain", "race", "profiles", "replay", "overhead", "mtp", "eagle3")
 PROMPT = "Write a Python function that parses an ISO 8601 date and returns the weekday, with tests."
 # llama.cpp's own tools, and what the product's build adds to build them from the same tree
 TOOLS = ("llama-bench", "llama-speculative-simple")
@@ -269,6 +269,25 @@ def compatible_wheels(folder: Path) -> list[Path]:
     """The pure-Python wheels, and of the binary ones those for this Python."""
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
     return [w for w in sorted(folder.glob("*.whl")) if "-py3-none-any" in w.name or f"-{tag}-{tag}-" in w.name]
+
+
+def stage_doctor(r: Run) -> None:
+    """Each part of a model load on its own, before anything else loads one: llama.cpp's own tool, a load
+    through llama-cpp-python on the CPU and on the GPU, then with Quickdraft's start. A crash leaves
+    its native backtrace in doctor/ (the first GPU run segfaulted in every load from Python)."""
+    import doctor
+
+    if r.site is None or r.tools is None:
+        raise StageError("the doctor needs the build: run the build stage first")
+    report = doctor.diagnose(str(r.model(r.plan.draft)), r.tools, r.out / "doctor", int(r.plan.gpu_layers),
+                             env=r.env(), python=r.python)
+    r.record("doctor", report)
+    failed = [name for name, check in report.items() if isinstance(check, dict) and check["exit"] != 0]
+    if failed:
+        first = report[failed[0]]
+        where = first.get("native_frames", ["no native frame"])[0]
+        raise StageError(f"a model load failed: {', '.join(failed)}; the first, {failed[0]} ({first['what']}), "
+                         f"in {where} ({r.out / 'doctor' / failed[0]}.log)")
 
 
 def stage_info(r: Run) -> None:

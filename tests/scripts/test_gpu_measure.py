@@ -106,3 +106,38 @@ def test_only_the_wheels_for_this_python_are_laid_out(measure, tmp_path):
         (tmp_path / name).write_bytes(b"")
     chosen = [w.name for w in measure.compatible_wheels(tmp_path)]
     assert names[0] in chosen and names[2] in chosen and (names[1] in chosen) == (sys.version_info[:2] == (3, 10))
+
+
+def test_the_doctor_names_the_native_function_a_process_crashed_in(measure, tmp_path):
+    """The preloaded handler prints the native frames of a crash, and the doctor reads them back (the
+    first GPU run segfaulted inside llama.cpp with only Python's frames to show for it)."""
+    import shutil
+    import subprocess
+
+    import doctor  # beside measure.py, which put its folder on sys.path
+
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler to build the fault handler")
+    handler = doctor.compile_handler(tmp_path)
+    crashed = subprocess.run([sys.executable, "-c", "import ctypes; ctypes.string_at(1)"], capture_output=True,
+                             text=True, env={"LD_PRELOAD": str(handler), "PATH": "/usr/bin:/bin"})
+    assert crashed.returncode == -11
+    frames = doctor.native_frames(crashed.stderr)
+    assert frames and "strlen" in frames[0]
+    assert any("string_at" in f for f in frames)
+
+
+def test_a_load_that_crashes_fails_the_doctor_stage_with_its_frame(measure, tmp_path, monkeypatch):
+    import doctor
+
+    run = rehearsal(measure, tmp_path, tmp_path / "tools")
+    run.site = tmp_path / "site"
+    report = {"handler": True, "llama-bench": {"exit": 0, "what": "llama.cpp's own llama-bench"},
+              "cpu": {"exit": 0, "what": "cpu"},
+              "gpu": {"exit": -11, "what": "the plainest load with every layer on the GPU",
+                      "native_frames": ["libllama.so +0x1234 llama_model::print_info() const"]}}
+    monkeypatch.setattr(doctor, "diagnose", lambda *a, **k: report)
+    monkeypatch.setattr(measure.Run, "model", lambda self, key: tmp_path / f"{key}.gguf")
+    with pytest.raises(measure.StageError, match=r"gpu \(the plainest load.*\), in libllama.so \+0x1234 llama_model::print_info"):
+        measure.stage_doctor(run)
+    assert run.results["doctor"] is report

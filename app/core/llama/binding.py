@@ -53,7 +53,7 @@ class LlamaModel:
         mparams = llama_cpp.llama_model_default_params()
         device = _device(params)
         mparams.n_gpu_layers = _layers_to_offload(params, device)
-        mparams.use_mmap = params.use_mmap
+        mparams.load_mode = _load_mode(params)
         mparams.load_mtp = params.load_mtp   # MTP (nextn) layers: only when the model drafts for itself
         device_list = _device_list(device)
         mparams.devices = device_list.pointer
@@ -162,6 +162,14 @@ class LlamaModel:
 
 def _device(params: ModelParams):
     return choose_device(params.device)
+
+
+def _load_mode(params: ModelParams) -> int:
+    """Memory-map the file where the device can (llama.cpp's AUTO falls back to reading it for devices
+    without mmap support), or read it into memory: ``--no-mmap``, for files on slow or network disks.
+    llama.cpp replaced use_mmap with load_mode; the old field is gone from llama_model_params."""
+    llama_cpp = lib()
+    return llama_cpp.LLAMA_LOAD_MODE_AUTO if params.use_mmap else llama_cpp.LLAMA_LOAD_MODE_NONE
 
 
 def _device_list(device):
