@@ -75,7 +75,9 @@ def record(args: argparse.Namespace) -> int:
     from app.core.chat.prompt import prompt_tokens
     from app.core.llama.binding import LlamaModel, LlamaSession
 
-    from app.core.gguf.info import read_gguf_info, vocabulary_differences
+    from app.core.gguf.info import read_gguf_info
+
+    from app.core.gguf.pair_check import vocabulary_differences
 
     if vocabulary_differences(read_gguf_info(args.main), read_gguf_info(args.draft)):
         raise SystemExit("error: the draft's vocabulary is another: scripts/crossvocab_bench.py --json writes "

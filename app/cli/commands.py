@@ -416,7 +416,8 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_check_pair(args) -> int:
-    from app.core.gguf.info import check_pair, read_gguf_info
+    from app.core.gguf.info import read_gguf_info
+    from app.core.gguf.pair_check import check_pair
 
     main_info, draft_info = read_gguf_info(args.main), read_gguf_info(args.draft)
     result = check_pair(main_info, draft_info)

@@ -15,10 +15,11 @@ from app.core.chat.prompt import Message, Prompt, check_messages, prompt_tokens
 from app.core.chat.reasoning import (TOOL_CALL_MARKERS, PartTracker, SpelledVocabulary, ThinkingFormat, prompt_tail,
                                      spelled_markers, thinking_format)
 from app.core.chat.tools import spelled_tokens
-from app.core.errors import IncompatibleDraftError, ModelLoadError
-from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, check_pair, read_gguf_info, vocabulary_differences
+from app.core.errors import DrafterUnavailableError, IncompatibleDraftError, ModelLoadError
+from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, read_gguf_info
+from app.core.gguf.pair_check import check_pair, vocabulary_differences
 from app.core.gguf.shared_vocab import shared_vocabulary
-from app.core.llama import binding as llama, devices, mtp
+from app.core.llama import binding as llama, devices, eagle3, mtp
 from app.core.llama.placement import footprint, plan_gpu_layers, resolved
 from app.core.llama.ram import total_memory_bytes
 from app.core.frontdoor import GenerationRequest, LoadedPair
@@ -27,7 +28,7 @@ from app.core.params import AUTO, DrafterKind, ModelParams, PolicyName, Speculat
 from app.core.speculation.acceptance import AcceptanceModel
 from app.core.speculation.costmodel import ProfileStore
 from app.core.speculation.crossvocab import CrossVocabDrafter
-from app.core.speculation.drafters import DraftModelDrafter, Drafter, LookupThenModelDrafter, MTPDrafter, PromptLookupDrafter
+from app.core.speculation.drafters import DraftModelDrafter, Drafter, HeadDrafter, LookupThenModelDrafter, PromptLookupDrafter
 from app.core.speculation.events import Event
 from app.core.speculation.loop import SpeculativeGeneration
 from app.core.speculation.policy import AutoPolicy, make_policy
@@ -41,7 +42,7 @@ class Engine:
                  draft: "llama.LlamaSession | None" = None, draft_info: GGUFInfo | None = None,
                  warnings: Sequence[str] = (), main_params: ModelParams | None = None,
                  draft_params: ModelParams | None = None, profile_store: ProfileStore | None = None,
-                 mtp_drafter: "llama.LlamaModel | None" = None):
+                 drafter_file: "llama.LlamaModel | None" = None):
         self.main = main
         self.main_info = main_info
         self.draft = draft
@@ -56,8 +57,10 @@ class Engine:
                                profile_store)
         self.acceptance = AcceptanceModel()  # what verification accepted, across a conversation
         self._last_prompt: tuple[tuple, Prompt] | None = None
-        self.mtp_drafter = mtp_drafter   # a separate MTP drafter file (the draft of the pair), loaded
-        self._mtp: "mtp.MTPHead | mtp.AssistantHead | None" = None   # the MTP drafting context, made when first asked
+        # a drafter file (an MTP drafter, an EAGLE-3 drafter: the draft of the pair), loaded; its drafting
+        # context is made on the main one when it first drafts
+        self.drafter_file = drafter_file
+        self._heads: dict[DrafterKind, "mtp.ChainingHead | mtp.AssistantHead"] = {}   # by the kind they draft as
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -79,11 +82,11 @@ class Engine:
         warnings += placement.notes + _device_notes(main, draft, device)
         _check_fits_in_memory(main_info, main, draft_info, draft)
         loaded: list = []
-        draft_session = mtp_drafter = None
+        draft_session = drafter_file = None
         try:
             main_session = _open(main, loaded)
-            if draft_info is not None and draft_info.is_mtp_drafter:
-                mtp_drafter = _open_model(draft, loaded)   # its context is made on the main one when it drafts
+            if draft_info is not None and draft_info.is_drafter_file:
+                drafter_file = _open_model(draft, loaded)   # its context is made on the main one when it drafts
             elif draft is not None:
                 draft_session = _open(draft, loaded)
         except BaseException:
@@ -91,13 +94,13 @@ class Engine:
                 obj.close()
             raise
         return cls(main_session, main_info, draft_session, draft_info, warnings, main, draft, profile_store,
-                   mtp_drafter)
+                   drafter_file)
 
     @functools.cached_property
     def pair(self) -> LoadedPair:
         """The loaded pair, described once (on the engine's thread: it renders the chat template)."""
         thinking, thinking_off = self._thinking_formats()
-        draft_model = self.draft.model if self.draft is not None else self.mtp_drafter
+        draft_model = self.draft.model if self.draft is not None else self.drafter_file
         placement = [("main", self.main.model.placement)] + ([("draft", draft_model.placement)] if draft_model else [])
         return LoadedPair(
             main_name=self.main_info.display_name, main_path=self.main_params.path,
@@ -105,7 +108,7 @@ class Engine:
             draft_path=self.draft_params.path if self.draft_params else None,
             n_ctx=self.main.n_ctx, n_vocab=self.main.model.n_vocab, warnings=self.warnings,
             placement=tuple((name, where.describe()) for name, where in placement),
-            has_draft_model=self.draft is not None, mtp_drafter=self.mtp_drafter is not None,
+            has_draft_model=self.draft is not None, drafts_as=self._drafter_file_kind,
             other_vocabulary=self.shared_vocab.describe() if self.shared_vocab is not None else None,
             thinking=thinking, thinking_off=thinking_off, chat_template=self.main.model.chat_template())
 
@@ -117,13 +120,18 @@ class Engine:
             return fmt, None
         return self.thinking_format({fmt.switch: True}), self.thinking_format({fmt.switch: False})
 
+    @property
+    def _drafter_file_kind(self) -> DrafterKind | None:
+        """How the pair's drafter file drafts (MTP, EAGLE-3); None without one."""
+        return self.draft_info.drafts_as if self.drafter_file is not None else None
+
     def close(self) -> None:
-        if self._mtp is not None:
-            self._mtp.close()
-            self._mtp = None
-        if self.mtp_drafter is not None:
-            self.mtp_drafter.close()
-            self.mtp_drafter = None
+        for head in self._heads.values():
+            head.close()
+        self._heads = {}
+        if self.drafter_file is not None:
+            self.drafter_file.close()
+            self.drafter_file = None
         for session in (self.draft, self.main):
             if session is not None:
                 session.close()
@@ -201,17 +209,17 @@ class Engine:
         return make_policy(speculation, self.costs.model(speculation.draft_max + 1), self.acceptance)
 
     def _drafter(self, kind: DrafterKind) -> Drafter | None:
-        """A fresh drafter for one generation; choices with the model fall back to what is loaded (an
-        MTP drafter file is the pair's draft model: it drafts with MTP)."""
-        kind = kind.for_pair(self.draft is not None, self.mtp_drafter is not None)
+        """A fresh drafter for one generation; choices with the model fall back to what is loaded (a
+        drafter file is the pair's draft model: it drafts as its kind, MTP or EAGLE-3)."""
+        kind = kind.for_pair(self.draft is not None, self._drafter_file_kind)
         if kind is DrafterKind.LOOKUP:
             return PromptLookupDrafter()
         if kind is DrafterKind.LOOKUP_MODEL:
             return LookupThenModelDrafter(PromptLookupDrafter(), self._model_drafter())
         if kind is DrafterKind.MODEL:
             return self._model_drafter()
-        if kind is DrafterKind.MTP:
-            return MTPDrafter(self._mtp_head())
+        if kind in (DrafterKind.MTP, DrafterKind.EAGLE3):
+            return HeadDrafter(self._head(kind), kind)
         return None
 
     def _model_drafter(self) -> Drafter:
@@ -220,20 +228,33 @@ class Engine:
             return DraftModelDrafter(self.draft)
         return CrossVocabDrafter(self.draft, self.main.model, self.draft.model, self.shared_vocab)
 
-    def _mtp_head(self) -> "mtp.MTPHead | mtp.AssistantHead":
-        """The MTP drafting context: on the pair's MTP drafter file if it has one, else on the main
-        model's own MTP layers; raises MTPUnavailable (with why) when there are none."""
-        if self._mtp is None:
-            self._mtp = mtp.AssistantHead(self.main, self.mtp_drafter) if self.mtp_drafter is not None \
-                else mtp.MTPHead(self.main)
+    def _head(self, kind: DrafterKind) -> "mtp.ChainingHead | mtp.AssistantHead":
+        """The drafting context ``kind`` drafts with, made when first asked: MTP on the pair's MTP drafter
+        file if it has one, else on the main model's own MTP layers (DrafterUnavailableError says why there are
+        none); EAGLE-3 on the pair's EAGLE-3 drafter."""
+        if kind not in self._heads:
+            head = self._new_head(kind)
             # tokens the main model decoded before have no hidden states for the head: read them again
-            self.main.truncate(self._mtp.hidden.valid)
-        return self._mtp
+            self.main.truncate(head.hidden.valid)
+            self._heads[kind] = head
+        return self._heads[kind]
+
+    def _new_head(self, kind: DrafterKind) -> "mtp.ChainingHead | mtp.AssistantHead":
+        file_kind = self._drafter_file_kind
+        if kind is DrafterKind.EAGLE3:
+            if file_kind is not DrafterKind.EAGLE3:
+                raise DrafterUnavailableError(f"{self.main_info.display_name} has no EAGLE-3 drafter loaded: choose an "
+                                     f"EAGLE-3 drafter made for it as the draft (`quickdraft info FILE` says which "
+                                     f"main model a drafter was made for).")
+            return eagle3.Eagle3Head(self.main, self.drafter_file)
+        if file_kind is DrafterKind.MTP:
+            return mtp.AssistantHead(self.main, self.drafter_file)
+        return mtp.MTPHead(self.main)
 
     def forget_cache(self) -> None:
         """Empty both KV caches, so the next generation decodes its whole prompt (benchmarks)."""
-        if self._mtp is not None:
-            self._mtp.forget()
+        for head in self._heads.values():
+            head.forget()
         for session in (self.main, self.draft):
             if session is not None:
                 session.truncate(0)

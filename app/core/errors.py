@@ -38,6 +38,11 @@ class IncompatibleDraftError(QuickdraftError):
     """The draft model's vocabulary does not match the main model's."""
 
 
+class DrafterUnavailableError(QuickdraftError):
+    """The chosen drafter cannot draft with what is loaded: MTP heads on a model without MTP layers, or
+    on a llama.cpp build whose staging API changed; EAGLE-3 with no EAGLE-3 drafter as the draft."""
+
+
 class PromptTooLongError(QuickdraftError):
     def __init__(self, n_prompt: int, n_ctx: int):
         super().__init__(

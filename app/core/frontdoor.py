@@ -62,7 +62,7 @@ class LoadedPair:
     warnings: tuple[str, ...] = ()
     placement: tuple[tuple[str, str], ...] = ()   # (model, where its layers went)
     has_draft_model: bool = False        # a draft model is loaded
-    mtp_drafter: bool = False            # the draft is an MTP drafter file: it drafts with MTP
+    drafts_as: DrafterKind | None = None  # the draft is a drafter file: the kind it drafts as (MTP, EAGLE-3)
     other_vocabulary: str | None = None  # the draft's vocabulary is another: how many tokens they share
     thinking: ThinkingFormat | None = None      # the main model thinks: its reasoning markers (thinking on)
     thinking_off: ThinkingFormat | None = None  # the same with its template's switch off (None: no switch)
@@ -84,11 +84,11 @@ class LoadedPair:
 
     def who_drafts(self, chosen: DrafterKind, speculation: SpeculationParams | None = None) -> DrafterKind:
         """Who drafts with this pair when ``chosen`` is asked for (``DrafterKind.for_pair``: lookup
-        drafts without a draft model, an MTP drafter file drafts with MTP); NONE when nobody does,
+        drafts without a draft model, a drafter file drafts as its kind); NONE when nobody does,
         which is also so when ``speculation`` drafts at most 0 tokens (no round can draft)."""
         if speculation is not None and speculation.draft_max == 0:
             return DrafterKind.NONE
-        return chosen.for_pair(self.has_draft_model, self.mtp_drafter)
+        return chosen.for_pair(self.has_draft_model, self.drafts_as)
 
 
 class AnswerEngine(Protocol):

@@ -44,6 +44,7 @@ class DrafterKind(Choice):
     MODEL = "model", "Draft model"
     LOOKUP = "lookup", "Prompt lookup"                # copies text that repeats, free
     MTP = "mtp", "MTP heads"                          # the main model's own MTP (nextn) layers
+    EAGLE3 = "eagle3", "EAGLE-3"                      # an EAGLE-3 drafter file on the main model's hidden states
     NONE = "none", "Off"                              # the main model alone
 
     @property
@@ -54,12 +55,13 @@ class DrafterKind(Choice):
         """What this choice becomes with no draft model loaded: lookup still works."""
         return {DrafterKind.LOOKUP_MODEL: DrafterKind.LOOKUP, DrafterKind.MODEL: DrafterKind.NONE}.get(self, self)
 
-    def for_pair(self, draft_model: bool, mtp_drafter: bool = False) -> "DrafterKind":
-        """Who drafts with the pair as loaded: the pair's MTP drafter file (Gemma 4's assistant) is its
-        draft model, so the choices with the model draft with MTP; with no draft, lookup still works."""
-        if mtp_drafter and self.uses_model:
-            return DrafterKind.MTP
-        return self if draft_model or mtp_drafter else self.without_model()
+    def for_pair(self, draft_model: bool, drafter_file: "DrafterKind | None" = None) -> "DrafterKind":
+        """Who drafts with the pair as loaded: a drafter file (Gemma 4's MTP assistant, an EAGLE-3
+        drafter) is the pair's draft model, so the choices with the model draft with it (``drafter_file``:
+        the kind it drafts as); with no draft, lookup still works."""
+        if drafter_file is not None and self.uses_model:
+            return drafter_file
+        return self if draft_model or drafter_file is not None else self.without_model()
 
 
 # Who drafts when nobody says: the CLI, the server, the window's first start, Engine.generate. Without a

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.core.errors import QuickdraftError
-from app.core.gguf.info import GGUFInfo, PairCheck, check_pair, read_gguf_info
+from app.core.gguf.info import GGUFInfo, read_gguf_info
+from app.core.gguf.pair_check import PairCheck, check_pair
 from app.models.catalog import load_catalog
 from app.models.hub import QUANT_RE, SPLIT_RE
 from app.models.memory import MachineMemory, estimate_memory, judge_fit

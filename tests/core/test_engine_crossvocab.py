@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from app.core.engine import Engine, read_pair
-from app.core.gguf.info import OTHER_VOCABULARY_NOTE, check_pair, read_gguf_info
+from app.core.gguf.info import read_gguf_info
+from app.core.gguf.pair_check import OTHER_VOCABULARY_NOTE, check_pair
 from app.core.gguf.shared_vocab import token_bytes
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.llama.binding import LlamaModel

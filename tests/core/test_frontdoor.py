@@ -8,9 +8,9 @@ from app.core.frontdoor import GenerationRequest, LoadedPair
 from app.core.params import DrafterKind, SpeculationParams
 
 
-def pair(draft: bool = False, mtp_drafter: bool = False) -> LoadedPair:
-    return LoadedPair("main", "main.gguf", draft_path="draft.gguf" if draft or mtp_drafter else None,
-                      has_draft_model=draft, mtp_drafter=mtp_drafter)
+def pair(draft: bool = False, drafts_as: DrafterKind | None = None) -> LoadedPair:
+    return LoadedPair("main", "main.gguf", draft_path="draft.gguf" if draft or drafts_as else None,
+                      has_draft_model=draft, drafts_as=drafts_as)
 
 
 @pytest.mark.parametrize("drafter, loaded, draft_max, expected", [
@@ -18,7 +18,9 @@ def pair(draft: bool = False, mtp_drafter: bool = False) -> LoadedPair:
     (DrafterKind.LOOKUP_MODEL, pair(), 4, DrafterKind.LOOKUP),      # lookup drafts without a draft model
     (DrafterKind.LOOKUP, pair(), 4, DrafterKind.LOOKUP),
     (DrafterKind.MODEL, pair(), 4, DrafterKind.NONE),               # nobody to draft
-    (DrafterKind.MODEL, pair(mtp_drafter=True), 4, DrafterKind.MTP),
+    (DrafterKind.MODEL, pair(drafts_as=DrafterKind.MTP), 4, DrafterKind.MTP),
+    (DrafterKind.LOOKUP_MODEL, pair(drafts_as=DrafterKind.EAGLE3), 4, DrafterKind.EAGLE3),
+    (DrafterKind.LOOKUP, pair(drafts_as=DrafterKind.EAGLE3), 4, DrafterKind.LOOKUP),
     (DrafterKind.NONE, pair(draft=True), 4, DrafterKind.NONE),
     (DrafterKind.LOOKUP_MODEL, pair(draft=True), 0, DrafterKind.NONE),  # --draft-max 0: no round drafts
 ])

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from app.core.gguf.info import OTHER_VOCABULARY_NOTE
+from app.core.gguf.pair_check import OTHER_VOCABULARY_NOTE
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.models.cli import add_models_parser, run_models_command
 from app.paths import DATA_DIR_ENV, app_paths

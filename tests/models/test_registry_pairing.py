@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from app.core.errors import ModelFileError
-from app.core.gguf.info import OTHER_VOCABULARY_NOTE, read_gguf_info
+from app.core.gguf.info import read_gguf_info
+from app.core.gguf.pair_check import OTHER_VOCABULARY_NOTE
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.models.catalog import default_catalog_path, find_pair, load_catalog, CatalogError
 from app.models.memory import MachineMemory, estimate_memory, judge_fit, machine_memory

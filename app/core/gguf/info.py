@@ -10,6 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from app.core.errors import ModelFileError
+from app.core.params import DrafterKind
 from app.core.gguf.reader import ARRAY, BOOL, INTEGER_TYPES, STRING, Field, GGUFFormatError, GGUFHeader, read_header
 from app.core.gguf.relations import BLOCK as _BLOCK, ROUTED_EXPERTS as _ROUTED_EXPERTS, check_relations
 
@@ -17,10 +18,6 @@ GGUF_MAGIC = b"GGUF"
 # llama.cpp 0.3.36's src/llama-hparams.h: LLAMA_MAX_LAYERS, LLAMA_MAX_EXPERTS
 MAX_LAYERS = 512
 MAX_EXPERTS = 1024
-# llama.cpp's rules for a draft model (common/speculative.cpp)
-VOCAB_MAX_SIZE_DIFFERENCE = 128
-VOCAB_CHECK_START_TOKEN_ID = 5
-
 _VOCAB_TYPE_NAMES = {
     "llama": "SentencePiece (SPM)", "gpt2": "byte-level BPE", "bert": "WordPiece", "t5": "Unigram (T5)",
     "rwkv": "RWKV", "plamo2": "PLaMo-2", "none": "none",
@@ -96,6 +93,20 @@ class GGUFInfo:
             return "DSpark"
         return kind
 
+    @property
+    def drafts_as(self) -> DrafterKind | None:
+        """How a drafter file drafts when it is a pair's draft: an MTP drafter with MTP, an EAGLE-3 drafter
+        with EAGLE-3 (None for a model that answers, and for DFlash and DSpark, which Quickdraft's loop
+        does not run: their block drafting needs llama.cpp's DFlash driver)."""
+        if self.is_mtp_drafter:
+            return DrafterKind.MTP
+        return DrafterKind.EAGLE3 if self.architecture == "eagle3" else None
+
+    @property
+    def is_drafter_file(self) -> bool:
+        """A file that only drafts, for the main model it was made for (it reads that model's hidden states)."""
+        return self.is_mtp_drafter or self.hidden_state_drafter is not None
+
     def drafts_for(self) -> str:
         """What main model a hidden-state drafter was made for, as its file says."""
         return (f"a main model {self.target_width} wide with {max(self.target_layers, default=0)} layers or more and "
@@ -134,22 +145,6 @@ class GGUFInfo:
         head_dim = self.n_embd // self.n_head
         k, v = self.key_length or head_dim, self.value_length or head_dim
         return 2 * layers * (self.n_head_kv or self.n_head) * (k + v)
-
-
-# what a draft of another vocabulary is offered as (the pickers, check-pair, the pairing ranking)
-OTHER_VOCABULARY_NOTE = "different vocabulary: slower per accepted token, works with any main model"
-
-
-@dataclass(frozen=True)
-class PairCheck:
-    compatible: bool
-    reasons: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-    other_vocabulary: bool = False        # compatible through text (app/core/speculation/crossvocab.py)
-    vocabulary_differences: tuple[str, ...] = ()   # how the two vocabularies differ (llama.cpp's rules)
-
-    def message(self) -> str:
-        return "; ".join(self.reasons or self.warnings) or "compatible"
 
 
 def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
@@ -344,107 +339,12 @@ MTP_DRAFTER_ARCHITECTURES = {"gemma4-assistant": "gemma4"}
 # drafters that read the main model's hidden states at their target layers (llama.cpp 0.3.36: LLM_ARCH_EAGLE3,
 # LLM_ARCH_DFLASH; DSpark is a DFlash file with a Markov head)
 HIDDEN_STATE_DRAFTERS = {"eagle3": "EAGLE-3", "dflash": "DFlash"}
+# The main architectures whose llama.cpp graph gives the final hidden state (res->t_h_nextn, llama.cpp
+# 0.3.36's src/models/): a drafter target layer equal to the main model's layer count reads it. Any other
+# main leaves llama.cpp's buffer for it unwritten, so a drafter reading it would read stale memory.
+FINAL_STATE_ARCHITECTURES = frozenset({
+    "deepseek2", "deepseek32", "deepseek4", "qwen3next", "qwen35", "qwen35moe", "step35", "gpt-oss", "glm5-next",
+    "glm-dsa", "glm4moe", "bailingmoe3", "cohere2moe", "nemotron_h", "nemotron_h_moe", "hy_v3", "mimo2", "gemma4"})
 ROLLBACK_ARCHITECTURES = frozenset({
     "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h", "nemotron_h_moe",
     "lfm2", "lfm2moe", "bailingmoe3"})
-
-
-def check_pair(main: GGUFInfo, draft: GGUFInfo) -> PairCheck:
-    """Can ``draft`` draft for ``main``? A draft whose tokens mean the same as the main model's (llama.cpp's
-    rules, ``vocabulary_differences``) proposes its own tokens. Any other draft with a tokenizer drafts
-    through text: its tokens become text, which the main model's tokenizer reads again (slower per
-    accepted token; ``other_vocabulary``). An MTP drafter reads the main model's hidden states and
-    memory, so it drafts only for the model it was made for, in its vocabulary."""
-    reasons: list[str] = _mtp_drafter_mismatch(main, draft) + _hidden_state_drafter_mismatch(main, draft)
-    differences = vocabulary_differences(main, draft)
-    other = bool(differences)
-    if other and draft.is_mtp_drafter:
-        reasons += differences
-    elif other:
-        reasons += [f"the {who} has no tokenizer, so its tokens cannot become text"
-                    for who, info in (("main model", main), ("draft", draft)) if info.vocab_type == "none"]
-    warnings: list[str] = [OTHER_VOCABULARY_NOTE] if other and not reasons else []
-    warnings += [f"the {who} is a {note}" for who, info in (("main model", main), ("draft", draft))
-                 if (note := info.memory_note())]
-    if draft.file_size >= main.file_size and not main.is_mtp_drafter:
-        warnings.append(
-            f"the draft ({_gb(draft.file_size)}) is not smaller than the main model "
-            f"({_gb(main.file_size)}): drafting will slow generation down"
-        )
-    return PairCheck(not reasons, tuple(reasons), tuple(warnings), other and not reasons, tuple(differences))
-
-
-def vocabulary_differences(main: GGUFInfo, draft: GGUFInfo) -> list[str]:
-    """Why the draft's tokens do not mean the same as the main model's, by llama.cpp's rules
-    (common/speculative.cpp): the tokenizer type, the special tokens, the sizes, the token texts. Empty:
-    the same vocabulary, so the draft's tokens can be verified as they are."""
-    if main.vocab_type != draft.vocab_type:
-        return [f"different tokenizer types: the main model uses {main.vocab_type_name}, "
-                f"the draft {draft.vocab_type_name}"]
-    reasons = _special_token_differences(main, draft)
-    size_gap = abs(main.vocab_size - draft.vocab_size)
-    if size_gap > VOCAB_MAX_SIZE_DIFFERENCE:
-        reasons.append(
-            f"vocabulary sizes differ by {size_gap} tokens ({main.vocab_size:,} vs {draft.vocab_size:,}; "
-            f"at most {VOCAB_MAX_SIZE_DIFFERENCE} allowed)"
-        )
-    else:
-        i = _first_token_mismatch(main.tokens, draft.tokens)
-        if i is not None:
-            reasons.append(f"the vocabularies differ: token {i} is {main.tokens[i]!r} in the main model "
-                           f"but {draft.tokens[i]!r} in the draft")
-    return reasons
-
-
-def _mtp_drafter_mismatch(main: GGUFInfo, draft: GGUFInfo) -> list[str]:
-    if main.is_mtp_drafter:
-        return [f"{main.display_name} is an MTP drafter, not a model that answers: choose it as the draft"]
-    if not draft.is_mtp_drafter:
-        return []
-    wanted = MTP_DRAFTER_ARCHITECTURES[draft.architecture]
-    if main.architecture != wanted:
-        return [f"it is an MTP drafter for {wanted} models, and the main model is {main.architecture}"]
-    if draft.n_embd_out != main.n_embd:
-        return [f"it is an MTP drafter for a {wanted} model {draft.n_embd_out} wide, and the main model is "
-                f"{main.n_embd} wide (another size of {wanted})"]
-    return []
-
-
-def _hidden_state_drafter_mismatch(main: GGUFInfo, draft: GGUFInfo) -> list[str]:
-    """An EAGLE-3 or DFlash file: only ever a draft, made for one width and depth of main model; and
-    Quickdraft's loop does not draft with these yet (llama.cpp's own tools do)."""
-    if main.hidden_state_drafter:
-        return [f"{main.display_name} is an {main.hidden_state_drafter} drafter, not a model that answers"]
-    kind = draft.hidden_state_drafter
-    if not kind:
-        return []
-    reasons = []
-    if draft.target_width != main.n_embd:
-        reasons.append(f"it is an {kind} drafter for a main model {draft.target_width} wide; "
-                       f"the main model is {main.n_embd} wide")
-    if main.n_layers is not None and max(draft.target_layers, default=0) > main.n_layers:
-        reasons.append(f"it reads layer {max(draft.target_layers)}; the main model has {main.n_layers}")
-    return reasons + [f"Quickdraft does not draft with {kind} drafters yet: choose a draft model, prompt lookup "
-                      f"or MTP heads"]
-
-
-def _special_token_differences(main: GGUFInfo, draft: GGUFInfo) -> list[str]:
-    out = []
-    if main.add_bos != draft.add_bos or main.add_eos != draft.add_eos:
-        out.append("the models disagree on adding a begin/end-of-sequence token to the prompt")
-    if main.bos_token_id != draft.bos_token_id:
-        out.append(f"different begin-of-sequence tokens ({main.bos_token_id} vs {draft.bos_token_id})")
-    if main.eos_token_id != draft.eos_token_id:
-        out.append(f"different end-of-sequence tokens ({main.eos_token_id} vs {draft.eos_token_id})")
-    return out
-
-
-def _first_token_mismatch(a: tuple[str, ...], b: tuple[str, ...]) -> int | None:
-    for i in range(VOCAB_CHECK_START_TOKEN_ID, min(len(a), len(b))):
-        if a[i] != b[i]:
-            return i
-    return None
-
-
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"

@@ -25,6 +25,8 @@ from typing import Sequence
 import numpy as np
 
 from app.core.errors import DecodeError, IncompatibleDraftError, ModelLoadError
+from app.core.gguf.info import FINAL_STATE_ARCHITECTURES
+from app.core.gguf.pair_check import final_state_missing
 from app.core.llama.library import lib
 from app.core.llama.mtp import ChainingHead, HiddenStates, _function, check_symbols
 from app.core.lm import common_prefix_length
@@ -163,9 +165,12 @@ def _checked_layers(session, drafter_model) -> list[int]:
     main_layers = int(lib().llama_model_n_layer(main._model))
     main_width = int(lib().llama_model_n_embd(main._model))
     width = metadata(drafter_model, f"{EAGLE3_ARCHITECTURE}.target_hidden_size")
+    architecture = metadata(main, "general.architecture") or "unknown"
     reasons = []
     if max(layers) > main_layers:
         reasons.append(f"it reads layer {max(layers)}, {main.name} has {main_layers}")
+    elif max(layers) == main_layers and architecture not in FINAL_STATE_ARCHITECTURES:
+        reasons.append(final_state_missing(main_layers, architecture))
     if width is None or int(width) != main_width:
         reasons.append(f"it reads hidden states {width} wide, {main.name}'s are {main_width}")
     if drafter_model.n_vocab != session.n_vocab:

@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from app.core.errors import DecodeError, IncompatibleDraftError, ModelLoadError, QuickdraftError
+from app.core.errors import DecodeError, DrafterUnavailableError, IncompatibleDraftError, ModelLoadError
 from app.core.llama.binding import context_params
 from app.core.llama.library import lib
 from app.core.lm import common_prefix_length
@@ -67,20 +67,16 @@ _PUBLIC = ("llama_model_n_layer_nextn", "llama_model_n_embd_out", "LLAMA_CONTEXT
 _bound: dict[str, object] = {}
 
 
-class MTPUnavailable(QuickdraftError):
-    """This llama.cpp build cannot draft with MTP heads (its staging API changed)."""
-
-
 def check_symbols() -> None:
-    """Raise MTPUnavailable naming the first symbol MTP drafting needs that this llama.cpp lacks."""
+    """Raise DrafterUnavailableError naming the first symbol MTP drafting needs that this llama.cpp lacks."""
     llama_cpp = lib()
     for name in _PUBLIC:
         if not hasattr(llama_cpp, name):
-            raise MTPUnavailable(f"llama-cpp-python has no {name}: MTP drafting needs llama-cpp-python 0.3.36's API.")
+            raise DrafterUnavailableError(f"llama-cpp-python has no {name}: MTP drafting needs llama-cpp-python 0.3.36's API.")
     context_fields = dict(llama_cpp.llama_context_params._fields_)
     if "load_mtp" not in dict(llama_cpp.llama_model_params._fields_) or \
             "ctx_type" not in context_fields or "ctx_other" not in context_fields:
-        raise MTPUnavailable("llama.cpp's model or context parameters have no load_mtp / ctx_type / ctx_other field.")
+        raise DrafterUnavailableError("llama.cpp's model or context parameters have no load_mtp / ctx_type / ctx_other field.")
     for name in _STAGING:
         _function(name)
 
@@ -89,20 +85,20 @@ def availability() -> str:
     """"available", or why MTP drafting is off with this llama.cpp build (for ``info``)."""
     try:
         check_symbols()
-    except MTPUnavailable as exc:
+    except DrafterUnavailableError as exc:
         return f"unavailable: {exc}"
     return "available"
 
 
 def _function(name: str):
-    """A staging function, bound once; MTPUnavailable when libllama no longer exports it."""
+    """A staging function, bound once; DrafterUnavailableError when libllama no longer exports it."""
     if name not in _bound:
         names, restype, argtypes = _STAGING[name]
         mangled = names[ABI]
         try:
             function = getattr(lib().llama_cpp._lib, mangled)
         except AttributeError:
-            raise MTPUnavailable(f"this libllama does not export {name} (as {mangled}): llama.cpp's staging "
+            raise DrafterUnavailableError(f"this libllama does not export {name} (as {mangled}): llama.cpp's staging "
                                  f"API changed, so MTP drafting is off. Update app/core/llama/mtp.py.") from None
         function.restype, function.argtypes = restype, argtypes
         _bound[name] = function
@@ -283,7 +279,7 @@ class MTPHead(ChainingHead):
         model = session.model
         check_symbols()
         if not model.params.load_mtp or n_nextn_layers(model._model) == 0:
-            raise MTPUnavailable(f"{model.name} has no MTP layers loaded: it cannot draft for itself "
+            raise DrafterUnavailableError(f"{model.name} has no MTP layers loaded: it cannot draft for itself "
                                  f"(choose a model whose GGUF keeps its MTP / nextn layers).")
         super().__init__(session, model)
 

@@ -10,11 +10,15 @@ from app.core.params import DrafterKind
 
 # Which drafter proposed a token: DrafterKind's members (a draft's ``sources``, a Round's ``drafter``),
 # by their short names here
-MODEL, LOOKUP, MTP = DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.MTP
+MODEL, LOOKUP, MTP, EAGLE3 = DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.MTP, DrafterKind.EAGLE3
 # A draft model of another vocabulary (chosen as ``model``, drafting through text: crossvocab.py): named
 # apart so that its acceptance is learned apart and the statistics show it by name
 CROSS = "model (other vocabulary)"
 DRAFT_MODELS = frozenset({MODEL, CROSS})   # the drafters that run a draft model: its step costs, its catch-up
+# The drafters that chain a small head over the main model's hidden states (its MTP layers, an EAGLE-3
+# drafter): a step per drafted token, timed by each answer's own rounds; nothing to catch up on
+HEADS = frozenset({MTP, EAGLE3})
+SOURCES = (MODEL, CROSS, LOOKUP, MTP, EAGLE3)   # every drafter a round can name
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ class AcceptanceModel:
         if source == LOOKUP:
             where = "prompt" if score.in_prompt else "answer"
             return (LOOKUP, where, "next" if n > 0 else "first", _length_bucket(score.length))
-        return (source if source in (MTP, CROSS) else MODEL, min(9, int(score * 10)))
+        return (source if source in HEADS | {CROSS} else MODEL, min(9, int(score * 10)))
 
     def prior(self, key: tuple) -> float:
         if key[0] == LOOKUP:

@@ -8,13 +8,13 @@ import numpy as np
 
 from app.core.lm import Session, common_prefix_length, prefill
 from app.core.params import DrafterKind
-from app.core.speculation.acceptance import LOOKUP, MODEL, MTP, LookupMatch
+from app.core.speculation.acceptance import LOOKUP, MODEL, LookupMatch
 from app.core.speculation.draft import Draft
 from app.core.speculation.policy_base import Decision, DraftPolicy
 from app.core.speculation.sampling import Sampler
 
 if TYPE_CHECKING:
-    from app.core.llama.mtp import MTPHead
+    from app.core.llama.mtp import AssistantHead, ChainingHead
 
 
 
@@ -73,25 +73,26 @@ def draft_chain(logits: np.ndarray, next_logits, source: str, max_len: int, poli
     return out
 
 
-class MTPDrafter:
-    """The main model drafts for itself with its MTP (nextn) head: a chain of the head's most likely
-    tokens (sampled from its distribution when the main model samples), each fed back with the head's
-    own hidden state. No second model: the head reads the main model's hidden states as it decodes."""
+class HeadDrafter:
+    """A head over the main model's hidden states drafts: the main model's own MTP (nextn) layers, an
+    MTP drafter file, or an EAGLE-3 drafter. A chain of the head's most likely tokens (sampled from its
+    distribution when the main model samples), each fed back with the head's own hidden state. The
+    head reads the main model's hidden states as it decodes, so it has nothing to catch up on.
+    ``name``: the source its tokens count under (MTP, EAGLE3)."""
 
-    name = MTP
-
-    def __init__(self, head: "MTPHead"):
+    def __init__(self, head: "ChainingHead | AssistantHead", name: str):
         self.head = head
+        self.name = name
 
     def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
-        if policy.may_draft(MTP) and self.head.can_follow(prompt):
+        if policy.may_draft(self.name) and self.head.can_follow(prompt):
             self.head.start(prompt)   # read the prompt in the prompt phase, as the draft model does
 
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
-        max_len = min(max_len, policy.draft_length(MTP), self.head.n_ctx - len(context))
+        max_len = min(max_len, policy.draft_length(self.name), self.head.n_ctx - len(context))
         if max_len <= 0 or not self.head.can_follow(context):
             return Draft()
-        return draft_chain(self.head.start(context), self.head.step, MTP, max_len, policy, sampler)
+        return draft_chain(self.head.start(context), self.head.step, self.name, max_len, policy, sampler)
 
     def sync(self, context: Sequence[int]) -> None:
         if not context:

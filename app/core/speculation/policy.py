@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from app.core.params import PolicyName, SpeculationParams
-from app.core.speculation.acceptance import DRAFT_MODELS, LOOKUP, MTP, AcceptanceModel, Score
+from app.core.speculation.acceptance import DRAFT_MODELS, HEADS, LOOKUP, AcceptanceModel, Score
 from app.core.speculation.costmodel import CostModel, CostProfile
 from app.core.speculation.draft import Draft
 from app.core.speculation.policy_base import Decision, DraftPolicy, FixedPolicy, below_p_min
@@ -45,7 +45,7 @@ class AutoPolicy:
 
     CONFIDENCE_DECAY = 0.7  # the main model's recent confidence: each new token weighs 30%
     PROBE_LOSS = 0.5     # main steps a round verifying a never-measured batch size may be expected to lose
-    MTP_PRIOR_STEPS = 0.25  # an MTP token's cost in main steps until it is timed
+    HEAD_PRIOR_STEPS = 0.25  # a head's drafted token (MTP, EAGLE-3) in main steps until it is timed
     REDERIVE = 0.02      # what follows from the costs is worked out again when an estimate moves 2%
 
     def __init__(self, params: SpeculationParams, costs: "CostModel | CostProfile",
@@ -133,17 +133,18 @@ class AutoPolicy:
 
     def token_cost(self, source: str) -> float:
         """Seconds to draft one token (the steps do not depend on the context: no profile is read)."""
-        if source == MTP:
-            return self._mtp_step()
+        if source in HEADS:
+            return self._head_step()
         return (self.costs.draft_step_s or 0.0) if source in DRAFT_MODELS else self.costs.lookup_step_s
 
-    def _mtp_step(self) -> float:
-        """An MTP token: one layer and the output projection. Until this answer's MTP rounds have
-        timed it, assumed to cost MTP_PRIOR_STEPS of a main step (the output projection dominates a
-        small model's step, and the head shares the main model's)."""
-        if self.readings.mtp_step_s is not None:
-            return self.readings.mtp_step_s
-        return self.MTP_PRIOR_STEPS * self.readings.profile.main_batch(1)
+    def _head_step(self) -> float:
+        """A head's token (MTP, EAGLE-3): one layer and an output projection. Until this answer's rounds
+        have timed it, assumed to cost HEAD_PRIOR_STEPS of a main step (the output projection dominates
+        a small model's step; an MTP head shares the main model's, an EAGLE-3 drafter's is its own and
+        often smaller: 0.05 of a Llama 3.1 8B step on a CPU, scripts/gpu/eagle3_step.py)."""
+        if self.readings.head_step_s is not None:
+            return self.readings.head_step_s
+        return self.HEAD_PRIOR_STEPS * self.readings.profile.main_batch(1)
 
     @staticmethod
     def expected_speeds(chances: Sequence[float], costs: Sequence[float], sunk: float | None,
@@ -190,11 +191,11 @@ class AutoPolicy:
             self.standings.park_model()  # it only falls further behind from here
         if source in DRAFT_MODELS and (self.standings.model_parked or not self._model.can_pay):
             return 0
-        # Even always right, an MTP token costs more than verifying it saves here: judged on the
-        # estimates, prior included. At the most unmeasured sizes can cost (a step per token) no MTP
+        # Even always right, a head's token costs more than verifying it saves here: judged on the
+        # estimates, prior included. At the most unmeasured sizes can cost (a step per token) no head's
         # draft could ever pay, none would be verified, and no batch size would ever be measured;
         # what verifying an unmeasured size can lose is bounded by ``_may_verify`` instead.
-        if source == MTP and self._best_length([1.0] * self.max_len, self._mtp_step(), self.readings.profile) == 0:
+        if source in HEADS and self._best_length([1.0] * self.max_len, self._head_step(), self.readings.profile) == 0:
             return 0
         if self.readings.learns and self.costs.unconfirmed:
             return 0  # the stored profile's first round: a step of the main model alone times it

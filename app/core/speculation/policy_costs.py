@@ -7,7 +7,7 @@ costs a fraction of a percent of a main step each time (the numbers: docs/archit
 
 from __future__ import annotations
 
-from app.core.speculation.acceptance import DRAFT_MODELS, MTP
+from app.core.speculation.acceptance import DRAFT_MODELS, HEADS
 from app.core.speculation.costmodel import CostModel, CostProfile
 
 
@@ -17,13 +17,13 @@ class CostReadings:
     and a round's times fed back. Given a CostProfile instead of a CostModel, the costs are fixed
     (a replay, a test) and nothing is learned."""
 
-    MTP_STEP_DECAY = 0.8   # an MTP token's cost follows the last few rounds that timed one
+    HEAD_STEP_DECAY = 0.8   # a head's token cost follows the last few rounds that timed one
 
     def __init__(self, costs: "CostModel | CostProfile"):
         self.learns = isinstance(costs, CostModel)
         self.costs = costs if self.learns else CostModel.from_profile(costs)
         self.context = 0
-        self.mtp_step_s: float | None = None   # one MTP token, learned from this answer's MTP rounds
+        self.head_step_s: float | None = None   # one head token (MTP, EAGLE-3), learned from this answer's rounds
         self.cost_rounds_observed = 0          # rounds whose times the cost model learned from
         self._read: dict[str, CostProfile] = {}
 
@@ -61,15 +61,15 @@ class CostReadings:
               behind: int, more: int) -> None:
         """Teach the cost model one round's times: the verify batch, and the drafter's work when it
         drafted (a draft model's catch-up on ``behind`` skipped tokens, then a step per token after
-        the first; an MTP head's steps). The readings are taken again at the new context."""
+        the first; a head's steps). The readings are taken again at the new context."""
         self.costs.observe_main(batch, context, verify_s)
         self.cost_rounds_observed += 1
         if source in DRAFT_MODELS and draft_s is not None:
             steps = 1 + max(0, behind - 1) * self.catch_up_ratio() + more
             self.costs.observe_draft(steps, draft_s)
-        if source == MTP and draft_s is not None:
+        if source in HEADS and draft_s is not None:
             per_token = draft_s / (1 + more)
-            previous = per_token if self.mtp_step_s is None else self.mtp_step_s
-            self.mtp_step_s = self.MTP_STEP_DECAY * previous + (1 - self.MTP_STEP_DECAY) * per_token
+            previous = per_token if self.head_step_s is None else self.head_step_s
+            self.head_step_s = self.HEAD_STEP_DECAY * previous + (1 - self.HEAD_STEP_DECAY) * per_token
         self.context = context + batch
         self._read = {}

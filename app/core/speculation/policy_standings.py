@@ -3,7 +3,7 @@ against the main model alone (policy.py decides lengths and works out the saving
 
 from __future__ import annotations
 
-from app.core.speculation.acceptance import CROSS, DRAFT_MODELS, LOOKUP, MODEL, MTP
+from app.core.speculation.acceptance import DRAFT_MODELS, SOURCES
 
 
 class DrafterStandings:
@@ -23,9 +23,9 @@ class DrafterStandings:
     PARK_STEPS = 2.0
 
     def __init__(self):
-        self._backoff = dict.fromkeys((MODEL, CROSS, LOOKUP, MTP), 0)  # rounds a drafter sits out after losing
-        self._wait = dict.fromkeys((MODEL, CROSS, LOOKUP, MTP), 0)
-        self._balance = dict.fromkeys((MODEL, CROSS, LOOKUP, MTP), 0.0)  # seconds saved by its recent rounds
+        self._backoff = dict.fromkeys(SOURCES, 0)  # rounds a drafter sits out after losing
+        self._wait = dict.fromkeys(SOURCES, 0)
+        self._balance = dict.fromkeys(SOURCES, 0.0)  # seconds saved by its recent rounds
         self.model_parked = False
 
     def park_model(self) -> None:

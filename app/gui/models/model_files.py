@@ -10,7 +10,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from app.core.errors import QuickdraftError
-from app.core.gguf.info import GGUFInfo, check_pair, read_gguf_info
+from app.core.gguf.info import GGUFInfo, read_gguf_info
+from app.core.gguf.pair_check import check_pair
 
 MAX_SCANNED_FILES = 200
 REMOTE_SCHEMES = ("http://", "https://")

@@ -1,7 +1,8 @@
 import pytest
 
 from app.core.errors import ModelFileError
-from app.core.gguf.info import OTHER_VOCABULARY_NOTE, check_pair, read_gguf_info, vocabulary_differences
+from app.core.gguf.info import read_gguf_info
+from app.core.gguf.pair_check import OTHER_VOCABULARY_NOTE, check_pair, vocabulary_differences
 from app.core.gguf.tiny import TinySpec, vocabulary, write_tiny_model
 
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import llama_cpp
-from app.core.gguf.info import check_pair, read_gguf_info
+from app.core.gguf.info import read_gguf_info
+from app.core.gguf.pair_check import check_pair
 from app.core.gguf.tiny import ARCHITECTURES, TinySpec, attention_layers, write_tiny_model
 from app.core.llama.binding import LlamaModel, LlamaSession
 from app.core.llama.library import ensure_backend

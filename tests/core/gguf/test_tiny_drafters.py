@@ -11,10 +11,11 @@ import pytest
 
 from app.core.engine import read_pair
 from app.core.errors import ModelLoadError
-from app.core.gguf.info import check_pair, read_gguf_info
+from app.core.gguf.info import read_gguf_info
+from app.core.gguf.pair_check import check_pair
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.llama.binding import LlamaModel
-from app.core.params import ModelParams
+from app.core.params import DrafterKind, ModelParams
 
 DRAFTERS = {
     "eagle3": TinySpec(architecture="eagle3", name="tiny-eagle3", n_layer=1, target_layers=(0, 1, 1)),
@@ -70,12 +71,21 @@ def test_info_names_the_drafter_and_the_main_model_it_was_made_for(tmp_path):
     assert read_gguf_info(write_tiny_model(tmp_path / "main.gguf", TinySpec())).hidden_state_drafter is None
 
 
-def test_a_hidden_state_drafter_is_never_a_main_model_and_is_refused_as_a_draft_saying_why(tmp_path):
+def test_a_hidden_state_drafter_is_never_a_main_model_and_drafts_only_for_the_main_it_was_made_for(tmp_path):
     main = read_gguf_info(write_tiny_model(tmp_path / "main.gguf", TinySpec()))
     fits = read_gguf_info(write_tiny_model(tmp_path / "e.gguf", DRAFTERS["eagle3"]))
     wide = read_gguf_info(write_tiny_model(tmp_path / "w.gguf", DRAFTERS["eagle3-wider-main"]))
-    assert check_pair(main, fits).reasons == (
-        "Quickdraft does not draft with EAGLE-3 drafters yet: choose a draft model, prompt lookup or MTP heads",)
+    dflash = read_gguf_info(write_tiny_model(tmp_path / "d.gguf", DRAFTERS["dflash"]))
+    assert check_pair(main, fits).compatible and fits.drafts_as is DrafterKind.EAGLE3 and fits.is_drafter_file
+    assert not check_pair(main, fits).warnings   # a drafter file is no draft model to compare sizes with
+    final = read_gguf_info(write_tiny_model(tmp_path / "f.gguf", TinySpec(architecture="eagle3", n_layer=1,
+                                                                          target_layers=(0, 1, 2))))
+    assert check_pair(main, final).reasons == ("it reads the main model's final hidden state (layer 2), which "
+                                               "llama.cpp gives for some architectures only, not for llama",)
+    qwen35 = read_gguf_info(write_tiny_model(tmp_path / "q.gguf", TinySpec(architecture="qwen35", name="tiny-qwen35")))
+    assert check_pair(qwen35, final).compatible   # qwen35's graph gives its final state
+    assert check_pair(main, dflash).reasons[-1] == ("Quickdraft does not draft with DFlash drafters: choose a draft "
+                                                    "model, prompt lookup, MTP heads or an EAGLE-3 drafter")
     assert "it is an EAGLE-3 drafter for a main model 96 wide; the main model is 64 wide" in check_pair(main, wide).reasons
     assert check_pair(fits, main).reasons[0] == "tiny-eagle3 is an EAGLE-3 drafter, not a model that answers"
     with pytest.raises(ModelLoadError, match="is an EAGLE-3 drafter, not a model that answers: it drafts for a main"):

@@ -14,7 +14,8 @@ from app.core.llama.eagle3 import Eagle3Head, target_layers
 from app.core.params import ModelParams
 
 PROMPT = "the cat is on the mat and the dog sat by the door of the house"
-EAGLE3 = TinySpec(architecture="eagle3", name="tiny-eagle3", n_layer=1, target_layers=(0, 1, 2))
+# the tiny llama main has 2 layers: its layer inputs 0 and 1 (llama.cpp's llama graph gives no final state)
+EAGLE3 = TinySpec(architecture="eagle3", name="tiny-eagle3", n_layer=1, target_layers=(0, 1, 1))
 
 
 @pytest.fixture(scope="module")
@@ -25,12 +26,13 @@ def files(tmp_path_factory):
         "other-main": write_tiny_model(d / "other-main.gguf", TinySpec(seed=7)),
         "eagle3": write_tiny_model(d / "eagle3.gguf", EAGLE3),
         "wide": write_tiny_model(d / "wide.gguf", TinySpec(architecture="eagle3", n_layer=1, n_embd_target=96,
-                                                           target_layers=(0, 1, 2))),
-        "d2t": write_tiny_model(d / "d2t.gguf", TinySpec(architecture="eagle3", n_layer=1, target_layers=(0, 1, 2),
+                                                           target_layers=(0, 1, 1))),
+        "d2t": write_tiny_model(d / "d2t.gguf", TinySpec(architecture="eagle3", n_layer=1, target_layers=(0, 1, 1),
                                                          draft_vocab=100)),
+        "final": write_tiny_model(d / "final.gguf", TinySpec(architecture="eagle3", n_layer=1, target_layers=(0, 1, 2))),
         "deep": write_tiny_model(d / "deep.gguf", TinySpec(architecture="eagle3", n_layer=1, target_layers=(0, 1, 7))),
         "big-vocab": write_tiny_model(d / "big-vocab.gguf", TinySpec(architecture="eagle3", n_layer=1,
-                                                                     target_layers=(0, 1, 2), vocab_size=300)),
+                                                                     target_layers=(0, 1, 1), vocab_size=300)),
     }
 
 
@@ -82,7 +84,7 @@ def _rounds(session, head, tokens: list[int], seed: int) -> list[int]:
 
 def test_llama_cpp_reads_the_drafters_three_target_layers(pair):
     _, head = pair
-    assert head.hidden.layers == [0, 1, 2] and head.hidden.n_embd == 3 * 64
+    assert head.hidden.layers == [0, 1, 1] and head.hidden.n_embd == 3 * 64
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -136,6 +138,9 @@ def test_a_drafter_with_a_smaller_vocabulary_proposes_only_tokens_it_maps(files)
     ("deep", "it reads layer 7, main.gguf has 2"),
     ("big-vocab", "its vocabulary has 300 tokens"),
     ("main", "is not an EAGLE-3 drafter: it reads 0 of the main model's layers"),
+    # what the first version read: llama.cpp never writes a llama model's final state, so its rows were stale
+    ("final", r"it reads the main model's final hidden state \(layer 2\), which llama.cpp gives for some "
+              r"architectures only, not for llama"),
 ])
 def test_a_drafter_made_for_another_main_model_is_refused_saying_why(files, drafter, reason):
     main, other = _load(files["main"]), _load(files[drafter])
@@ -144,7 +149,8 @@ def test_a_drafter_made_for_another_main_model_is_refused_saying_why(files, draf
         with pytest.raises(IncompatibleDraftError, match=reason):
             Eagle3Head(session, other)
         assert not session.decode_hooks   # nothing left hooked into the main session
-        assert target_layers(other) == ([0, 1, 7] if drafter == "deep" else [] if drafter == "main" else [0, 1, 2])
+        expected = {"deep": [0, 1, 7], "main": [], "final": [0, 1, 2]}.get(drafter, [0, 1, 1])
+        assert target_layers(other) == expected
     finally:
         session.close()
         other.close()

@@ -7,13 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from app.core.errors import DrafterUnavailableError
+
 from app.core.engine import Engine
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.llama import mtp
 from app.core.frontdoor import GenerationRequest
 from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
-from app.core.speculation.drafters import MTP
-from tests.core.llama.mtp_steering import run_steered
+from app.core.speculation.acceptance import MTP
+from tests.core.llama.mtp_steering import answer, run_steered
 
 PROMPT = "the cat is on the mat and the dog"
 
@@ -30,14 +32,8 @@ def engine(qwen35):
     e.close()
 
 
-def _answer(engine, drafter: str, draft_max: int = 4, n: int = 32, **sampling):
-    prompt = engine.main.model.tokenize(PROMPT)
-    events = list(engine.generate(GenerationRequest(prompt=prompt, drafter=DrafterKind(drafter),
-                                                    sampling=SamplingParams(max_tokens=n, **sampling),
-                                                    speculation=SpeculationParams(draft_max=draft_max, policy="fixed"))))
-    summary = events[-1]
-    assert summary.error is None
-    return prompt, summary
+def _answer(engine, drafter: str, draft_max: int = 4, n: int = 32, **options):
+    return answer(engine, PROMPT, drafter, draft_max, n, **options)
 
 
 def test_the_staging_symbols_are_there():
@@ -48,7 +44,7 @@ def test_a_missing_symbol_is_named(monkeypatch):
     monkeypatch.setitem(mtp._STAGING, "llama_get_embeddings_nextn_ith",
                         ({mtp.ABI: "_Z30llama_get_embeddings_nextn_ith_renamed"}, None, ()))
     monkeypatch.setattr(mtp, "_bound", {})
-    with pytest.raises(mtp.MTPUnavailable, match="llama_get_embeddings_nextn_ith"):
+    with pytest.raises(DrafterUnavailableError, match="llama_get_embeddings_nextn_ith"):
         mtp.check_symbols()
     assert mtp.availability().startswith("unavailable: ") and "nextn_ith" in mtp.availability()
 
@@ -112,7 +108,7 @@ def test_the_drafts_are_counted_as_mtp(engine):
 def test_a_model_without_mtp_layers_is_refused(tiny_models):
     engine = Engine.load(ModelParams(str(tiny_models.main), n_gpu_layers=0, n_ctx=256, n_threads=1))
     try:
-        with pytest.raises(mtp.MTPUnavailable, match="has no MTP layers"):
+        with pytest.raises(DrafterUnavailableError, match="has no MTP layers"):
             list(engine.generate(GenerationRequest(prompt=[1, 50, 60], drafter=DrafterKind.MTP)))
     finally:
         engine.close()
@@ -173,7 +169,7 @@ def test_auto_learns_what_an_mtp_token_costs_from_the_rounds_it_times():
     step = 0.03
     policy = AutoPolicy(SpeculationParams(draft_max=8, policy="auto"),
                         CostModel.from_profile(CostProfile(key={}, main_batch_s=[step] * 9)))
-    assert policy.token_cost(MTP) == pytest.approx(AutoPolicy.MTP_PRIOR_STEPS * step)
+    assert policy.token_cost(MTP) == pytest.approx(AutoPolicy.HEAD_PRIOR_STEPS * step)
     for _ in range(30):   # rounds whose 3 MTP tokens took a whole main step each
         _chain(policy, 0.95)
         draft = Draft()

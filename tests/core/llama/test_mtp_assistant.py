@@ -9,13 +9,13 @@ import pytest
 
 from app.core.engine import Engine
 from app.core.errors import IncompatibleDraftError, ModelLoadError
-from app.core.gguf.info import check_pair, read_gguf_info
+from app.core.gguf.info import read_gguf_info
+from app.core.gguf.pair_check import check_pair
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.llama import mtp
-from app.core.frontdoor import GenerationRequest
-from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
-from app.core.speculation.drafters import MTP
-from tests.core.llama.mtp_steering import run_steered
+from app.core.params import DrafterKind, ModelParams
+from app.core.speculation.acceptance import MTP
+from tests.core.llama.mtp_steering import answer, fresh_start, run_steered
 
 PROMPT = "the cat is on the mat and the dog is in the house of the cat"
 
@@ -44,14 +44,8 @@ def engine(gemma):
     e.close()
 
 
-def _answer(engine, drafter: str, draft_max: int = 4, n: int = 32, policy: str = "fixed"):
-    prompt = engine.main.model.tokenize(PROMPT)
-    events = list(engine.generate(GenerationRequest(prompt=prompt, drafter=DrafterKind(drafter),
-                                                    sampling=SamplingParams(max_tokens=n),
-                                                    speculation=SpeculationParams(draft_max=draft_max, policy=policy))))
-    summary = events[-1]
-    assert summary.error is None
-    return prompt, summary
+def _answer(engine, drafter: str, draft_max: int = 4, n: int = 32, **options):
+    return answer(engine, PROMPT, drafter, draft_max, n, **options)
 
 
 def test_the_pairing_check_knows_an_mtp_drafter(gemma, tiny_models):
@@ -105,7 +99,7 @@ def test_the_pair_drafts_with_mtp_whatever_model_drafter_is_asked(engine):
     finally:
         del engine._drafter
     assert seen == [None, MTP, MTP]
-    assert engine.draft is None and engine.pair.mtp_drafter and engine.pair.draft_path is not None
+    assert engine.draft is None and engine.pair.drafts_as is DrafterKind.MTP and engine.pair.draft_path is not None
     assert {name for name, _ in engine.pair.placement} == {"main", "draft"}
 
 
@@ -122,13 +116,7 @@ def test_after_rejected_drafts_the_drafter_sees_what_a_fresh_main_model_gives(ge
     incremental = head.start(context).copy()
 
     main, assistant, _ = gemma
-    fresh = _load(main, assistant)
-    try:
-        fresh._mtp_head()
-        fresh.main.eval(context[:-1])
-        from_scratch = fresh._mtp.start(context).copy()
-    finally:
-        fresh.close()
+    from_scratch = fresh_start(lambda: _load(main, assistant), "mtp", context)
     # one batch against several changes llama.cpp's CPU numerics slightly; a wrong cache moves them by far more
     assert np.abs(incremental - from_scratch).max() < 0.1
 

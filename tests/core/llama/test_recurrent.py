@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from app.core.engine import Engine
-from app.core.gguf.info import check_pair, read_gguf_info
+from app.core.gguf.info import read_gguf_info
+from app.core.gguf.pair_check import check_pair
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.llama.binding import ATTENTION, HYBRID, RECURRENT, LlamaModel, LlamaSession
 from app.core.frontdoor import GenerationRequest

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtWidgets import QFileDialog
 
-from app.core.gguf.info import OTHER_VOCABULARY_NOTE
+from app.core.gguf.pair_check import OTHER_VOCABULARY_NOTE
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.gui.models.model_bar import SHOW_HIDE, ModelBar
 from app.models.registry import ModelRegistry

@@ -10,7 +10,7 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QApplication
 
-from app.core.gguf.info import OTHER_VOCABULARY_NOTE
+from app.core.gguf.pair_check import OTHER_VOCABULARY_NOTE
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.gui.models.manager import ModelManagerDialog
 from app.models.download import local_path, partial_path
