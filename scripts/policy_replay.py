@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.cli.bench import load_prompts  # noqa: E402
 from app.core.params import DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams  # noqa: E402
-from app.core.speculation.acceptance import LOOKUP, MODEL, AcceptanceModel, LookupMatch  # noqa: E402
+from app.core.speculation.acceptance import HEADS, LOOKUP, MODEL, AcceptanceModel, LookupMatch  # noqa: E402
 from app.core.speculation.costmodel import CostModel, CostProfile, round_robin_medians  # noqa: E402
 from app.core.speculation.drafters import (Draft, DraftModelDrafter, Drafter, LookupThenModelDrafter,  # noqa: E402
                                PromptLookupDrafter)
@@ -431,8 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("traces")
     rep.add_argument("profile")
     rep.add_argument("--drafter", type=DrafterKind, default=DrafterKind.LOOKUP_MODEL,
-                     choices=[kind for kind in DrafterKind if kind not in (DrafterKind.NONE, DrafterKind.MTP)],
-                     help="who drafts (MTP is not replayed: the traces record a draft model's picks, not a head's)")
+                     choices=[kind for kind in DrafterKind if kind is not DrafterKind.NONE and kind not in HEADS],
+                     help="who drafts (the heads, MTP and EAGLE-3, are not replayed: the traces record a draft "
+                          "model's picks, not a head's)")
     rep.add_argument("--policy", type=PolicyName, choices=list(PolicyName), default=PolicyName.AUTO)
     rep.add_argument("--draft-max", type=int, default=16)
     rep.add_argument("--only", nargs="*", help="prompt ids to replay")

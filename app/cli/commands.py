@@ -134,8 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _model_args(p: argparse.ArgumentParser, main_required: bool = True) -> None:
     p.add_argument("-m", "--main", required=main_required, help="the main model (GGUF)")
-    p.add_argument("-md", "--draft", help="the draft model (GGUF), or an MTP drafter made for the main model "
-                                          "(Gemma 4's assistant: it drafts with --drafter mtp)")
+    p.add_argument("-md", "--draft", help="the draft model (GGUF), or a drafter file made for the main model: an "
+                                          "MTP drafter (Gemma 4's assistant) or an EAGLE-3 drafter, which drafts "
+                                          "whenever the draft model would")
     p.add_argument("--draft-max", type=int, default=16, help="most tokens drafted per round (16)")
     p.add_argument("--draft-min", type=int, default=0, help="drop drafts shorter than this (0)")
     p.add_argument("--draft-p-min", type=float, default=0.0,
@@ -147,7 +148,8 @@ def _model_args(p: argparse.ArgumentParser, main_required: bool = True) -> None:
                    help="who drafts: the draft model (of any vocabulary: one of another drafts through text), "
                         "prompt lookup (n-gram copy), lookup then the model, "
                         "mtp (the main model's own MTP heads, or the MTP drafter given with --draft), "
-                        "or nobody (default: lookup+model with --draft, mtp with an MTP drafter, else lookup)")
+                        "eagle3 (the EAGLE-3 drafter given with --draft), or nobody (default: lookup+model with "
+                        "--draft, the drafter file's kind with one, else lookup)")
     _gpu_layer_args(p)
     p.add_argument("-c", "--ctx", type=int, default=4096, help="context size of the main model (4096)")
     p.add_argument("-cd", "--ctx-draft", type=int, default=None, help="context size of the draft (= --ctx)")
@@ -424,8 +426,10 @@ def cmd_check_pair(args) -> int:
     for warning in result.warnings:
         print(f"warning: {warning}")
     if result.compatible:
-        how = " (an MTP drafter: it drafts with MTP, on the main model's hidden states and memory)" \
-            if draft_info.is_mtp_drafter else ""
+        how = {DrafterKind.MTP: " (an MTP drafter: it drafts with MTP, on the main model's hidden states and memory)",
+               DrafterKind.EAGLE3: " (an EAGLE-3 drafter: it drafts from the main model's hidden states at its "
+                                   "layers " + ", ".join(map(str, draft_info.target_layers)) + ")",
+               None: ""}[draft_info.drafts_as]
         if result.other_vocabulary:
             from app.core.gguf.shared_vocab import shared_vocabulary
 

@@ -103,6 +103,7 @@ def _file_info(path: str) -> dict:
     data["mtp_drafter_for"] = MTP_DRAFTER_ARCHITECTURES.get(info.architecture)
     data["hidden_state_drafter"] = info.hidden_state_drafter
     data["drafts_for"] = info.drafts_for() if info.hidden_state_drafter else None
+    data["drafts_as"] = info.drafts_as.value if info.drafts_as else None
     return data
 
 
@@ -118,9 +119,15 @@ def _file_rows(info: dict) -> dict:
         "chat template": "yes" if info["has_chat_template"] else "no (a plain transcript is used)",
         "memory": info["memory_note"] or "attention (keys and values per token)",
         "MTP layers": _mtp_row(info),
-        **({"drafter": f"{info['hidden_state_drafter']}: it only drafts, for {info['drafts_for']}"}
-           if info["hidden_state_drafter"] else {}),
+        **({"drafter": _drafter_row(info)} if info["hidden_state_drafter"] else {}),
     }
+
+
+def _drafter_row(info: dict) -> str:
+    what = f"{info['hidden_state_drafter']}: it only drafts, for {info['drafts_for']}"
+    if info["drafts_as"]:
+        return f"{what} (-md FILE: it drafts with --drafter {info['drafts_as']}, the default)"
+    return f"{what}; Quickdraft does not draft with {info['hidden_state_drafter']} drafters"
 
 
 def _mtp_row(info: dict) -> str:
