@@ -461,6 +461,31 @@ def stage_eagle3(r: Run) -> None:
     print(f"  main step {row['main_step_ms']:.2f} ms, EAGLE-3 step {row['eagle3_step_ms']:.2f} ms "
           f"({row['step_over_main']:.2f} of a main step), an accepted token taken in {row['eagle3_start_ms']:.2f} ms")
     r.record("eagle3", row)
+    r.record("eagle3_race", eagle3_race(r, main, r.model(drafter_key)))
+
+
+def eagle3_race(r: Run, main: Path, drafter: Path, k: int = 4) -> dict:
+    """The same EAGLE-3 pair drafting K tokens a round, every round (random weights: nothing is accepted,
+    so this times the drafting and verifying machinery itself), ours against llama-speculative-simple's
+    draft-eagle3, beside our plain decoding."""
+    plain = generate(r, "eagle3-plain", main, "--drafter", "none")
+    ours = generate(r, "eagle3-ours", main, "-md", str(drafter), "-ngld", r.plan.gpu_layers, "--drafter", "eagle3",
+                    "--policy", "fixed", "--draft-max", str(k))
+    stdout, stderr = r.run("eagle3-llama", [
+        r.tool("llama-speculative-simple"), "-m", str(main), "-md", str(drafter), "-ngl", r.plan.gpu_layers,
+        "-ngld", r.plan.gpu_layers, "-c", "4096", "--spec-type", "draft-eagle3", "--spec-draft-n-max", str(k),
+        "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "--temp", "0", "-n", str(r.plan.n_predict), "-p", PROMPT])
+    text = stdout + stderr
+    row = {"draft_max": k, "plain_tps": plain["generation_tps"], "ours_tps": ours["generation_tps"],
+           "ours_drafted": ours["drafted"],
+           "llama_tps": figure(text, r"decoded\s+\d+ tokens in\s+[0-9.]+ seconds, speed:\s+([0-9.]+) t/s",
+                               "decoding speed", "eagle3-llama"),
+           "llama_drafted": figure(text, r"n_drafted\s*=\s*(\d+)", "drafted tokens", "eagle3-llama")}
+    row["ratio"] = row["ours_tps"] / row["llama_tps"]
+    print(f"  K={k}, nothing accepted: ours {row['ours_tps']:.1f} t/s ({row['ours_drafted']} drafted), "
+          f"llama-speculative-simple draft-eagle3 {row['llama_tps']:.1f} t/s ({row['llama_drafted']:.0f} drafted): "
+          f"{row['ratio']:.2f}x; ours plain {row['plain_tps']:.1f} t/s")
+    return row
 
 
 # --- the tables -----------------------------------------------------------------------------------
@@ -503,6 +528,12 @@ def summary_markdown(results: dict, device: str) -> str:
                             "drafted / main"],
                            [[x["model"], f"{x['main_step_ms']:.2f}", f"{x['eagle3_step_ms']:.2f}",
                              f"{x['eagle3_start_ms']:.2f}", f"{x['step_over_main']:.2f}"]]))
+    if "eagle3_race" in results:
+        x = results["eagle3_race"]
+        parts.append(table(["EAGLE-3, K tokens every round, none accepted", "ours t/s", "drafted",
+                            "llama.cpp draft-eagle3 t/s", "drafted", "ours / llama.cpp", "ours plain t/s"],
+                           [[f"K={x['draft_max']}", f"{x['ours_tps']:.1f}", str(x["ours_drafted"]), f"{x['llama_tps']:.1f}",
+                             f"{x['llama_drafted']:.0f}", f"{x['ratio']:.2f}x", f"{x['plain_tps']:.1f}"]]))
     return "\n\n".join(parts) + "\n"
 
 
@@ -513,9 +544,10 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 def device_name(results: dict, cpu: bool) -> str:
     machine = results.get("machine", {})
+    cores = machine.get("cores", os.cpu_count())   # the probe's count, else this machine's (probe not run)
     if cpu:
-        return f"the CPU ({machine.get('cores', '?')} cores; a rehearsal with tiny shapes, not a measurement)"
-    return f"{machine.get('gpu', 'a GPU')}, {machine.get('cores', '?')} cores"
+        return f"the CPU ({cores} cores; a rehearsal with tiny shapes, not a measurement)"
+    return f"{machine.get('gpu', 'a GPU')}, {cores} cores"
 
 
 # --- driver ---------------------------------------------------------------------------------------
