@@ -135,8 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _model_args(p: argparse.ArgumentParser, main_required: bool = True) -> None:
     p.add_argument("-m", "--main", required=main_required, help="the main model (GGUF)")
     p.add_argument("-md", "--draft", help="the draft model (GGUF), or a drafter file made for the main model: an "
-                                          "MTP drafter (Gemma 4's assistant) or an EAGLE-3 drafter, which drafts "
-                                          "whenever the draft model would")
+                                          "MTP drafter (Gemma 4's assistant), an EAGLE-3 or a DFlash/DSpark "
+                                          "drafter, which drafts whenever the draft model would")
     p.add_argument("--draft-max", type=int, default=16, help="most tokens drafted per round (16)")
     p.add_argument("--draft-min", type=int, default=0, help="drop drafts shorter than this (0)")
     p.add_argument("--draft-p-min", type=float, default=0.0,
@@ -148,7 +148,8 @@ def _model_args(p: argparse.ArgumentParser, main_required: bool = True) -> None:
                    help="who drafts: the draft model (of any vocabulary: one of another drafts through text), "
                         "prompt lookup (n-gram copy), lookup then the model, "
                         "mtp (the main model's own MTP heads, or the MTP drafter given with --draft), "
-                        "eagle3 (the EAGLE-3 drafter given with --draft), or nobody (default: lookup+model with "
+                        "eagle3 or dflash (the EAGLE-3 or DFlash/DSpark drafter given with --draft: a block in one "
+                        "pass), or nobody (default: lookup+model with "
                         "--draft, the drafter file's kind with one, else lookup)")
     _gpu_layer_args(p)
     p.add_argument("-c", "--ctx", type=int, default=4096, help="context size of the main model (4096)")
@@ -429,6 +430,9 @@ def cmd_check_pair(args) -> int:
         how = {DrafterKind.MTP: " (an MTP drafter: it drafts with MTP, on the main model's hidden states and memory)",
                DrafterKind.EAGLE3: " (an EAGLE-3 drafter: it drafts from the main model's hidden states at its "
                                    "layers " + ", ".join(map(str, draft_info.target_layers)) + ")",
+               DrafterKind.DFLASH: f" (a {draft_info.hidden_state_drafter} drafter: it drafts a block in one pass "
+                                   "from the main model's hidden states at its layers "
+                                   + ", ".join(map(str, draft_info.target_layers)) + ")",
                None: ""}[draft_info.drafts_as]
         if result.other_vocabulary:
             from app.core.gguf.shared_vocab import shared_vocabulary

@@ -19,7 +19,7 @@ from app.core.errors import DrafterUnavailableError, IncompatibleDraftError, Mod
 from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, read_gguf_info
 from app.core.gguf.pair_check import check_pair, vocabulary_differences
 from app.core.gguf.shared_vocab import shared_vocabulary
-from app.core.llama import binding as llama, devices, eagle3, mtp
+from app.core.llama import binding as llama, devices, dflash, eagle3, mtp
 from app.core.llama.placement import footprint, plan_gpu_layers, resolved
 from app.core.llama.ram import total_memory_bytes
 from app.core.frontdoor import GenerationRequest, LoadedPair
@@ -28,7 +28,8 @@ from app.core.params import AUTO, DrafterKind, ModelParams, PolicyName, Speculat
 from app.core.speculation.acceptance import AcceptanceModel
 from app.core.speculation.costmodel import ProfileStore
 from app.core.speculation.crossvocab import CrossVocabDrafter
-from app.core.speculation.drafters import DraftModelDrafter, Drafter, HeadDrafter, LookupThenModelDrafter, PromptLookupDrafter
+from app.core.speculation.drafters import (BlockDrafter, DraftModelDrafter, Drafter, HeadDrafter, LookupThenModelDrafter,
+                                          PromptLookupDrafter)
 from app.core.speculation.events import Event
 from app.core.speculation.loop import SpeculativeGeneration
 from app.core.speculation.policy import AutoPolicy, make_policy
@@ -60,7 +61,7 @@ class Engine:
         # a drafter file (an MTP drafter, an EAGLE-3 drafter: the draft of the pair), loaded; its drafting
         # context is made on the main one when it first drafts
         self.drafter_file = drafter_file
-        self._heads: dict[DrafterKind, "mtp.ChainingHead | mtp.AssistantHead"] = {}   # by the kind they draft as
+        self._heads: dict[DrafterKind, "mtp.ChainingHead | mtp.AssistantHead | dflash.DFlashHead"] = {}   # by kind
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -220,6 +221,8 @@ class Engine:
             return self._model_drafter()
         if kind in (DrafterKind.MTP, DrafterKind.EAGLE3):
             return HeadDrafter(self._head(kind), kind)
+        if kind is DrafterKind.DFLASH:
+            return BlockDrafter(self._head(kind))
         return None
 
     def _model_drafter(self) -> Drafter:
@@ -231,7 +234,7 @@ class Engine:
     def _head(self, kind: DrafterKind) -> "mtp.ChainingHead | mtp.AssistantHead":
         """The drafting context ``kind`` drafts with, made when first asked: MTP on the pair's MTP drafter
         file if it has one, else on the main model's own MTP layers (DrafterUnavailableError says why there are
-        none); EAGLE-3 on the pair's EAGLE-3 drafter."""
+        none); EAGLE-3 and DFlash on the pair's drafter file of that kind."""
         if kind not in self._heads:
             head = self._new_head(kind)
             # tokens the main model decoded before have no hidden states for the head: read them again
@@ -241,12 +244,13 @@ class Engine:
 
     def _new_head(self, kind: DrafterKind) -> "mtp.ChainingHead | mtp.AssistantHead":
         file_kind = self._drafter_file_kind
-        if kind is DrafterKind.EAGLE3:
-            if file_kind is not DrafterKind.EAGLE3:
-                raise DrafterUnavailableError(f"{self.main_info.display_name} has no EAGLE-3 drafter loaded: choose an "
-                                     f"EAGLE-3 drafter made for it as the draft (`quickdraft info FILE` says which "
-                                     f"main model a drafter was made for).")
-            return eagle3.Eagle3Head(self.main, self.drafter_file)
+        if kind in (DrafterKind.EAGLE3, DrafterKind.DFLASH):
+            if file_kind is not kind:
+                raise DrafterUnavailableError(f"{self.main_info.display_name} has no {kind.label} drafter loaded: "
+                                              f"choose a {kind.label} drafter made for it as the draft (`quickdraft "
+                                              f"info FILE` says which main model a drafter was made for).")
+            head = eagle3.Eagle3Head if kind is DrafterKind.EAGLE3 else dflash.DFlashHead
+            return head(self.main, self.drafter_file)
         if file_kind is DrafterKind.MTP:
             return mtp.AssistantHead(self.main, self.drafter_file)
         return mtp.MTPHead(self.main)

@@ -45,6 +45,7 @@ class DrafterKind(Choice):
     LOOKUP = "lookup", "Prompt lookup"                # copies text that repeats, free
     MTP = "mtp", "MTP heads"                          # the main model's own MTP (nextn) layers
     EAGLE3 = "eagle3", "EAGLE-3"                      # an EAGLE-3 drafter file on the main model's hidden states
+    DFLASH = "dflash", "DFlash"                       # a DFlash (or DSpark) drafter file: a block in one pass
     NONE = "none", "Off"                              # the main model alone
 
     @property

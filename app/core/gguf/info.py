@@ -91,16 +91,19 @@ class GGUFInfo:
         kind = HIDDEN_STATE_DRAFTERS.get(self.architecture)
         if kind == "DFlash" and any(name.startswith("markov_w1.") for name, _ in self.tensor_bytes):
             return "DSpark"
+        if kind == "DFlash" and any(name.startswith("selector_hidden.") for name, _ in self.tensor_bytes):
+            return "DFlash2"
         return kind
 
     @property
     def drafts_as(self) -> DrafterKind | None:
         """How a drafter file drafts when it is a pair's draft: an MTP drafter with MTP, an EAGLE-3 drafter
-        with EAGLE-3 (None for a model that answers, and for DFlash and DSpark, which Quickdraft's loop
-        does not run: their block drafting needs llama.cpp's DFlash driver)."""
+        with EAGLE-3, a DFlash or DSpark drafter a block at a time (None for a model that answers, and for
+        DFlash2, whose selector lattice only llama.cpp's own driver reads)."""
         if self.is_mtp_drafter:
             return DrafterKind.MTP
-        return DrafterKind.EAGLE3 if self.architecture == "eagle3" else None
+        return {"EAGLE-3": DrafterKind.EAGLE3, "DFlash": DrafterKind.DFLASH,
+                "DSpark": DrafterKind.DFLASH}.get(self.hidden_state_drafter)
 
     @property
     def is_drafter_file(self) -> bool:

@@ -92,8 +92,8 @@ def _mtp_drafter_mismatch(main: GGUFInfo, draft: GGUFInfo) -> list[str]:
 
 def _hidden_state_drafter_mismatch(main: GGUFInfo, draft: GGUFInfo) -> list[str]:
     """An EAGLE-3 or DFlash file: only ever a draft, made for one width and depth of main model. The
-    loop drafts with EAGLE-3; DFlash and DSpark draft a block from llama.cpp's DFlash driver, which
-    Quickdraft does not run (``drafts_as``)."""
+    loop drafts with EAGLE-3, DFlash and DSpark; DFlash2's selector only llama.cpp's own driver reads
+    (``drafts_as``)."""
     if main.hidden_state_drafter:
         return [f"{main.display_name} is an {main.hidden_state_drafter} drafter, not a model that answers"]
     kind = draft.hidden_state_drafter
@@ -109,7 +109,7 @@ def _hidden_state_drafter_mismatch(main: GGUFInfo, draft: GGUFInfo) -> list[str]
         reasons.append(final_state_missing(main.n_layers, main.architecture))
     if draft.drafts_as is None:
         reasons.append(f"Quickdraft does not draft with {kind} drafters: choose a draft model, prompt lookup, "
-                       f"MTP heads or an EAGLE-3 drafter")
+                       f"MTP heads, an EAGLE-3 or a DFlash drafter")
     return reasons
 
 

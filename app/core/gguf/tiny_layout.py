@@ -333,6 +333,10 @@ def _write_eagle3(t: Layout) -> None:
     _ffn(t, 0)
 
 
+# the tiny vocabulary's unknown token: never an answer's, so it can stand for "a token to predict"
+DFLASH_MASK_TOKEN = 0
+
+
 def _write_dflash(t: Layout) -> None:
     """DFlash: ``fc`` fuses the main's hidden states at ``target_layers`` (each ``n_embd`` wide, the
     main's width) and ``enc.output_norm`` normalizes the result; ``n_layer`` layers with Q/K norms then
@@ -343,6 +347,7 @@ def _write_dflash(t: Layout) -> None:
     t.key("rope.dimension_count", t.head_dim)
     t.w.add_array("dflash.target_layers", [int(i) for i in s.target_layers])
     t.key("block_size", s.block_size)
+    t.w.add_mask_token_id(DFLASH_MASK_TOKEN)   # what the block's positions after its first token hold
     t.tensor("fc.weight", t.weight(t.n_embd, len(s.target_layers) * t.n_embd))
     t.norm("enc.output_norm.weight")
     t.norm("output_norm.weight")

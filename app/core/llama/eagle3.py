@@ -20,7 +20,8 @@ accepted tokens with the main model's states. The staging functions are bound in
 from __future__ import annotations
 
 import ctypes
-from typing import Sequence
+import functools
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -79,6 +80,17 @@ class TargetFeatures(HiddenStates):
         return np.concatenate(parts, axis=1)
 
 
+def open_on_features(init: Callable[..., None], session, layers: Sequence[int]) -> None:
+    """Make a drafting context with ``init`` fed the main model's states at ``layers`` (EAGLE-3, DFlash:
+    made with ``ctx_other``, not of MTP type), unhooking them again if llama.cpp refuses the context."""
+    features = TargetFeatures(session, layers)
+    try:
+        init(shares_memory=True, mtp_type=False, hidden=features)
+    except ModelLoadError:
+        features.close()
+        raise
+
+
 class Eagle3Head(ChainingHead):
     """An EAGLE-3 drafter kept in step with the main session; ``cached`` is the context whose tokens
     1, 2, ... sit as pairs at positions 0, 1, ...."""
@@ -86,12 +98,7 @@ class Eagle3Head(ChainingHead):
     def __init__(self, session, drafter_model):
         check_symbols()
         layers = _checked_layers(session, drafter_model)
-        features = TargetFeatures(session, layers)
-        try:
-            super().__init__(session, drafter_model, shares_memory=True, mtp_type=False, hidden=features)
-        except ModelLoadError:
-            features.close()
-            raise
+        open_on_features(functools.partial(super().__init__, session, drafter_model), session, layers)
         self.n_ubatch = int(lib().llama_n_ubatch(self._ctx))
 
     def can_follow(self, context: Sequence[int]) -> bool:
@@ -157,21 +164,28 @@ class Eagle3Head(ChainingHead):
 
 def _checked_layers(session, drafter_model) -> list[int]:
     """The drafter's target layers, once it is known to be an EAGLE-3 drafter made for this main model."""
-    main = session.model
     layers = target_layers(drafter_model)
     if len(layers) != 3:
         raise IncompatibleDraftError(f"{drafter_model.name} is not an EAGLE-3 drafter: it reads {len(layers)} "
                                      f"of the main model's layers, not three.")
+    width = metadata(drafter_model, f"{EAGLE3_ARCHITECTURE}.target_hidden_size")
+    return checked_target_layers(session, drafter_model, layers, int(width) if width is not None else None)
+
+
+def checked_target_layers(session, drafter_model, layers: list[int], width: int | None) -> list[int]:
+    """``layers``, once the drafter that reads them (hidden states ``width`` wide) is known to be made for
+    this main model: its layers exist (the final state only where llama.cpp's graph gives it), its width
+    and vocabulary are the main model's. IncompatibleDraftError says which differ."""
+    main = session.model
     main_layers = int(lib().llama_model_n_layer(main._model))
     main_width = int(lib().llama_model_n_embd(main._model))
-    width = metadata(drafter_model, f"{EAGLE3_ARCHITECTURE}.target_hidden_size")
     architecture = metadata(main, "general.architecture") or "unknown"
     reasons = []
     if max(layers) > main_layers:
         reasons.append(f"it reads layer {max(layers)}, {main.name} has {main_layers}")
     elif max(layers) == main_layers and architecture not in FINAL_STATE_ARCHITECTURES:
         reasons.append(final_state_missing(main_layers, architecture))
-    if width is None or int(width) != main_width:
+    if width != main_width:
         reasons.append(f"it reads hidden states {width} wide, {main.name}'s are {main_width}")
     if drafter_model.n_vocab != session.n_vocab:
         reasons.append(f"its vocabulary has {drafter_model.n_vocab:,} tokens, {main.name}'s {session.n_vocab:,}")

@@ -10,7 +10,8 @@ from app.core.params import DrafterKind
 
 # Which drafter proposed a token: DrafterKind's members (a draft's ``sources``, a Round's ``drafter``),
 # by their short names here
-MODEL, LOOKUP, MTP, EAGLE3 = DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.MTP, DrafterKind.EAGLE3
+MODEL, LOOKUP, MTP, EAGLE3, DFLASH = (DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.MTP, DrafterKind.EAGLE3,
+                                      DrafterKind.DFLASH)
 # A draft model of another vocabulary (chosen as ``model``, drafting through text: crossvocab.py): named
 # apart so that its acceptance is learned apart and the statistics show it by name
 CROSS = "model (other vocabulary)"
@@ -18,7 +19,10 @@ DRAFT_MODELS = frozenset({MODEL, CROSS})   # the drafters that run a draft model
 # The drafters that chain a small head over the main model's hidden states (its MTP layers, an EAGLE-3
 # drafter): a step per drafted token, timed by each answer's own rounds; nothing to catch up on
 HEADS = frozenset({MTP, EAGLE3})
-SOURCES = (MODEL, CROSS, LOOKUP, MTP, EAGLE3)   # every drafter a round can name
+# The drafters that propose a whole block in one pass (DFlash, DSpark): one call whose cost hardly
+# depends on the block's length, timed by each answer's rounds; only verifying grows with length
+BLOCKS = frozenset({DFLASH})
+SOURCES = (MODEL, CROSS, LOOKUP, MTP, EAGLE3, DFLASH)   # every drafter a round can name
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,7 @@ class AcceptanceModel:
         if source == LOOKUP:
             where = "prompt" if score.in_prompt else "answer"
             return (LOOKUP, where, "next" if n > 0 else "first", _length_bucket(score.length))
-        return (source if source in HEADS | {CROSS} else MODEL, min(9, int(score * 10)))
+        return (source if source in HEADS | BLOCKS | {CROSS} else MODEL, min(9, int(score * 10)))
 
     def prior(self, key: tuple) -> float:
         if key[0] == LOOKUP:

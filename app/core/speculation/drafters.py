@@ -8,12 +8,13 @@ import numpy as np
 
 from app.core.lm import Session, common_prefix_length, prefill
 from app.core.params import DrafterKind
-from app.core.speculation.acceptance import LOOKUP, MODEL, LookupMatch
+from app.core.speculation.acceptance import DFLASH, LOOKUP, MODEL, LookupMatch
 from app.core.speculation.draft import Draft
 from app.core.speculation.policy_base import Decision, DraftPolicy
 from app.core.speculation.sampling import Sampler
 
 if TYPE_CHECKING:
+    from app.core.llama.dflash import DFlashHead
     from app.core.llama.mtp import AssistantHead, ChainingHead
 
 
@@ -97,6 +98,35 @@ class HeadDrafter:
     def sync(self, context: Sequence[int]) -> None:
         if not context:
             self.head.forget()   # otherwise the next draft drops what the context no longer holds
+
+
+class BlockDrafter:
+    """A DFlash or DSpark drafter proposes a whole block in one pass from the main model's hidden states:
+    the block's rows are the logits of the tokens to come, each read as a draft model's (its most likely
+    token, or one sampled from its distribution when the main model samples), the policy deciding
+    token by token how far the draft goes. The block is asked for whole, the length its drafter was
+    trained for (its rows see each other: a shorter block changes them), whatever is then verified."""
+
+    name = DFLASH
+
+    def __init__(self, head: "DFlashHead"):
+        self.head = head
+
+    def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
+        if policy.may_draft(DFLASH) and self.head.can_follow(prompt):
+            self.head.start(prompt)   # inject the prompt's states in the prompt phase
+
+    def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
+        room = self.head.n_ctx - len(context)   # the block's positions must fit the drafter's context
+        max_len = min(max_len, policy.draft_length(DFLASH), self.head.max_block, room)
+        if max_len <= 0 or not self.head.can_follow(context):
+            return Draft()
+        rows = iter(self.head.block(context, min(self.head.max_block, room)))
+        return draft_chain(next(rows), lambda _token: next(rows), DFLASH, max_len, policy, sampler)
+
+    def sync(self, context: Sequence[int]) -> None:
+        if not context:
+            self.head.forget()
 
 
 class PromptLookupDrafter:

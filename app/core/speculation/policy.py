@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from app.core.params import PolicyName, SpeculationParams
-from app.core.speculation.acceptance import DRAFT_MODELS, HEADS, LOOKUP, AcceptanceModel, Score
+from app.core.speculation.acceptance import BLOCKS, DRAFT_MODELS, HEADS, LOOKUP, AcceptanceModel, Score
 from app.core.speculation.costmodel import CostModel, CostProfile
 from app.core.speculation.draft import Draft
 from app.core.speculation.policy_base import Decision, DraftPolicy, FixedPolicy, below_p_min
@@ -46,6 +46,7 @@ class AutoPolicy:
     CONFIDENCE_DECAY = 0.7  # the main model's recent confidence: each new token weighs 30%
     PROBE_LOSS = 0.5     # main steps a round verifying a never-measured batch size may be expected to lose
     HEAD_PRIOR_STEPS = 0.25  # a head's drafted token (MTP, EAGLE-3) in main steps until it is timed
+    BLOCK_PRIOR_STEPS = 0.5  # a block (DFlash: a few layers over 16 rows) in main steps until it is timed
     REDERIVE = 0.02      # what follows from the costs is worked out again when an estimate moves 2%
 
     def __init__(self, params: SpeculationParams, costs: "CostModel | CostProfile",
@@ -132,7 +133,10 @@ class AutoPolicy:
         return self.readings.hopeful if source == LOOKUP else self.readings.profile
 
     def token_cost(self, source: str) -> float:
-        """Seconds to draft one token (the steps do not depend on the context: no profile is read)."""
+        """Seconds to draft one token (the steps do not depend on the context: no profile is read); a
+        block's tokens cost nothing one by one: the block is one pass (``_block_s``), paid before them."""
+        if source in BLOCKS:
+            return 0.0
         if source in HEADS:
             return self._head_step()
         return (self.costs.draft_step_s or 0.0) if source in DRAFT_MODELS else self.costs.lookup_step_s
@@ -145,6 +149,25 @@ class AutoPolicy:
         if self.readings.head_step_s is not None:
             return self.readings.head_step_s
         return self.HEAD_PRIOR_STEPS * self.readings.profile.main_batch(1)
+
+    def _block_s(self) -> float:
+        """A block (DFlash): one pass over the anchor and the masks, whatever its length. Until this
+        answer's rounds have timed it, BLOCK_PRIOR_STEPS of a main step."""
+        if self.readings.block_s is not None:
+            return self.readings.block_s
+        return self.BLOCK_PRIOR_STEPS * self.readings.profile.main_batch(1)
+
+    def _sunk(self, source: str, costs: Sequence[float]) -> float:
+        """Drafting time spent whatever is verified: the tokens' own costs, and a block's one pass."""
+        return sum(costs) + (self._block_s() if source in BLOCKS else 0.0)
+
+    def _block_can_pay(self) -> bool:
+        """Whether a block, even all of it right, beats the main model alone: its one pass is paid
+        before any token is verified, so on a machine where verifying costs a step per token it never
+        does, and no block is asked for."""
+        always = [1.0] * self.max_len
+        speeds = self.expected_speeds(always, [0.0] * len(always), self._block_s(), self.readings.profile)
+        return max(speeds[1:], default=0.0) > 1.0 / self.readings.profile.main_batch(1)
 
     @staticmethod
     def expected_speeds(chances: Sequence[float], costs: Sequence[float], sunk: float | None,
@@ -197,6 +220,8 @@ class AutoPolicy:
         # what verifying an unmeasured size can lose is bounded by ``_may_verify`` instead.
         if source in HEADS and self._best_length([1.0] * self.max_len, self._head_step(), self.readings.profile) == 0:
             return 0
+        if source in BLOCKS and not self._block_can_pay():
+            return 0
         if self.readings.learns and self.costs.unconfirmed:
             return 0  # the stored profile's first round: a step of the main model alone times it
         if self.standings.sits_out(source):
@@ -223,7 +248,7 @@ class AutoPolicy:
         a = self.acceptance.chance(source, n, score)
         self._chain.append(a)
         self._chain_cost.append(self.token_cost(source))
-        sunk = sum(self._chain_cost)  # this token's logits are paid for
+        sunk = self._sunk(source, self._chain_cost)  # this token's logits are paid for
         speeds = self.expected_speeds(self._chain, self._chain_cost, sunk, self._batch_costs(source))
         best_now, with_token = max(speeds[:n + 1]), speeds[n + 1]
         future = self._optimistic_future(n, score, source)
@@ -237,7 +262,8 @@ class AutoPolicy:
     def _optimistic_future(self, n: int, score: Score, source: str) -> float:
         """The best speed reachable by drafting more tokens, assuming they come with the same score
         (for lookup: a copy that goes on)."""
-        expected, run, spent = expected_tokens(self._chain)[-1], math.prod(self._chain), sum(self._chain_cost)
+        expected, run = expected_tokens(self._chain)[-1], math.prod(self._chain)
+        spent = self._sunk(source, self._chain_cost)
         later = self.acceptance.chance(source, n + 1, score)  # every later token falls in one bucket
         cost, batches, best = self.token_cost(source), self._batch_costs(source), 0.0
         for m in range(n + 1, self.max_len):   # a draft of m + 1 tokens: a batch of m + 2
@@ -252,7 +278,8 @@ class AutoPolicy:
             return 0
         chances = [self.acceptance.chance(s, i, x) for i, (s, x) in enumerate(zip(draft.sources, draft.scores))]
         costs = [self.token_cost(s) for s in draft.sources]
-        speeds = self.expected_speeds(chances, costs, sum(costs), self._batch_costs(draft.sources[0]))
+        speeds = self.expected_speeds(chances, costs, self._sunk(draft.sources[0], costs),
+                                      self._batch_costs(draft.sources[0]))
         allowed = [k for k in range(len(chances) + 1) if self._may_verify(k, chances)]
         return max(allowed, key=speeds.__getitem__)
 

@@ -2,8 +2,8 @@
 
 A drafter asks the policy, token by token, whether to go on (``step``); after drafting the policy may
 cut the draft (``cut``); after verification it learns what was accepted (``observe``). The fixed
-policy always drafts the most it may. Under every policy a draft-model or head (MTP, EAGLE-3) token
-less sure than p_min (when set) ends the draft. The auto policy, which weighs costs, is in policy.py.
+policy always drafts the most it may. Under every policy a draft-model, head (MTP, EAGLE-3) or block
+(DFlash) token less sure than p_min (when set) ends the draft. The auto policy, which weighs costs, is in policy.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Protocol, Sequence
 
 from app.core.params import SpeculationParams
-from app.core.speculation.acceptance import DRAFT_MODELS, HEADS, Score
+from app.core.speculation.acceptance import BLOCKS, DRAFT_MODELS, HEADS, Score
 from app.core.speculation.draft import Draft
 
 
@@ -61,9 +61,9 @@ class DraftPolicy(Protocol):
 
 
 def below_p_min(params: SpeculationParams, score: Score, source: str) -> bool:
-    """Whether a draft-model or head token is less sure than ``p_min`` (llama.cpp's --draft-p-min): it
+    """Whether a draft-model, head or block token is less sure than ``p_min`` (llama.cpp's --draft-p-min): it
     ends the draft under every policy. Lookup's scores are match lengths, not probabilities."""
-    return params.p_min > 0 and source in DRAFT_MODELS | HEADS and score < params.p_min
+    return params.p_min > 0 and source in DRAFT_MODELS | HEADS | BLOCKS and score < params.p_min
 
 
 class FixedPolicy:

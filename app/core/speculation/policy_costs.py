@@ -7,7 +7,7 @@ costs a fraction of a percent of a main step each time (the numbers: docs/archit
 
 from __future__ import annotations
 
-from app.core.speculation.acceptance import DRAFT_MODELS, HEADS
+from app.core.speculation.acceptance import BLOCKS, DRAFT_MODELS, HEADS
 from app.core.speculation.costmodel import CostModel, CostProfile
 
 
@@ -24,6 +24,7 @@ class CostReadings:
         self.costs = costs if self.learns else CostModel.from_profile(costs)
         self.context = 0
         self.head_step_s: float | None = None   # one head token (MTP, EAGLE-3), learned from this answer's rounds
+        self.block_s: float | None = None       # one block (DFlash), learned from this answer's rounds
         self.cost_rounds_observed = 0          # rounds whose times the cost model learned from
         self._read: dict[str, CostProfile] = {}
 
@@ -61,7 +62,7 @@ class CostReadings:
               behind: int, more: int) -> None:
         """Teach the cost model one round's times: the verify batch, and the drafter's work when it
         drafted (a draft model's catch-up on ``behind`` skipped tokens, then a step per token after
-        the first; a head's steps). The readings are taken again at the new context."""
+        the first; a head's steps; a block's one pass). The readings are taken again at the new context."""
         self.costs.observe_main(batch, context, verify_s)
         self.cost_rounds_observed += 1
         if source in DRAFT_MODELS and draft_s is not None:
@@ -71,5 +72,8 @@ class CostReadings:
             per_token = draft_s / (1 + more)
             previous = per_token if self.head_step_s is None else self.head_step_s
             self.head_step_s = self.HEAD_STEP_DECAY * previous + (1 - self.HEAD_STEP_DECAY) * per_token
+        if source in BLOCKS and draft_s is not None:
+            previous = draft_s if self.block_s is None else self.block_s
+            self.block_s = self.HEAD_STEP_DECAY * previous + (1 - self.HEAD_STEP_DECAY) * draft_s
         self.context = context + batch
         self._read = {}

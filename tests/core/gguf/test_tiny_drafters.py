@@ -4,6 +4,8 @@ each and reads the target layers it will ask the main model for."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import ctypes
 
 import llama_cpp
@@ -84,8 +86,11 @@ def test_a_hidden_state_drafter_is_never_a_main_model_and_drafts_only_for_the_ma
                                                "llama.cpp gives for some architectures only, not for llama",)
     qwen35 = read_gguf_info(write_tiny_model(tmp_path / "q.gguf", TinySpec(architecture="qwen35", name="tiny-qwen35")))
     assert check_pair(qwen35, final).compatible   # qwen35's graph gives its final state
-    assert check_pair(main, dflash).reasons[-1] == ("Quickdraft does not draft with DFlash drafters: choose a draft "
-                                                    "model, prompt lookup, MTP heads or an EAGLE-3 drafter")
+    assert check_pair(main, dflash).compatible and dflash.drafts_as is DrafterKind.DFLASH
+    selector = dataclasses.replace(dflash, tensor_bytes=dflash.tensor_bytes + (("selector_hidden.weight", 4),))
+    assert selector.hidden_state_drafter == "DFlash2" and selector.drafts_as is None
+    assert check_pair(main, selector).reasons[-1] == ("Quickdraft does not draft with DFlash2 drafters: choose a draft "
+                                                      "model, prompt lookup, MTP heads, an EAGLE-3 or a DFlash drafter")
     assert "it is an EAGLE-3 drafter for a main model 96 wide; the main model is 64 wide" in check_pair(main, wide).reasons
     assert check_pair(fits, main).reasons[0] == "tiny-eagle3 is an EAGLE-3 drafter, not a model that answers"
     with pytest.raises(ModelLoadError, match="is an EAGLE-3 drafter, not a model that answers: it drafts for a main"):

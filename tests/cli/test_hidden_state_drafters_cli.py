@@ -1,4 +1,4 @@
-"""An EAGLE-3 drafter on the command line: `info` says what it is and how it drafts, `check-pair` says
+"""EAGLE-3 and DFlash drafters on the command line: `info` says what one is and how it drafts, `check-pair` says
 what it reads, `generate -md` drafts with it by default and gives the main model's greedy answer, and
 one made for a model whose final state llama.cpp does not give is refused before anything loads."""
 
@@ -56,3 +56,18 @@ def test_a_drafter_it_cannot_serve_is_refused_with_one_line(files, tmp_path):
     r = quickdraft("generate", "-m", str(main), "-md", str(final), "-p", "hi", "-n", "4", tmp_path=tmp_path)
     assert r.returncode != 0 and r.stdout == ""
     assert "final hidden state (layer 2)" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_dflash_drafter_drafts_blocks_from_the_command_line(files, tmp_path):
+    main = files[0]
+    dflash = write_tiny_model(tmp_path / "dflash.gguf", TinySpec(architecture="dflash", name="tiny-dflash", n_layer=2,
+                                                                 target_layers=(0, 1), block_size=8))
+    info = quickdraft("info", str(dflash), tmp_path=tmp_path)
+    assert "DFlash: it only drafts" in info.stdout and "(-md FILE: it drafts with --drafter dflash, the default)" in info.stdout
+    common = ("generate", "-m", str(main), "-p", "the cat is on the mat", "-n", "24", "-c", "256", "--json",
+              "--policy", "fixed", "--draft-max", "5")
+    plain = json.loads(quickdraft(*common, "--drafter", "none", tmp_path=tmp_path).stdout)
+    drafted = quickdraft(*common, "-md", str(dflash), tmp_path=tmp_path)
+    assert drafted.returncode == 0, drafted.stderr
+    drafted = json.loads(drafted.stdout)
+    assert drafted["token_ids"] == plain["token_ids"] and list(drafted["by_drafter"]) == ["dflash"]
