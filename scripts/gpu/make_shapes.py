@@ -55,7 +55,9 @@ SHAPES = {
 # alternates the two kinds of layer where Qwen3.5 attends in every fourth; widths, depth, FFN and
 # vocabulary are Qwen3.5-9B's. Llama 3.1 8B and an EAGLE-3 drafter of its published shape (one layer
 # at the main's width, the main's layers 2, 16 and 29, a head over 32,000 tokens mapped by d2t), with
-# Q4_K_M's types like the rest (published EAGLE-3 files are mostly BF16: a bigger head and layer).
+# Q4_K_M's types like the rest (published EAGLE-3 files are mostly BF16: a bigger head and layer). A
+# DFlash drafter for it as z-lab's are made: five layers at the main's width reading five of its layers,
+# a block of 16, the main's embeddings and head.
 LAID_OUT = {
     "qwen35-9b": TinySpec(architecture="qwen35", name="qwen3.5-9b-shape", n_embd=4096, n_layer=32, n_head=16,
                           n_head_kv=4, n_ff=12288, vocab_size=248_320, context_length=32768, chat_template=None),
@@ -66,10 +68,16 @@ LAID_OUT = {
     "eagle3-llama3.1-8b": TinySpec(architecture="eagle3", name="eagle3-llama3.1-8b-shape", n_embd=4096, n_layer=1,
                                    n_head=32, n_head_kv=8, n_ff=14336, vocab_size=128_256, target_layers=(2, 16, 29),
                                    draft_vocab=32_000, context_length=32768, chat_template=None),
+    "dflash-llama3.1-8b": TinySpec(architecture="dflash", name="dflash-llama3.1-8b-shape", n_embd=4096, n_layer=5,
+                                   n_head=32, n_head_kv=8, n_ff=14336, vocab_size=128_256, block_size=16,
+                                   target_layers=(1, 8, 15, 22, 29), context_length=32768, chat_template=None),
     "llama-tiny": TinySpec(architecture="llama", name="llama-tiny-shape", n_embd=256, n_layer=4, n_head=4,
                            n_head_kv=2, n_ff=512, vocab_size=32_000, context_length=32768, chat_template=None),
     "eagle3-tiny": TinySpec(architecture="eagle3", name="eagle3-tiny-shape", n_embd=256, n_layer=1, n_head=4,
                             n_head_kv=2, n_ff=512, vocab_size=32_000, target_layers=(0, 2, 3), draft_vocab=8_000,
+                            context_length=32768, chat_template=None),
+    "dflash-tiny": TinySpec(architecture="dflash", name="dflash-tiny-shape", n_embd=256, n_layer=2, n_head=4,
+                            n_head_kv=2, n_ff=512, vocab_size=32_000, block_size=16, target_layers=(0, 1, 2, 3),
                             context_length=32768, chat_template=None),
 }
 

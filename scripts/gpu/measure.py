@@ -10,7 +10,7 @@ measured beside llama.cpp's on the same files in the same run.
     rehearsal:   .venv/bin/python scripts/gpu/measure.py --cpu   # the same stages on the CPU, tiny shapes
 
 Stages, in order (name some to run only those): probe build doctor info plain race profiles replay overhead
-mtp eagle3. A stage makes the models it needs on first use. Every figure is read from a tool's output; one that
+mtp eagle3 dflash. A stage makes the models it needs on first use. Every figure is read from a tool's output; one that
 cannot be read, or a tool that fails, stops the run with the tool's log (never a 0 in a table). Results
 go under --out ($OUT, else results/gpu) as each stage ends: results.json, stages.json (each stage's
 wall time), logs/, profile-*.json, summary.md (the tables README shows). Work (the build, the models)
@@ -38,7 +38,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts" / "gpu"))   # make_shapes, beside this script
-STAGES = ("probe", "build", "doctor", "info", "plain", "race", "profiles", "replay", "overhead", "mtp", "eagle3")
+STAGES = ("probe", "build", "doctor", "info", "plain", "race", "profiles", "replay", "overhead", "mtp", "eagle3",
+          "dflash")
 PROMPT = "Write a Python function that parses an ISO 8601 date and returns the weekday, with tests."
 # llama.cpp's own tools, and what the product's build adds to build them from the same tree
 TOOLS = ("llama-bench", "llama-speculative-simple")
@@ -58,6 +59,7 @@ class Plan:
     draft: str                      # ... of the draft model
     mtp_main: str                   # ... of the main model with an MTP head
     eagle3_pair: tuple[str, str]    # ... of a main model and an EAGLE-3 drafter of its shape
+    dflash_pair: tuple[str, str]    # ... of a main model and a DFlash drafter of its shape
     gpu_layers: str
     n_predict: int
     draft_lengths: tuple[int, ...]  # K of the near-free race
@@ -66,9 +68,10 @@ class Plan:
     @staticmethod
     def for_machine(cpu: bool) -> "Plan":
         if cpu:
-            return Plan(True, ("tiny",), "tiny", "qwen35-tiny", ("llama-tiny", "eagle3-tiny"), "0", 32, (1, 4), 1)
-        return Plan(False, ("7b", "14b"), "0.5b", "qwen35-9b", ("llama3.1-8b", "eagle3-llama3.1-8b"), "99", 256,
-                    (1, 2, 4, 8, 16), 2)
+            return Plan(True, ("tiny",), "tiny", "qwen35-tiny", ("llama-tiny", "eagle3-tiny"),
+                        ("llama-tiny", "dflash-tiny"), "0", 32, (1, 4), 1)
+        return Plan(False, ("7b", "14b"), "0.5b", "qwen35-9b", ("llama3.1-8b", "eagle3-llama3.1-8b"),
+                    ("llama3.1-8b", "dflash-llama3.1-8b"), "99", 256, (1, 2, 4, 8, 16), 2)
 
 
 class StageError(RuntimeError):
@@ -449,41 +452,59 @@ def stage_mtp(r: Run) -> None:
 
 def stage_eagle3(r: Run) -> None:
     """One step of an EAGLE-3 drafter against one step of its main model (Llama 3.1 8B shaped): a
-    drafted token chained, and an accepted token taken in (its encoder and pair)."""
-    main_key, drafter_key = r.plan.eagle3_pair
-    main = r.model(main_key)
-    stdout, _ = r.run("eagle3-step", [r.python, "scripts/gpu/eagle3_step.py", str(main), str(r.model(drafter_key)),
-                                      r.plan.gpu_layers])
-    try:
-        row = {"model": main.name, **json.loads(stdout)}
-    except ValueError as exc:
-        raise StageError(f"eagle3_step.py printed no JSON ({r.out / 'logs' / 'eagle3-step.log'}):\n{tail(stdout)}") from exc
-    print(f"  main step {row['main_step_ms']:.2f} ms, EAGLE-3 step {row['eagle3_step_ms']:.2f} ms "
-          f"({row['step_over_main']:.2f} of a main step), an accepted token taken in {row['eagle3_start_ms']:.2f} ms")
+    drafted token chained, and an accepted token taken in (its encoder and pair); then the pair raced."""
+    row = drafter_step(r, "eagle3", r.plan.eagle3_pair)
+    print(f"  main step {row['main_ms']:.2f} ms, EAGLE-3 step {row['step_ms']:.2f} ms "
+          f"({row['step_over_main']:.2f} of a main step), an accepted token taken in {row['start_ms']:.2f} ms")
     r.record("eagle3", row)
-    r.record("eagle3_race", eagle3_race(r, main, r.model(drafter_key)))
+    r.record("eagle3_race", drafter_race(r, "eagle3", r.model(r.plan.eagle3_pair[0]), r.model(r.plan.eagle3_pair[1]), 4))
 
 
-def eagle3_race(r: Run, main: Path, drafter: Path, k: int = 4) -> dict:
-    """The same EAGLE-3 pair drafting K tokens a round, every round (random weights: nothing is accepted,
-    so this times the drafting and verifying machinery itself), ours against llama-speculative-simple's
-    draft-eagle3, beside our plain decoding."""
-    plain = generate(r, "eagle3-plain", main, "--drafter", "none")
-    ours = generate(r, "eagle3-ours", main, "-md", str(drafter), "-ngld", r.plan.gpu_layers, "--drafter", "eagle3",
+def stage_dflash(r: Run) -> None:
+    """A DFlash drafter's block against its main model's step and verify batch (Llama 3.1 8B shaped, a
+    z-lab-shaped drafter), then the pair raced against llama-speculative-simple's draft-dflash."""
+    row = drafter_step(r, "dflash", r.plan.dflash_pair)
+    print(f"  main step {row['main_ms']:.2f} ms, a batch of {row['block'] + 1} {row['verify_ms']:.2f} ms, "
+          f"a DFlash block of {row['block']} {row['block_ms']:.2f} ms ({row['block_over_main']:.2f} of a main "
+          f"step), a decoded token taken in {row['start_ms']:.2f} ms")
+    r.record("dflash", row)
+    r.record("dflash_race", drafter_race(r, "dflash", r.model(r.plan.dflash_pair[0]), r.model(r.plan.dflash_pair[1]),
+                                         row["block"]))
+
+
+def drafter_step(r: Run, kind: str, pair: tuple[str, str]) -> dict:
+    """scripts/gpu/drafter_step.py's medians for ``kind`` on the pair (make_shapes keys)."""
+    main = r.model(pair[0])
+    name = f"{kind}-step"
+    stdout, _ = r.run(name, [r.python, "scripts/gpu/drafter_step.py", kind, str(main), str(r.model(pair[1])),
+                             r.plan.gpu_layers])
+    try:
+        return {"model": main.name, **json.loads(stdout)}
+    except ValueError as exc:
+        raise StageError(f"drafter_step.py printed no JSON ({r.out / 'logs' / name}.log):\n{tail(stdout)}") from exc
+
+
+def drafter_race(r: Run, kind: str, main: Path, drafter: Path, k: int) -> dict:
+    """The same pair drafting K tokens a round, every round (random weights: nothing is accepted, so this
+    times the drafting and verifying machinery itself), ours (``--drafter kind``) against
+    llama-speculative-simple's ``draft-kind``, beside our plain decoding."""
+    plain = generate(r, f"{kind}-plain", main, "--drafter", "none")
+    ours = generate(r, f"{kind}-ours", main, "-md", str(drafter), "-ngld", r.plan.gpu_layers, "--drafter", kind,
                     "--policy", "fixed", "--draft-max", str(k))
-    stdout, stderr = r.run("eagle3-llama", [
+    name = f"{kind}-llama"
+    stdout, stderr = r.run(name, [
         r.tool("llama-speculative-simple"), "-m", str(main), "-md", str(drafter), "-ngl", r.plan.gpu_layers,
-        "-ngld", r.plan.gpu_layers, "-c", "4096", "--spec-type", "draft-eagle3", "--spec-draft-n-max", str(k),
+        "-ngld", r.plan.gpu_layers, "-c", "4096", "--spec-type", f"draft-{kind}", "--spec-draft-n-max", str(k),
         "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "--temp", "0", "-n", str(r.plan.n_predict), "-p", PROMPT])
     text = stdout + stderr
-    row = {"draft_max": k, "plain_tps": plain["generation_tps"], "ours_tps": ours["generation_tps"],
+    row = {"kind": kind, "draft_max": k, "plain_tps": plain["generation_tps"], "ours_tps": ours["generation_tps"],
            "ours_drafted": ours["drafted"],
            "llama_tps": figure(text, r"decoded\s+\d+ tokens in\s+[0-9.]+ seconds, speed:\s+([0-9.]+) t/s",
-                               "decoding speed", "eagle3-llama"),
-           "llama_drafted": figure(text, r"n_drafted\s*=\s*(\d+)", "drafted tokens", "eagle3-llama")}
+                               "decoding speed", name),
+           "llama_drafted": figure(text, r"n_drafted\s*=\s*(\d+)", "drafted tokens", name)}
     row["ratio"] = row["ours_tps"] / row["llama_tps"]
     print(f"  K={k}, nothing accepted: ours {row['ours_tps']:.1f} t/s ({row['ours_drafted']} drafted), "
-          f"llama-speculative-simple draft-eagle3 {row['llama_tps']:.1f} t/s ({row['llama_drafted']:.0f} drafted): "
+          f"llama-speculative-simple draft-{kind} {row['llama_tps']:.1f} t/s ({row['llama_drafted']:.0f} drafted): "
           f"{row['ratio']:.2f}x; ours plain {row['plain_tps']:.1f} t/s")
     return row
 
@@ -526,14 +547,21 @@ def summary_markdown(results: dict, device: str) -> str:
         x = results["eagle3"]
         parts.append(table(["EAGLE-3 drafter", "main step ms", "drafted token ms", "accepted token taken in ms",
                             "drafted / main"],
-                           [[x["model"], f"{x['main_step_ms']:.2f}", f"{x['eagle3_step_ms']:.2f}",
-                             f"{x['eagle3_start_ms']:.2f}", f"{x['step_over_main']:.2f}"]]))
-    if "eagle3_race" in results:
-        x = results["eagle3_race"]
-        parts.append(table(["EAGLE-3, K tokens every round, none accepted", "ours t/s", "drafted",
-                            "llama.cpp draft-eagle3 t/s", "drafted", "ours / llama.cpp", "ours plain t/s"],
-                           [[f"K={x['draft_max']}", f"{x['ours_tps']:.1f}", str(x["ours_drafted"]), f"{x['llama_tps']:.1f}",
-                             f"{x['llama_drafted']:.0f}", f"{x['ratio']:.2f}x", f"{x['plain_tps']:.1f}"]]))
+                           [[x["model"], f"{x['main_ms']:.2f}", f"{x['step_ms']:.2f}",
+                             f"{x['start_ms']:.2f}", f"{x['step_over_main']:.2f}"]]))
+    if "dflash" in results:
+        x = results["dflash"]
+        parts.append(table(["DFlash drafter", "main step ms", f"batch of {x['block'] + 1} ms", f"block of {x['block']} ms",
+                            "decoded token taken in ms", "block / main step"],
+                           [[x["model"], f"{x['main_ms']:.2f}", f"{x['verify_ms']:.2f}",
+                             f"{x['block_ms']:.2f}", f"{x['start_ms']:.2f}", f"{x['block_over_main']:.2f}"]]))
+    races = [results[key] for key in ("eagle3_race", "dflash_race") if key in results]
+    if races:
+        parts.append(table(["drafter, K tokens every round, none accepted", "ours t/s", "drafted",
+                            "llama-speculative-simple t/s", "drafted", "ours / llama.cpp", "ours plain t/s"],
+                           [[f"{x.get('kind', 'eagle3')} K={x['draft_max']}", f"{x['ours_tps']:.1f}", str(x["ours_drafted"]),
+                             f"{x['llama_tps']:.1f}", f"{x['llama_drafted']:.0f}", f"{x['ratio']:.2f}x",
+                             f"{x['plain_tps']:.1f}"] for x in races]))
     return "\n\n".join(parts) + "\n"
 
 

@@ -145,7 +145,7 @@ class AutoPolicy:
         """A head's token (MTP, EAGLE-3): one layer and an output projection. Until this answer's rounds
         have timed it, assumed to cost HEAD_PRIOR_STEPS of a main step (the output projection dominates
         a small model's step; an MTP head shares the main model's, an EAGLE-3 drafter's is its own and
-        often smaller: 0.05 of a Llama 3.1 8B step on a CPU, scripts/gpu/eagle3_step.py)."""
+        often smaller: 0.05 of a Llama 3.1 8B step on a CPU, scripts/gpu/drafter_step.py eagle3)."""
         if self.readings.head_step_s is not None:
             return self.readings.head_step_s
         return self.HEAD_PRIOR_STEPS * self.readings.profile.main_batch(1)
