@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from app.core.chat.prompt import Message, Prompt, check_messages, prompt_tokens
 from app.core.chat.reasoning import (TOOL_CALL_MARKERS, PartTracker, SpelledVocabulary, ThinkingFormat, prompt_tail,
@@ -67,11 +67,12 @@ class Engine:
 
     @classmethod
     def load(cls, main: ModelParams, draft: ModelParams | None = None,
-             profile_store: ProfileStore | None = None) -> "Engine":
+             profile_store: ProfileStore | None = None, cancelled: Callable[[], bool] | None = None) -> "Engine":
         """Check the files, then load the main model and the draft. Raises QuickdraftError
         subclasses with a message for the user; nothing stays loaded after a failure.
         ``profile_store`` keeps cost profiles between runs (else they live as long as the engine).
-        A main model that carries MTP layers is loaded with them, so that it can draft for itself."""
+        A main model that carries MTP layers is loaded with them, so that it can draft for itself.
+        ``cancelled``, asked as llama.cpp reads the files, cuts the load short (LoadCancelledError)."""
         main_info, draft_info, warnings = read_pair(main.path, draft.path if draft else None)
         if main_info.mtp_layers:
             main = dataclasses.replace(main, load_mtp=True)
@@ -85,11 +86,11 @@ class Engine:
         loaded: list = []
         draft_session = drafter_file = None
         try:
-            main_session = _open(main, loaded)
+            main_session = _open(main, loaded, cancelled)
             if draft_info is not None and draft_info.is_drafter_file:
-                drafter_file = _open_model(draft, loaded)   # its context is made on the main one when it drafts
+                drafter_file = _open_model(draft, loaded, cancelled)   # its context is made on the main one when it drafts
             elif draft is not None:
-                draft_session = _open(draft, loaded)
+                draft_session = _open(draft, loaded, cancelled)
         except BaseException:
             for obj in reversed(loaded):
                 obj.close()
@@ -286,14 +287,14 @@ def _device_notes(main: ModelParams, draft: ModelParams | None, device: "devices
     return ("GPU layers were asked for, but the models run on the CPU (no usable GPU, or device 'cpu' chosen)",)
 
 
-def _open_model(params: ModelParams, loaded: list) -> "llama.LlamaModel":
-    model = llama.LlamaModel(params)
+def _open_model(params: ModelParams, loaded: list, cancelled: Callable[[], bool] | None) -> "llama.LlamaModel":
+    model = llama.LlamaModel(params, cancelled)
     loaded.append(model)
     return model
 
 
-def _open(params: ModelParams, loaded: list) -> "llama.LlamaSession":
-    model = _open_model(params, loaded)
+def _open(params: ModelParams, loaded: list, cancelled: Callable[[], bool] | None) -> "llama.LlamaSession":
+    model = _open_model(params, loaded, cancelled)
     session = llama.LlamaSession(model, params.n_ctx, params.n_threads, params.n_batch)
     loaded.append(session)
     return session

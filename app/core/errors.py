@@ -43,6 +43,10 @@ class DrafterUnavailableError(QuickdraftError):
     on a llama.cpp build whose staging API changed; EAGLE-3 with no EAGLE-3 drafter as the draft."""
 
 
+class LoadCancelledError(QuickdraftError):
+    """A model's load was cut short on request (the window closing while it loads): nothing stays loaded."""
+
+
 class PromptTooLongError(QuickdraftError):
     def __init__(self, n_prompt: int, n_ctx: int):
         super().__init__(

@@ -17,16 +17,15 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from app.core.errors import DecodeError, InvalidMessagesError, ModelLoadError
-from app.core.gguf.info import read_gguf_info
-from app.core.llama import library
+from app.core.errors import DecodeError, InvalidMessagesError, LoadCancelledError, ModelLoadError
+from app.core.llama import library, model_load
 from app.core.llama.deadline import ABORTED, DecodeDeadline
-from app.core.llama.devices import DeviceList, choose_device, free_bytes
+from app.core.llama.devices import choose_device
 from app.core.llama.library import lib
-from app.core.llama.placement import parse_placement, plan_gpu_layers
+from app.core.llama.placement import parse_placement
 from app.core.llama.recurrent import LATEST, PROMPT, SavedState, SavedStates
 from app.core.llama.threads import GIVE_UP_RATIO, ThreadTuner
-from app.core.params import AUTO, ModelParams
+from app.core.params import ModelParams
 
 def default_threads() -> int:
     """Physical cores are what matter for decoding; os.cpu_count() counts hyper-threads."""
@@ -45,25 +44,26 @@ ROLLBACK_TOKENS = 16
 class LlamaModel:
     """Weights and vocabulary of one GGUF model."""
 
-    def __init__(self, params: ModelParams):
+    def __init__(self, params: ModelParams, cancelled: Callable[[], bool] | None = None):
+        """Load ``params``' file; ``cancelled`` (asked as llama.cpp reads each tensor) cuts the load short
+        with LoadCancelledError once it says so."""
         library.ensure_backend()
         llama_cpp = lib()
         self.params = params
         self.path = str(params.path)
-        mparams = llama_cpp.llama_model_default_params()
-        device = _device(params)
-        mparams.n_gpu_layers = _layers_to_offload(params, device)
-        mparams.load_mode = _load_mode(params)
-        mparams.load_mtp = params.load_mtp   # MTP (nextn) layers: only when the model drafts for itself
-        device_list = _device_list(device)
-        mparams.devices = device_list.pointer
+        device = choose_device(params.device)
+        progress = model_load.LoadProgress(cancelled) if cancelled is not None else None
+        mparams, devices = model_load.model_params(params, device, progress)
         self.device = device
         library.take_errors()
         with library.load_log() as log:
             model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
+        del devices   # llama.cpp copied the list
         self.placement = dataclasses.replace(parse_placement(log), device=device.name if device else "")
+        if not model and progress is not None and progress.stopped:
+            raise LoadCancelledError(f"Loading {Path(self.path).name} was cancelled.")
         if not model:
-            raise ModelLoadError(_load_failure_message(self.path, library.take_errors()))
+            raise ModelLoadError(model_load.failure_message(self.path, library.take_errors()))
         self._model = model
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
@@ -158,45 +158,6 @@ class LlamaModel:
             self.close()
         except Exception:
             pass
-
-
-def _device(params: ModelParams):
-    return choose_device(params.device)
-
-
-def _load_mode(params: ModelParams) -> int:
-    """Memory-map the file where the device can (llama.cpp's AUTO falls back to reading it for devices
-    without mmap support), or read it into memory: ``--no-mmap``, for files on slow or network disks.
-    llama.cpp replaced use_mmap with load_mode; the old field is gone from llama_model_params."""
-    llama_cpp = lib()
-    return llama_cpp.LLAMA_LOAD_MODE_AUTO if params.use_mmap else llama_cpp.LLAMA_LOAD_MODE_NONE
-
-
-def _device_list(device):
-    """Only the chosen device (or none): left to itself llama.cpp spreads a model over every GPU it
-    sees, and one card seen by two backends is not always told apart."""
-    return DeviceList(device)
-
-
-def _layers_to_offload(params: ModelParams, device) -> int:
-    layers = params.n_gpu_layers
-    if device is None:
-        return 0
-    if layers == AUTO:  # one model on its own (the engine resolves a pair's layers together)
-        layers = plan_gpu_layers(params, read_gguf_info(params.path), None, None, free_bytes(device)).main_layers
-    return int(layers) if int(layers) >= 0 else 0x7FFFFFFF
-
-
-def _load_failure_message(path: str, log: str) -> str:
-    name = Path(path).name
-    lowered = log.lower()
-    if "unknown model architecture" in lowered:
-        arch = log.split("unknown model architecture:", 1)[-1].strip().split()[0].strip("'\"")
-        return (f"{name} uses the architecture '{arch}', which this version of llama.cpp does not "
-                f"know. Update Quickdraft or choose another model.")
-    if "alloc" in lowered or "memory" in lowered:
-        return f"Not enough memory to load {name}. Offload fewer layers to the GPU or choose a smaller model. ({log})"
-    return f"llama.cpp could not load {name}." + (f" It said: {log}" if log else "")
 
 
 def logits_view(pointer, rows: int, n_vocab: int) -> np.ndarray:

@@ -7,6 +7,7 @@ in a LiveStats and reaches the views on a timer (REPAINT_MS), never once per tok
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -67,6 +68,7 @@ class ChatController(QObject):
         self.search = ""
         self.loaded: LoadedPair | None = None
         self.loading = False
+        self._load_cancel = threading.Event()   # the load under way's (LoadRequest.cancel)
         self.active: ActiveGeneration | None = None
         self.last_generation: ActiveGeneration | None = None
         self.last_compare: CompareResult | None = None
@@ -364,6 +366,7 @@ class ChatController(QObject):
             return False
         request = LoadRequest(self.settings.main_params(main_path),
                               self.settings.draft_params(draft_path) if draft_path else None)
+        self._load_cancel = request.cancel
         self.loading = True
         self.model_loading.emit(Path(main_path).name)
         self.busy_changed.emit(True)
@@ -436,7 +439,8 @@ class ChatController(QObject):
         self.closed = True
         self.stop()
         self._repaint_timer.stop()
-        self._finish.emit()   # queued behind the step the worker is in: a load cannot be cut short
+        self._load_cancel.set()   # a load under way ends at llama.cpp's next tensor, not after all of them
+        self._finish.emit()       # queued behind the step the worker is in
         self.thread.wait()
         QCoreApplication.sendPostedEvents()   # its last batches, summary and idle, in order
         self._save_partial()

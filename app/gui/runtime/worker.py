@@ -8,7 +8,8 @@ GUI thread free; every event keeps the engine's own time stamp (``at_s``).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
@@ -31,6 +32,8 @@ BATCH_S = 0.05
 class LoadRequest:
     main: ModelParams
     draft: ModelParams | None
+    # set from the GUI thread (the window closing): the load ends at llama.cpp's next tensor
+    cancel: threading.Event = field(default_factory=threading.Event, compare=False)
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,8 @@ class EngineWorker(QObject):
             # a bad file or pair is refused before the working pair is unloaded
             read_pair(request.main.path, request.draft.path if request.draft else None)
             self._close_engine()
-            engine = Engine.load(request.main, request.draft, profile_store=self._profiles)
+            engine = Engine.load(request.main, request.draft, profile_store=self._profiles,
+                                 cancelled=request.cancel.is_set)
             pair = engine.pair   # renders the chat template: a template that fails is a failed load
         except QuickdraftError as exc:
             self._load_failed(str(exc))
