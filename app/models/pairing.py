@@ -31,8 +31,11 @@ class DraftCandidate:
     def reason(self) -> str:
         if not self.compatible:
             return "; ".join(self.check.reasons)
-        if self.model.info is not None and self.model.info.is_mtp_drafter:
+        info = self.model.info
+        if info is not None and info.is_mtp_drafter:
             return "MTP drafter made for this model: drafts with its hidden states and memory"
+        if info is not None and info.is_drafter_file:
+            return f"{info.hidden_state_drafter} drafter made for this model: drafts from its hidden states"
         kin = {2: "same family", 1: "related family", 0: "other family"}[self.kinship]
         if not self.check.other_vocabulary and not self.kinship:
             kin += ", same vocabulary"
@@ -88,7 +91,7 @@ def rank_drafts(main: InstalledModel, installed: list[InstalledModel]) -> Pairin
         check = check_pair(main.info, model.info)
         candidate = DraftCandidate(model, check, kinship(main.info, model.info))
         (good if check.compatible else bad).append(candidate)
-    good.sort(key=lambda c: (not c.model.info.is_mtp_drafter, c.model.size >= main.size, c.check.other_vocabulary,
+    good.sort(key=lambda c: (not c.model.info.is_drafter_file, c.model.size >= main.size, c.check.other_vocabulary,
                              -c.kinship, c.model.size, c.model.name))
     bad.sort(key=lambda c: c.model.name.lower())
     return PairingResult(main, tuple(good), tuple(bad))
@@ -105,18 +108,19 @@ def installed_file(path: str | Path) -> InstalledModel:
 
 
 def best_draft(main: InstalledModel, candidates: list[InstalledModel]) -> InstalledModel | None:
-    """The draft the app picks for ``main``: an MTP drafter made for it, else the catalog's recommended
+    """The draft the app picks for ``main``: a drafter file made for it (MTP, EAGLE-3, DFlash: trained on
+    its hidden states, they draft best), else the catalog's recommended
     draft for it when that is among ``candidates``, else the first compatible draft ``rank_drafts``
     ranks (same family first, then the smallest), as long as it is smaller than the main model; None
     when no candidate can draft for it. A draft of the main model's own vocabulary is picked where
     there is one; a draft of another vocabulary (it drafts through text) only where there is none."""
     ranked = [c for c in rank_drafts(main, candidates).compatible
-              if c.model.info.is_mtp_drafter or c.model.size < main.size]
+              if c.model.info.is_drafter_file or c.model.size < main.size]
     own = [c.model for c in ranked if not c.check.other_vocabulary]
     compatible = own or [c.model for c in ranked]
     if not compatible:
         return None
-    if compatible[0].info.is_mtp_drafter:
+    if compatible[0].info.is_drafter_file:
         return compatible[0]
     recommended = _catalog_drafts(main.name)
     return next((m for m in compatible if m.name in recommended), compatible[0])
@@ -127,7 +131,7 @@ def choose_pair(installed: list[InstalledModel], machine: "MachineMemory",
     """What the app loads when nothing is chosen yet: the largest main model that fits this machine
     (all its layers on the GPU when there is one, else in RAM: ``judge_fit``) with ``n_ctx`` tokens
     of context, and its best draft. None when no model fits comfortably: then the user chooses."""
-    mains = [m for m in installed if m.info is not None and not m.info.is_mtp_drafter]
+    mains = [m for m in installed if m.info is not None and not m.info.is_drafter_file]
     fitting = [m for m in mains
                if judge_fit(estimate_memory(m.info, n_ctx, m.size).total, machine).verdict == "fits"]
     if not fitting:

@@ -72,13 +72,16 @@ def unreadable_reason(path: str) -> str:
 
 
 def not_a_main_reason(path: str) -> str:
-    """Why ``path`` cannot be the main model (unreadable, or an MTP drafter that only drafts); "" when it can."""
+    """Why ``path`` cannot be the main model (unreadable, or a drafter file that only drafts); "" when it can."""
     try:
         info = read_gguf_info(path)
     except UNREADABLE as exc:
         return _reason(exc)
     if info.is_mtp_drafter:
         return "an MTP drafter: it only drafts; choose it as the draft of the model it was made for"
+    if info.is_drafter_file:
+        return (f"a drafter ({info.hidden_state_drafter}): it only drafts; choose it as the draft of the model it "
+                f"was made for")
     return ""
 
 
