@@ -16,13 +16,19 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QFrame, QHBoxLayout, QLab
                                QPushButton, QSizePolicy)
 
 from app.core.params import DEFAULT_DRAFTER, DrafterKind
-from app.gui.models.model_files import (DraftOption, draft_options, gguf_files_beside, is_mtp_drafter, is_remote,
+from app.gui.models.model_files import (DraftOption, draft_options, drafter_file_kind, gguf_files_beside, is_remote,
                                         mtp_layers, not_a_main_reason, remote_label, unique, unreadable_reason)
 from app.gui.widgets.plain import ElidedLabel, plain_tooltip
 from app.models.pairing import best_draft, installed_file
 from app.models.registry import ModelRegistry
 
 SHOW_HIDE = "\x00show-hide"   # the draft picker's last item: show or hide the incompatible drafts
+# why a drafter that needs something of the pair is greyed out
+UNOFFERED = {
+    DrafterKind.MTP: "The main model has no MTP layers (it cannot draft for itself) and the draft is not an MTP drafter",
+    DrafterKind.EAGLE3: "Choose an EAGLE-3 drafter made for the main model as the draft",
+    DrafterKind.DFLASH: "Choose a DFlash or DSpark drafter made for the main model as the draft",
+}
 
 
 class ModelBar(QFrame):
@@ -46,7 +52,7 @@ class ModelBar(QFrame):
         self._shown_draft = ""              # the draft chosen in the picker (not the show/hide item)
         self._build()
         self.installed = self._read_installed()
-        self._offer_mtp()   # no main model yet: nothing to draft with MTP
+        self._offer_heads()   # no main model yet: nothing to draft with MTP
 
     def _build(self) -> None:
         layout = QHBoxLayout(self)
@@ -233,7 +239,7 @@ class ModelBar(QFrame):
 
     def _main_changed(self, _index: int) -> None:
         self._fill_drafts()
-        self._offer_mtp()
+        self._offer_heads()
 
     def _main_picked(self, _index: int) -> None:
         """The user chose a main model: its best draft is chosen with it, and the window says so with
@@ -257,25 +263,27 @@ class ModelBar(QFrame):
         main = self.current_main()
         return bool(main) and not is_remote(main) and mtp_layers(main) > 0
 
-    def draft_is_mtp_drafter(self) -> bool:
-        """Whether the chosen draft is an MTP drafter file (Gemma 4's assistant), which drafts with MTP."""
+    def draft_drafts_as(self) -> DrafterKind | None:
+        """How the chosen draft drafts when it is a drafter file (an MTP drafter: MTP; EAGLE-3; DFlash)."""
         draft = self.current_draft()
-        return bool(draft) and is_mtp_drafter(draft)
+        return drafter_file_kind(draft) if draft else None
 
-    def _offer_mtp(self) -> None:
-        """"MTP heads" only for a main model that carries MTP layers or a draft that is an MTP drafter;
-        otherwise greyed out, saying why (and, if it was chosen, lookup instead). Choosing an MTP
-        drafter as the draft chooses MTP drafting."""
-        item = self.drafter.model().item(self.drafter.findData(DrafterKind.MTP.value))
-        drafter_file = self.draft_is_mtp_drafter()
-        has_mtp = self.main_has_mtp() or drafter_file
-        item.setEnabled(has_mtp)
-        item.setToolTip("" if has_mtp else "The main model has no MTP layers (it cannot draft for itself) and "
-                                           "the draft is not an MTP drafter")
-        # the choice follows the pair; what was asked for (MTP) comes back with one that has MTP
-        wanted = DrafterKind.MTP if has_mtp and (self._wanted is DrafterKind.MTP or drafter_file) else None
-        if not has_mtp and self.current_drafter() is DrafterKind.MTP:
-            wanted = DrafterKind.LOOKUP_MODEL
+    def _offer_heads(self) -> None:
+        """The drafters that need something of the pair only where it has it: "MTP heads" for a main model
+        that carries MTP layers or an MTP drafter as the draft, EAGLE-3 and DFlash for a drafter file of
+        that kind as the draft; otherwise greyed out, saying why (and, if one was chosen, lookup + draft
+        instead). Choosing a drafter file as the draft chooses its kind."""
+        file_kind = self.draft_drafts_as()
+        offered = {DrafterKind.MTP: self.main_has_mtp() or file_kind is DrafterKind.MTP,
+                   DrafterKind.EAGLE3: file_kind is DrafterKind.EAGLE3, DrafterKind.DFLASH: file_kind is DrafterKind.DFLASH}
+        for kind, available in offered.items():
+            item = self.drafter.model().item(self.drafter.findData(kind.value))
+            item.setEnabled(available)
+            item.setToolTip("" if available else UNOFFERED[kind])
+        # the choice follows the pair; what was asked for comes back with a pair that has it
+        wanted = file_kind or (self._wanted if offered.get(self._wanted) else None)
+        if not offered.get(self.current_drafter(), True):
+            wanted = wanted or DrafterKind.LOOKUP_MODEL
         if wanted is not None and wanted is not self.current_drafter():
             self._select_drafter(wanted)
 
@@ -326,7 +334,7 @@ class ModelBar(QFrame):
             self._fill_drafts()
             return
         self._shown_draft = self.current_draft()
-        self._offer_mtp()   # an MTP drafter file drafts with MTP
+        self._offer_heads()   # a drafter file drafts as its kind
 
     def _first_enabled_recent(self) -> int:
         for path in self.recent_drafts:

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from app.core.errors import QuickdraftError
 from app.core.gguf.info import GGUFInfo, read_gguf_info
 from app.core.gguf.pair_check import check_pair
+from app.core.params import DrafterKind
 
 MAX_SCANNED_FILES = 200
 REMOTE_SCHEMES = ("http://", "https://")
@@ -106,11 +107,12 @@ def gguf_files_beside(path: str) -> list[str]:
     return sorted(str(p) for p in folder.glob("*.gguf"))[:MAX_SCANNED_FILES]
 
 
-def is_mtp_drafter(path: str) -> bool:
+def drafter_file_kind(path: str) -> DrafterKind | None:
+    """How ``path`` drafts when it is a drafter file (MTP, EAGLE-3, DFlash); None for a model, or unreadable."""
     try:
-        return read_gguf_info(path).is_mtp_drafter
+        return read_gguf_info(path).drafts_as
     except UNREADABLE:
-        return False
+        return None
 
 
 def mtp_layers(path: str) -> int:

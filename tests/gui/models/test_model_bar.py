@@ -167,13 +167,35 @@ def test_an_mtp_drafter_file_is_a_draft_that_drafts_with_mtp_and_never_a_main(qt
     bar.set_main(str(gemma))
     assert bar.current_drafter() is DrafterKind.LOOKUP_MODEL
     assert bar.set_draft(str(assistant))
-    assert bar.draft_is_mtp_drafter() and bar.current_drafter() is DrafterKind.MTP
+    assert bar.draft_drafts_as() is DrafterKind.MTP and bar.current_drafter() is DrafterKind.MTP
     bar.set_draft("")   # no draft, and the main has no MTP layers of its own: MTP is not left chosen
     assert bar.current_drafter() is DrafterKind.LOOKUP_MODEL
 
     bar.set_main(installed[0])
     assert not bar.set_draft(str(assistant))
     assert "MTP drafter for gemma4 models" in bar.option_for(str(assistant)).reason
+
+
+def test_eagle3_and_dflash_are_offered_with_a_drafter_file_of_their_kind_and_chosen_with_it(qtbot, models_dir,
+                                                                                            tmp_path):
+    """Choosing an EAGLE-3 or DFlash drafter as the draft chooses its kind; without one the entry is greyed
+    out saying what it needs, and a choice of it does not outlive the drafter file."""
+    from app.core.params import DrafterKind
+
+    main = write_tiny_model(tmp_path / "src" / "llama.gguf", TinySpec())
+    files = {DrafterKind.EAGLE3: write_tiny_model(tmp_path / "src" / "eagle3.gguf", TinySpec(
+                 architecture="eagle3", name="tiny-eagle3", n_layer=1, target_layers=(0, 1, 1))),
+             DrafterKind.DFLASH: write_tiny_model(tmp_path / "src" / "dflash.gguf", TinySpec(
+                 architecture="dflash", name="tiny-dflash", n_layer=2, target_layers=(0, 1), block_size=8))}
+    bar = make_bar(qtbot, models_dir)
+    bar.set_main(str(main))
+    for kind, path in files.items():
+        item = bar.drafter.model().item(bar.drafter.findData(kind.value))
+        assert not item.isEnabled() and "drafter made for the main model" in item.toolTip()
+        assert bar.set_draft(str(path))
+        assert item.isEnabled() and bar.draft_drafts_as() is kind and bar.current_drafter() is kind
+        bar.set_draft("")
+        assert not item.isEnabled() and bar.current_drafter() is DrafterKind.LOOKUP_MODEL
 
 
 def test_picking_a_main_model_chooses_its_best_draft_and_says_so(qtbot, models_dir, installed, tmp_path):
