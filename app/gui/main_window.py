@@ -33,7 +33,7 @@ from app.gui.runtime.live_stats import LiveStats
 from app.gui.runtime.worker import RemoteRequest, ServerState
 from app.gui.widgets.banner import Banner
 from app.models.memory import machine_memory
-from app.models.pairing import first_pair
+from app.models.pairing import first_pair, imported_pair
 from app.paths import AppPaths
 from app.storage.conversations import ConversationStore
 from app.storage.settings import SettingsStore
@@ -220,7 +220,7 @@ class MainWindow(QMainWindow):
         self.server.request_updated.connect(self._show_client_answer)
         self.server.request_finished.connect(self.server_panel.count_request)
         self.first_run.pair_ready.connect(lambda main, draft: self.set_model_pair(main, draft))
-        self.first_run.model_imported.connect(lambda path: self.set_model_pair(path, None))
+        self.first_run.model_imported.connect(self._load_imported)
         self.first_run.manage_requested.connect(self.open_model_manager)
 
         c.conversations_changed.connect(self.conversation_list.show_conversations)
@@ -328,17 +328,28 @@ class MainWindow(QMainWindow):
             self.model_bar.set_drafter(DrafterKind.MTP)
         return self.controller.load_pair(main_path, draft_path or "")
 
-    def _first_pair(self) -> tuple[str, str | None] | None:
-        """The pair app/models/pairing.py picks when none is chosen yet, said in the banner."""
+    def _first_pair(self, imported: tuple[str, ...] = ()) -> tuple[str, str | None] | None:
+        """The pair app/models/pairing.py picks when none is chosen yet (at a first start, or after an
+        import of ``imported``), said in the banner."""
         try:
             installed = self.model_bar.registry.list()
         except OSError:
             return None
-        choice = first_pair(installed, machine_memory(), self.controller.settings.n_ctx)
+        n_ctx = self.controller.settings.n_ctx
+        if imported:
+            choice = imported_pair(installed, [m for m in installed if str(m.path) in imported], machine_memory(), n_ctx)
+        else:
+            choice = first_pair(installed, machine_memory(), n_ctx)
         if choice is None:
             return None
         self.banner.show_message(choice.note, "info")
         return choice.main_path, choice.draft_path
+
+    def _load_imported(self, paths: list[str]) -> None:
+        """Files imported on the first-run panel: load the pair a first start would choose among them."""
+        pair = self._first_pair(tuple(paths))
+        if pair is not None:
+            self.set_model_pair(*pair)
 
     def _draft_chosen(self, main: str, draft: str, kept: str) -> None:
         """The model bar chose the best draft for the main model the user picked: say so, with an undo."""

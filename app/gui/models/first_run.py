@@ -42,11 +42,11 @@ def pairs_that_fit(catalog: list[CatalogPair], machine: MachineMemory) -> list[t
 class FirstRunPanel(QWidget):
     """Signals: ``pair_ready(main, draft)`` when the files of a pair downloaded here are installed
     (``draft`` empty where the app cannot draft with the pair yet, or its main drafts for itself);
-    ``model_imported(path)`` after an import; ``models_changed()`` after anything was installed;
+    ``model_imported(paths)`` once the files picked for an import are all installed; ``models_changed()`` after anything was installed;
     ``manage_requested()`` for the model manager ("More models…")."""
 
     pair_ready = Signal(str, str)
-    model_imported = Signal(str)
+    model_imported = Signal(list)
     models_changed = Signal()
     manage_requested = Signal()
 
@@ -204,11 +204,15 @@ class FirstRunPanel(QWidget):
             self.session.spawn(self._import(paths))
 
     async def _import(self, paths: list[str]) -> None:
+        """Import every file, then say so once: the window chooses a pair among them all (a main model and
+        its draft picked together), where one signal per file loaded each file alone."""
+        imported = []
         for path in paths:
             model = await self.session.run_blocking(self.session.registry.import_file, path, "copy")
-            self.banner.show_message(f"Imported {model.name}.", "info")
-            self.models_changed.emit()
-            self.model_imported.emit(str(model.path))
+            imported.append(model)
+            self.banner.show_message(f"Imported {', '.join(m.name for m in imported)}.", "info")
+        self.models_changed.emit()
+        self.model_imported.emit([str(m.path) for m in imported])
 
     def _pick_files(self) -> list[str]:
         files, _ = QFileDialog.getOpenFileNames(self, "Import GGUF models", str(Path.home()), "GGUF models (*.gguf)")

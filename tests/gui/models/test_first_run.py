@@ -104,7 +104,7 @@ def test_import_installs_a_gguf_file(qtbot, make_panel, paths, tmp_path):
     with qtbot.waitSignal(panel.model_imported, timeout=TIMEOUT_MS) as imported:
         qtbot.mouseClick(panel.import_button, Qt.MouseButton.LeftButton)
     [model] = ModelRegistry(paths.models_dir).list()
-    assert imported.args == [str(model.path)] and model.name == "my-model.gguf" and model.usable
+    assert imported.args == [[str(model.path)]] and model.name == "my-model.gguf" and model.usable
     assert "Imported my-model.gguf" in panel.banner.text()
 
 
