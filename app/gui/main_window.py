@@ -10,8 +10,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import (QMainWindow, QMenu, QMessageBox, QScrollArea, QSplitter, QTabWidget, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import QMainWindow, QMenu, QMessageBox, QScrollArea, QTabWidget, QVBoxLayout, QWidget
 
 from app import __version__
 from app.core.frontdoor import LoadedPair
@@ -32,6 +31,7 @@ from app.gui.runtime.controller import ChatController
 from app.gui.runtime.live_stats import LiveStats
 from app.gui.runtime.worker import RemoteRequest, ServerState
 from app.gui.widgets.banner import Banner
+from app.gui.widgets.columns import Columns, ColumnState
 from app.models.memory import machine_memory
 from app.models.pairing import first_pair, imported_pair
 from app.paths import AppPaths
@@ -98,13 +98,7 @@ class MainWindow(QMainWindow):
         chat_layout.addWidget(self.chat_view, 1)
         chat_layout.addWidget(self.composer)
 
-        splitter = QSplitter(Qt.Orientation.Horizontal)
-        splitter.addWidget(self.conversation_list)
-        splitter.addWidget(chat)
-        splitter.addWidget(self._side_panel())
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([240, 760, 440])
-        splitter.setChildrenCollapsible(False)
+        self.columns = Columns(self.conversation_list, chat, self._side_panel())
 
         central = QWidget()
         central.setObjectName("central")
@@ -112,12 +106,11 @@ class MainWindow(QMainWindow):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
         layout.addWidget(self.model_bar)
-        layout.addWidget(splitter, 1)
+        layout.addWidget(self.columns, 1)
         self.setCentralWidget(central)
 
     def _side_panel(self) -> QWidget:
         tabs = QTabWidget()
-        tabs.setMinimumWidth(400)
         tabs.addTab(self.speculation, "Speculation")
         tabs.addTab(_scrollable(self.settings_panel), "Settings")
         tabs.addTab(_scrollable(self.server_panel), "Server")
@@ -153,6 +146,10 @@ class MainWindow(QMainWindow):
                      "Ctrl+Shift+Tab", "Ctrl+PgUp")
         view = self.menuBar().addMenu("&View")
         self.colour_action = self._action(view, "Colour tokens by origin", self.composer.toggle_colour_tokens)
+        view.addSeparator()
+        # Ctrl+B hides the sidebar in editors and browsers; with Shift, the panel on the other side
+        self.list_action = self._toggle(view, "Conversation list", 0, "Ctrl+B")
+        self.side_action = self._toggle(view, "Side panel (Speculation, Settings, Server)", 1, "Ctrl+Shift+B")
         help_menu = self.menuBar().addMenu("&Help")
         self._action(help_menu, "Keyboard shortcuts", self.show_shortcuts, "F1")
 
@@ -161,6 +158,13 @@ class MainWindow(QMainWindow):
         action.setShortcuts([QKeySequence(k) for k in shortcuts])
         action.triggered.connect(slot)
         menu.addAction(action)
+        return action
+
+    def _toggle(self, menu, text: str, column: int, keys: str) -> QAction:
+        """A checked menu entry that shows or hides a side column (0: the conversation list, 1: the side panel)."""
+        action = self._action(menu, text, lambda on: self.columns.set_shown(column, on), keys)
+        action.setCheckable(True)
+        action.setChecked(self.columns.is_shown(column))
         return action
 
     def shortcut_rows(self) -> list[tuple[str, str]]:
@@ -188,6 +192,10 @@ class MainWindow(QMainWindow):
         self.model_bar.set_remotes(list(settings.recent_remotes))
         self.hardware.show_system()
         self._show_first_run()
+        self.columns.restore(ColumnState(settings.conversations_width, settings.side_panel_width,
+                                         settings.conversations_shown, settings.side_panel_shown))
+        self.list_action.setChecked(self.columns.is_shown(0))
+        self.side_action.setChecked(self.columns.is_shown(1))
 
     def _wire(self) -> None:
         """Every connection between the widgets and the controller, in both directions."""
@@ -209,7 +217,9 @@ class MainWindow(QMainWindow):
         self.composer.colour_tokens_toggled.connect(c.set_colour_tokens)
         self.composer.thinking_toggled.connect(c.set_thinking)
         self.chat_view.compare_requested.connect(c.compare)
-        self.settings_panel.changed.connect(c.save_settings)
+        # one field at a time: the panel's copy of the settings predates the pair loaded since, and saving
+        # it whole made the next start open the pair loaded before
+        self.settings_panel.edited.connect(lambda name, value: c.update_settings(**{name: value}))
         self.first_run.models_changed.connect(self._models_changed)
         self.server_panel.start_requested.connect(self.server.start)
         self.server_panel.stop_requested.connect(self.server.stop)
@@ -379,6 +389,9 @@ class MainWindow(QMainWindow):
         self.model_manager = dialog
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        state = self.columns.state()   # the columns as the user left them open next time
+        self.controller.update_settings(conversations_width=state.list_width, side_panel_width=state.side_width,
+                                        conversations_shown=state.list_shown, side_panel_shown=state.side_shown)
         self.first_run.shutdown()
         self.controller.shut_down()
         super().closeEvent(event)
