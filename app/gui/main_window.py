@@ -246,6 +246,7 @@ class MainWindow(QMainWindow):
         c.notice.connect(self.banner.show_message)
         self.model_bar.draft_chosen.connect(self._draft_chosen)
         c.notice_cleared.connect(self.banner.clear_if)
+        c.notice_withdrawn.connect(self.banner.withdraw)
         c.model_loading.connect(self.model_bar.set_loading)
         c.models_loaded.connect(self._show_loaded)
         c.models_unloaded.connect(self._show_unloaded)
@@ -276,7 +277,8 @@ class MainWindow(QMainWindow):
     def _show_loaded(self, info: LoadedPair) -> None:
         if info.remote_url:
             self.model_bar.set_main(info.remote_url)
-        self.model_bar.set_loaded(info.main_name, info.draft_name)
+        self.model_bar.set_loaded(info.main_name, info.draft_name, info.remote_url or info.main_path,
+                                  info.draft_path or "")
         self.composer.set_thinking_available(info.thinking_off is not None)   # its template has a switch
         self.chat_view.set_loaded(True)
         self.hardware.show_placement(tuple(f"{name}: {where}" for name, where in info.placement))
@@ -289,6 +291,7 @@ class MainWindow(QMainWindow):
 
     def _show_first_run(self) -> None:
         """With nothing installed, the chat area offers the next step instead of an empty chat."""
+        self.controller.models_installed = self.model_bar.has_models
         self.first_run.update_visibility(self.model_bar.has_models or self.controller.loaded is not None)
         self.first_run_area.setVisible(not self.first_run.isHidden())
         self.chat_view.setVisible(self.first_run.isHidden())

@@ -151,11 +151,10 @@ def first_pair(installed: list[InstalledModel], machine: "MachineMemory", n_ctx:
     if choice is None:
         return None
     main, draft = choice
-    drafting = f"and {draft.name} as its draft (the best that can draft for it)" if draft else \
-        "with no draft (none installed can draft for it)"
+    # one sentence, two lines at the window's narrowest: it stays until the user's first message
+    drafting = f"drafting with {draft.name}" if draft else "with no draft (none installed can draft for it)"
     return FirstPair(str(main.path), str(draft.path) if draft else None,
-                     f"Chose {main.name} as the main model (the largest that fits this machine) {drafting}. "
-                     "Change them in the bar above.")
+                     f"Chose {main.name} as the main model, the largest that fits, {drafting}.")
 
 
 def imported_pair(installed: list[InstalledModel], imported: list[InstalledModel], machine: "MachineMemory",

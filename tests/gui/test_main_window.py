@@ -189,7 +189,7 @@ def test_sending_without_a_model_keeps_the_text(make_window, qtbot):
     window = make_window()
     qtbot.keyClicks(window.composer.input, "anyone there?")
     qtbot.keyClick(window.composer.input, Qt.Key.Key_Return)
-    assert "No model is loaded" in window.error_text()
+    assert "No model is installed yet" in window.error_text()   # nothing installed: the first step is to get one
     assert window.composer.input.toPlainText() == "anyone there?"
 
 

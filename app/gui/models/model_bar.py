@@ -42,6 +42,8 @@ class ModelBar(QFrame):
         self.recent_drafts: list[str] = []
         self.remotes: list[str] = []        # recent OpenAI-compatible servers, listed after the files
         self.options: list[DraftOption] = []
+        self._loaded: tuple[str, str] | None = None   # the loaded pair's main and draft ("" none), as picked
+        self._loaded_text = ""
         self.show_incompatible = False      # the draft picker lists incompatible drafts too (disabled)
         self._shown_draft = ""              # the draft chosen in the picker (not the show/hide item)
         self._build()
@@ -234,6 +236,7 @@ class ModelBar(QFrame):
     def _main_changed(self, _index: int) -> None:
         self._fill_drafts()
         self._offer_mtp()
+        self._show_pending()
 
     def _main_picked(self, _index: int) -> None:
         """The user chose a main model: its best draft is chosen with it, and the window says so with
@@ -327,6 +330,7 @@ class ModelBar(QFrame):
             return
         self._shown_draft = self.current_draft()
         self._offer_mtp()   # an MTP drafter file drafts with MTP
+        self._show_pending()
 
     def _first_enabled_recent(self) -> int:
         for path in self.recent_drafts:
@@ -359,15 +363,34 @@ class ModelBar(QFrame):
         self.progress.show()
         self._enable(False)
 
-    def set_loaded(self, main_name: str, draft_name: str | None) -> None:
+    def set_loaded(self, main_name: str, draft_name: str | None, main: str = "", draft: str = "") -> None:
+        """A pair is loaded: ``main`` and ``draft`` its files (or the server's URL), "" for no draft."""
         self.progress.hide()
-        self.status.set_full_text(f"Loaded {main_name}" + (f" + draft {draft_name}" if draft_name else " (no draft)"))
+        self._loaded = (main, draft)
+        self._loaded_text = f"Loaded {main_name}" + (f" + draft {draft_name}" if draft_name else " (no draft)")
+        self._show_pending()
         self._enable(True)
 
     def set_unloaded(self, message: str = "No model loaded") -> None:
         self.progress.hide()
+        self._loaded = None
         self.status.set_full_text(message)
         self._enable(True)
+
+    def _show_pending(self) -> None:
+        """A pair chosen in the pickers is used only once Load is pressed: while the choice differs from
+        what is loaded, the status says so (picking changed nothing, and nothing said why)."""
+        if self._loaded is None or not self.progress.isHidden():
+            return
+        main, draft = self.current_main(), self.current_draft()
+        if main != self._loaded[0]:
+            pending = f"Press Load to use {Path(main).name if not is_remote(main) else remote_label(main)} · "
+        elif draft != self._loaded[1]:
+            pending = (f"Press Load to draft with {Path(draft).name} · " if draft else
+                       "Press Load to answer without a draft model · ")
+        else:
+            pending = ""
+        self.status.set_full_text(pending + self._loaded_text)
 
     def set_busy(self, busy: bool) -> None:
         """While generating, models cannot change."""

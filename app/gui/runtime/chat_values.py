@@ -74,6 +74,18 @@ def thinking_request(loaded: LoadedPair | None, on: bool) -> tuple[ThinkingForma
     return (loaded.thinking if on else loaded.thinking_off), {loaded.thinking.switch: on}
 
 
+def generation_problem(settings: Settings, loading: bool, loaded: LoadedPair | None, installed: bool) -> str:
+    """Why no answer can start now, as the user should read it; "" when one can. With nothing installed
+    the first step is getting a model (the first-run panel offers it), not choosing one in the bar."""
+    if loading:
+        return "The models are still loading."
+    if loaded is None and not installed:
+        return "No model is installed yet: download a recommended pair or import a GGUF file you have (above)."
+    if loaded is None:
+        return "No model is loaded. Choose a main model in the bar above and press Load."
+    return settings.generation_problem()
+
+
 def who_drafts(settings: Settings, loaded: LoadedPair | None) -> DrafterKind:
     """Who drafts for the settings' choice with what is loaded (with nothing loaded: no draft model)."""
     chosen = DrafterKind(settings.drafter)   # the settings edge: a name the combo box or the file gave
