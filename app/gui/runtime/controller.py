@@ -316,7 +316,7 @@ class ChatController(QObject):
             return
         self.store.update_message(stored.id, stored.content, with_compare(stored.stats, result))
         self.message_updated.emit(self.store.message(stored.id))
-        self.notice.emit(compare_notice(result), "info")
+        self.notice.emit(compare_notice(result, (stored.stats or {}).get("estimated_speedup")), "info")
 
     def _on_failed(self, message: str) -> None:
         self._save_partial()

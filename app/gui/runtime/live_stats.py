@@ -140,6 +140,11 @@ def format_parts(by_part: dict, sep: str = " · ") -> str:
 INTERRUPTED = "interrupted"   # a streaming answer saved before its end (see the controller's _keep_partial)
 
 
+def format_estimate(speedup: float) -> str:
+    """An answer's estimated speedup as the footer, the Speculation tab and Compare's line all show it."""
+    return f"≈{speedup:.1f}x"
+
+
 def format_footer(stats: dict) -> str:
     """'42.1 tok/s · 118 tokens · drafted 96 · accepted 71 (74%) · ≈1.8x vs main alone (estimated) · 1.9x
     measured by Compare' (parts only when known), and a line with each part of the answer (thinking,
@@ -154,7 +159,7 @@ def format_footer(stats: dict) -> str:
         accepted = stats.get("accepted", 0)
         parts += [f"drafted {drafted}", f"accepted {accepted} ({round(100 * accepted / drafted)}%)"]
     if stats.get("estimated_speedup"):
-        parts.append(f"≈{stats['estimated_speedup']:.1f}x vs main alone (estimated)")
+        parts.append(f"{format_estimate(stats['estimated_speedup'])} vs main alone (estimated)")
     if stats.get("speedup"):
         parts.append(f"{stats['speedup']:.1f}x measured by Compare")
     reason = stats.get("stop_reason")
