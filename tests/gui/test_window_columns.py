@@ -9,7 +9,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
+from app.gui.models.model_bar import STATUS_MIN_PX
 from app.gui.widgets.columns import CHAT_LEAD, fit_columns
+from tests.gui.conftest import wait_loaded
 
 SIZES = [(1000, 700), (1280, 800), (1440, 900)]   # the window's minimum, a laptop, the size it opens at
 
@@ -89,3 +91,14 @@ def test_the_window_opens_with_the_columns_as_they_were_left(make_window):
     assert column_widths(again)[2] == side
     again.list_action.trigger()
     assert column_widths(again)[0] == 240, "the hidden list comes back as wide as it was"
+
+
+def test_the_loaded_line_shows_at_the_windows_minimum_size(make_window, gui_models, qtbot):
+    """At 1000x700 the model bar's pickers took all its width and "Loaded …" was squeezed to nothing: it keeps
+    room for the start of what is loaded (its whole text in its tool tip)."""
+    window = make_window(main_model=str(gui_models.main), draft_model=str(gui_models.same), drafter="model")
+    wait_loaded(qtbot, window)
+    window.resize(1000, 700)
+    QApplication.processEvents()
+    status = window.model_bar.status
+    assert status.width() >= STATUS_MIN_PX and status.text().startswith("Loaded tiny"), (status.width(), status.text())

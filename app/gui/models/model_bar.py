@@ -23,6 +23,10 @@ from app.models.pairing import best_draft, installed_file
 from app.models.registry import ModelRegistry
 
 SHOW_HIDE = "\x00show-hide"   # the draft picker's last item: show or hide the incompatible drafts
+# At the window's minimum width (1000 px) the pickers give way, down to PICKER_MIN_PX, so that the
+# status keeps STATUS_MIN_PX: the start of "Loaded …" (its whole text in its tool tip)
+PICKER_MIN_PX = 150
+STATUS_MIN_PX = 180
 
 
 class ModelBar(QFrame):
@@ -57,10 +61,10 @@ class ModelBar(QFrame):
         self.main_combo = self._combo("Main model: the one whose answers you get")
         self.main_combo.currentIndexChanged.connect(self._main_changed)
         self.main_combo.activated.connect(self._main_picked)
-        self.main_open = QPushButton("Open…")
+        self.main_open = _browse_button("Open a GGUF file as the main model")
         self.main_open.clicked.connect(self.browse_main)
         self.draft_combo = self._combo("Draft model: proposes tokens the main model verifies")
-        self.draft_open = QPushButton("Open…")
+        self.draft_open = _browse_button("Open a GGUF file as the draft model")
         self.draft_open.clicked.connect(self.browse_draft)
         self.drafter = QComboBox()
         self.drafter.setToolTip("Who drafts: the draft model, prompt lookup (copies text that repeats, free), "
@@ -80,6 +84,7 @@ class ModelBar(QFrame):
         self.progress.hide()
         self.status = ElidedLabel("No model loaded")
         self.status.setObjectName("status")
+        self.status.setMinimumWidth(STATUS_MIN_PX)
         for widget in (QLabel("Main"), self.main_combo, self.main_open, QLabel("Draft"), self.draft_combo,
                        self.draft_open, QLabel("Drafting"), self.drafter, self.load_button, self.progress):
             layout.addWidget(widget)
@@ -90,7 +95,7 @@ class ModelBar(QFrame):
         combo = QComboBox()
         combo.setModel(QStandardItemModel(combo))
         combo.setToolTip(tip)
-        combo.setMinimumWidth(220)
+        combo.setMinimumWidth(PICKER_MIN_PX)
         combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         combo.setMinimumContentsLength(22)
         combo.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
@@ -193,7 +198,7 @@ class ModelBar(QFrame):
 
     def request_load(self) -> None:
         if not self.current_main():
-            self.problem.emit("Choose a main model first (Open… next to Main).")
+            self.problem.emit("Choose a main model first (or open a file with … next to Main).")
             return
         if is_remote(self.current_main()):
             self.remote_requested.emit(self.current_main())
@@ -399,3 +404,10 @@ class ModelBar(QFrame):
     def _enable(self, on: bool) -> None:
         for widget in (self.main_combo, self.main_open, self.draft_combo, self.draft_open, self.load_button):
             widget.setEnabled(on)
+
+
+def _browse_button(tip: str) -> QPushButton:
+    """"…" beside a picker, as file pickers have it: the words go in its tool tip, the width to the pickers."""
+    button = QPushButton("…")
+    button.setToolTip(tip)
+    return button
