@@ -28,7 +28,7 @@ from app.gui.panels.settings_panel import SettingsPanel
 from app.gui.panels.stats_panel import SpeculationPanel
 from app.gui.runtime.chat_values import ShownConversation
 from app.gui.runtime.controller import ChatController
-from app.gui.runtime.live_stats import LiveStats
+from app.gui.runtime.live_stats import LiveStats, stored_stats
 from app.gui.runtime.worker import RemoteRequest, ServerState
 from app.gui.widgets.banner import Banner
 from app.gui.widgets.columns import Columns, ColumnState
@@ -262,6 +262,16 @@ class MainWindow(QMainWindow):
         self.chat_view.show_messages(shown.messages)
         self.composer.set_system_prompt(shown.system_prompt)
         self.composer.set_thinking(shown.thinking)
+        self._show_last_answer(shown)
+
+    def _show_last_answer(self, shown: ShownConversation) -> None:
+        """The Speculation tab shows the numbers of the answer the conversation ends with (it kept the
+        previous conversation's after a switch, and was empty after a restart); none: empty."""
+        answers = [m for m in shown.messages if m.role == "assistant"]
+        live = stored_stats(answers[-1].stats) if answers else None
+        self.speculation.clear()
+        if live is not None:
+            self.speculation.update_from(live)
 
     def _show_live(self, message_id: int, live: LiveStats) -> None:
         self.chat_view.update_answer(message_id, live.text, live.runs, live.reasoning, live.thinking_s, live.thinking_now)
