@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from app.core.speculation.events import Origin, Round, Started, TokenPiece
 from app.gui.chat.render import code_blocks, render_markdown, render_runs, split_blocks
 from app.gui.panels.stats_panel import StatsPanel, format_duration, format_rate
@@ -81,6 +83,20 @@ def test_markdown_splits_fenced_code_and_streams_an_open_fence():
 def test_runs_render_with_origin_colours_and_escape_text():
     html = render_runs([["<b>", "draft"], ["x\x00", "main"]])
     assert "&lt;b&gt;" in html and "\x00" not in html and html.count("background-color") == 2
+
+
+def test_colour_by_origin_shows_code_blocks_highlighted_without_fences():
+    """Issue 41, fault 6: colouring tokens by origin showed the fences (```python) as text and lost the
+    code's highlighting; the code block is now as in the Markdown view, each token on its origin's colour."""
+    from app.gui.widgets import theme
+
+    runs = [["Here:\n```py", "main"], ["thon\nreturn 42", "draft"], ["\n```\ndone", "main"]]
+    shown = render_runs(runs)
+    assert "```" not in shown and "copy-code:0" in shown and "done" in shown
+    plain = render_markdown("".join(t for t, _ in runs))
+    number = re.search(r'<span style="color: ?(#\w+)[^"]*">42</span>', plain).group(1)   # Pygments' colour for 42
+    assert re.search(rf'background-color:{theme.DRAFT_BG};color:{number};[^"]*">42</span>', shown, re.IGNORECASE), shown
+    assert f'background-color:{theme.MAIN_BG};">Here:' in shown
 
 
 def test_compares_line_and_the_answers_footer_give_the_same_estimate():
