@@ -6,6 +6,8 @@ Writes, and prints the paths of:
 
 - docs/images/chat.png: the chat window at 1280x800 after one answer to a code-editing prompt, the
   Speculation tab showing that answer's numbers (tiles and charts), its tokens coloured by origin;
+- docs/images/chat-1000x700.png: the same window and answer at 1000x700, the window's minimum size
+  (each further size of --size gives chat-WxH.png);
 - docs/images/model-manager.png: the model manager with the pair installed, the main model selected.
 
 The models: Qwen2.5-Coder 1.5B Instruct as main and its 0.5B as draft (Q4_K_M), from --models,
@@ -22,7 +24,7 @@ The numbers are this machine's: on a CPU-only machine a draft model may pay litt
 auto policy then drafts little, and the estimated speedup says so).
 
     --out DIR        where the PNGs go (docs/images)
-    --size WxH       the chat window's size (1280x800)
+    --size WxH,...   the chat window's sizes, the first for chat.png (1280x800,1000x700)
     --tiny           the tiny models even when the real ones are there
     --keep-data      keep the data folder (the conversation, the learned cost profile)
 """
@@ -75,7 +77,8 @@ SETTLE_S = 0.6          # a few repaint ticks after the answer, so the panel sho
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "images", help="where the PNGs go")
-    parser.add_argument("--size", default="1280x800", help="the chat window's size, WxH")
+    parser.add_argument("--size", default="1280x800,1000x700",
+                        help="the chat window's sizes, WxH, comma-separated; the first gives chat.png")
     parser.add_argument("--models", type=Path, help=f"a folder with {MAIN_FILE} and {DRAFT_FILE}")
     parser.add_argument("--tiny", action="store_true", help="use the tiny test models")
     parser.add_argument("--warmup", type=int, default=0, help="answers before the one shown (0)")
@@ -151,9 +154,37 @@ def save(widget, path: Path) -> Path:
     return path
 
 
-def chat_screenshot(driver: Driver, window, args: argparse.Namespace, pair: tuple[str, str]) -> Path:
+def sizes(text: str) -> list[tuple[int, int]]:
+    """"1280x800,1000x700" -> [(1280, 800), (1000, 700)]."""
+    return [tuple(int(n) for n in size.lower().split("x")) for size in text.split(",") if size.strip()]
+
+
+def chat_screenshots(driver: Driver, window, args: argparse.Namespace, pair: tuple[str, str]) -> list[Path]:
+    """The answer, then the window grabbed at each size: chat.png at the first, chat-WxH.png at the others."""
+    reply = chat_answer(driver, window, args, pair)
+    written = []
+    for i, (width, height) in enumerate(sizes(args.size)):
+        window.resize(width, height)
+        driver.spin(SETTLE_S)
+        show_answer(driver, window, reply)
+        if (window.width(), window.height()) != (width, height):
+            raise SystemExit(f"readme_screenshots: the window is {window.width()}x{window.height()}, not "
+                             f"{width}x{height}: run Xvfb with a screen at least that large")
+        written.append(save(window, args.out / ("chat.png" if i == 0 else f"chat-{width}x{height}.png")))
+    return written
+
+
+def show_answer(driver: Driver, window, reply) -> None:
+    """The answer from its top, under the last lines of the question."""
     from PySide6.QtCore import QPoint
 
+    top = reply.mapTo(window.chat_view.widget(), QPoint(0, 0)).y()
+    window.chat_view.verticalScrollBar().setValue(max(0, top - QUESTION_TAIL_PX))
+    driver.spin(SETTLE_S)
+
+
+def chat_answer(driver: Driver, window, args: argparse.Namespace, pair: tuple[str, str]):
+    """Load the pair, answer the prompt (after --warmup others); the answer's message widget."""
     if not window.set_model_pair(*pair):
         raise SystemExit(f"readme_screenshots: the window refused the pair: {window.error_text()}")
     driver.wait_until(lambda: not window.controller.loading, LOAD_TIMEOUT_S, "the models to load")
@@ -168,14 +199,10 @@ def chat_screenshot(driver: Driver, window, args: argparse.Namespace, pair: tupl
         driver.spin(SETTLE_S)
     answer(driver, window, PROMPT)
     reply = [m for m in window.chat_view.messages() if m.role == "assistant"][-1]
-    # the answer from its top, under the last lines of the question
-    top = reply.mapTo(window.chat_view.widget(), QPoint(0, 0)).y()
-    window.chat_view.verticalScrollBar().setValue(max(0, top - QUESTION_TAIL_PX))
-    driver.spin(SETTLE_S)
     print("answer:", " ".join(reply.body.toPlainText().split())[:160], "…")
     print("footer:", reply.footer.text())
     print("speculation panel:", ", ".join(f"{k}={v}" for k, v in window.stats_panel.values().items()))
-    return save(window, args.out / "chat.png")
+    return reply
 
 
 def manager_screenshot(driver: Driver, window, args: argparse.Namespace, main_model: str) -> Path:
@@ -195,7 +222,7 @@ def manager_screenshot(driver: Driver, window, args: argparse.Namespace, main_mo
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    width, height = (int(n) for n in args.size.lower().split("x"))
+    width, height = sizes(args.size)[0]
     if not os.environ.get("DISPLAY"):
         raise SystemExit("readme_screenshots: no X display; run it under Xvfb:\n"
                          '  xvfb-run -a -s "-screen 0 1280x800x24" .venv/bin/python scripts/readme_screenshots.py')
@@ -232,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         window.show()
         driver = Driver()
         driver.spin(SETTLE_S)
-        written = [chat_screenshot(driver, window, args, pair), manager_screenshot(driver, window, args, pair[0])]
+        written = chat_screenshots(driver, window, args, pair) + [manager_screenshot(driver, window, args, pair[0])]
         if window.model_manager is not None:
             window.model_manager.close()
         window.close()

@@ -10,8 +10,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import (QMainWindow, QMenu, QMessageBox, QScrollArea, QSplitter, QTabWidget, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import QMainWindow, QMenu, QMessageBox, QScrollArea, QTabWidget, QVBoxLayout, QWidget
 
 from app import __version__
 from app.core.frontdoor import LoadedPair
@@ -29,11 +28,12 @@ from app.gui.panels.settings_panel import SettingsPanel
 from app.gui.panels.stats_panel import SpeculationPanel
 from app.gui.runtime.chat_values import ShownConversation
 from app.gui.runtime.controller import ChatController
-from app.gui.runtime.live_stats import LiveStats
+from app.gui.runtime.live_stats import LiveStats, stored_stats
 from app.gui.runtime.worker import RemoteRequest, ServerState
 from app.gui.widgets.banner import Banner
+from app.gui.widgets.columns import Columns, ColumnState
 from app.models.memory import machine_memory
-from app.models.pairing import first_pair
+from app.models.pairing import first_pair, imported_pair
 from app.paths import AppPaths
 from app.storage.conversations import ConversationStore
 from app.storage.settings import SettingsStore
@@ -98,13 +98,7 @@ class MainWindow(QMainWindow):
         chat_layout.addWidget(self.chat_view, 1)
         chat_layout.addWidget(self.composer)
 
-        splitter = QSplitter(Qt.Orientation.Horizontal)
-        splitter.addWidget(self.conversation_list)
-        splitter.addWidget(chat)
-        splitter.addWidget(self._side_panel())
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([240, 760, 440])
-        splitter.setChildrenCollapsible(False)
+        self.columns = Columns(self.conversation_list, chat, self._side_panel())
 
         central = QWidget()
         central.setObjectName("central")
@@ -112,12 +106,11 @@ class MainWindow(QMainWindow):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
         layout.addWidget(self.model_bar)
-        layout.addWidget(splitter, 1)
+        layout.addWidget(self.columns, 1)
         self.setCentralWidget(central)
 
     def _side_panel(self) -> QWidget:
         tabs = QTabWidget()
-        tabs.setMinimumWidth(400)
         tabs.addTab(self.speculation, "Speculation")
         tabs.addTab(_scrollable(self.settings_panel), "Settings")
         tabs.addTab(_scrollable(self.server_panel), "Server")
@@ -153,6 +146,10 @@ class MainWindow(QMainWindow):
                      "Ctrl+Shift+Tab", "Ctrl+PgUp")
         view = self.menuBar().addMenu("&View")
         self.colour_action = self._action(view, "Colour tokens by origin", self.composer.toggle_colour_tokens)
+        view.addSeparator()
+        # Ctrl+B hides the sidebar in editors and browsers; with Shift, the panel on the other side
+        self.list_action = self._toggle(view, "Conversation list", 0, "Ctrl+B")
+        self.side_action = self._toggle(view, "Side panel (Speculation, Settings, Server)", 1, "Ctrl+Shift+B")
         help_menu = self.menuBar().addMenu("&Help")
         self._action(help_menu, "Keyboard shortcuts", self.show_shortcuts, "F1")
 
@@ -161,6 +158,13 @@ class MainWindow(QMainWindow):
         action.setShortcuts([QKeySequence(k) for k in shortcuts])
         action.triggered.connect(slot)
         menu.addAction(action)
+        return action
+
+    def _toggle(self, menu, text: str, column: int, keys: str) -> QAction:
+        """A checked menu entry that shows or hides a side column (0: the conversation list, 1: the side panel)."""
+        action = self._action(menu, text, lambda on: self.columns.set_shown(column, on), keys)
+        action.setCheckable(True)
+        action.setChecked(self.columns.is_shown(column))
         return action
 
     def shortcut_rows(self) -> list[tuple[str, str]]:
@@ -188,6 +192,10 @@ class MainWindow(QMainWindow):
         self.model_bar.set_remotes(list(settings.recent_remotes))
         self.hardware.show_system()
         self._show_first_run()
+        self.columns.restore(ColumnState(settings.conversations_width, settings.side_panel_width,
+                                         settings.conversations_shown, settings.side_panel_shown))
+        self.list_action.setChecked(self.columns.is_shown(0))
+        self.side_action.setChecked(self.columns.is_shown(1))
 
     def _wire(self) -> None:
         """Every connection between the widgets and the controller, in both directions."""
@@ -209,7 +217,9 @@ class MainWindow(QMainWindow):
         self.composer.colour_tokens_toggled.connect(c.set_colour_tokens)
         self.composer.thinking_toggled.connect(c.set_thinking)
         self.chat_view.compare_requested.connect(c.compare)
-        self.settings_panel.changed.connect(c.save_settings)
+        # one field at a time: the panel's copy of the settings predates the pair loaded since, and saving
+        # it whole made the next start open the pair loaded before
+        self.settings_panel.edited.connect(lambda name, value: c.update_settings(**{name: value}))
         self.first_run.models_changed.connect(self._models_changed)
         self.server_panel.start_requested.connect(self.server.start)
         self.server_panel.stop_requested.connect(self.server.stop)
@@ -220,7 +230,7 @@ class MainWindow(QMainWindow):
         self.server.request_updated.connect(self._show_client_answer)
         self.server.request_finished.connect(self.server_panel.count_request)
         self.first_run.pair_ready.connect(lambda main, draft: self.set_model_pair(main, draft))
-        self.first_run.model_imported.connect(lambda path: self.set_model_pair(path, None))
+        self.first_run.model_imported.connect(self._load_imported)
         self.first_run.manage_requested.connect(self.open_model_manager)
 
         c.conversations_changed.connect(self.conversation_list.show_conversations)
@@ -236,6 +246,7 @@ class MainWindow(QMainWindow):
         c.notice.connect(self.banner.show_message)
         self.model_bar.draft_chosen.connect(self._draft_chosen)
         c.notice_cleared.connect(self.banner.clear_if)
+        c.notice_withdrawn.connect(self.banner.withdraw)
         c.model_loading.connect(self.model_bar.set_loading)
         c.models_loaded.connect(self._show_loaded)
         c.models_unloaded.connect(self._show_unloaded)
@@ -251,6 +262,16 @@ class MainWindow(QMainWindow):
         self.chat_view.show_messages(shown.messages)
         self.composer.set_system_prompt(shown.system_prompt)
         self.composer.set_thinking(shown.thinking)
+        self._show_last_answer(shown)
+
+    def _show_last_answer(self, shown: ShownConversation) -> None:
+        """The Speculation tab shows the numbers of the answer the conversation ends with (it kept the
+        previous conversation's after a switch, and was empty after a restart); none: empty."""
+        answers = [m for m in shown.messages if m.role == "assistant"]
+        live = stored_stats(answers[-1].stats) if answers else None
+        self.speculation.clear()
+        if live is not None:
+            self.speculation.update_from(live)
 
     def _show_live(self, message_id: int, live: LiveStats) -> None:
         self.chat_view.update_answer(message_id, live.text, live.runs, live.reasoning, live.thinking_s, live.thinking_now)
@@ -266,7 +287,8 @@ class MainWindow(QMainWindow):
     def _show_loaded(self, info: LoadedPair) -> None:
         if info.remote_url:
             self.model_bar.set_main(info.remote_url)
-        self.model_bar.set_loaded(info.main_name, info.draft_name)
+        self.model_bar.set_loaded(info.main_name, info.draft_name, info.remote_url or info.main_path,
+                                  info.draft_path or "")
         self.composer.set_thinking_available(info.thinking_off is not None)   # its template has a switch
         self.chat_view.set_loaded(True)
         self.hardware.show_placement(tuple(f"{name}: {where}" for name, where in info.placement))
@@ -279,6 +301,7 @@ class MainWindow(QMainWindow):
 
     def _show_first_run(self) -> None:
         """With nothing installed, the chat area offers the next step instead of an empty chat."""
+        self.controller.models_installed = self.model_bar.has_models
         self.first_run.update_visibility(self.model_bar.has_models or self.controller.loaded is not None)
         self.first_run_area.setVisible(not self.first_run.isHidden())
         self.chat_view.setVisible(self.first_run.isHidden())
@@ -328,17 +351,28 @@ class MainWindow(QMainWindow):
             self.model_bar.set_drafter(DrafterKind.MTP)
         return self.controller.load_pair(main_path, draft_path or "")
 
-    def _first_pair(self) -> tuple[str, str | None] | None:
-        """The pair app/models/pairing.py picks when none is chosen yet, said in the banner."""
+    def _first_pair(self, imported: tuple[str, ...] = ()) -> tuple[str, str | None] | None:
+        """The pair app/models/pairing.py picks when none is chosen yet (at a first start, or after an
+        import of ``imported``), said in the banner."""
         try:
             installed = self.model_bar.registry.list()
         except OSError:
             return None
-        choice = first_pair(installed, machine_memory(), self.controller.settings.n_ctx)
+        n_ctx = self.controller.settings.n_ctx
+        if imported:
+            choice = imported_pair(installed, [m for m in installed if str(m.path) in imported], machine_memory(), n_ctx)
+        else:
+            choice = first_pair(installed, machine_memory(), n_ctx)
         if choice is None:
             return None
         self.banner.show_message(choice.note, "info")
         return choice.main_path, choice.draft_path
+
+    def _load_imported(self, paths: list[str]) -> None:
+        """Files imported on the first-run panel: load the pair a first start would choose among them."""
+        pair = self._first_pair(tuple(paths))
+        if pair is not None:
+            self.set_model_pair(*pair)
 
     def _draft_chosen(self, main: str, draft: str, kept: str) -> None:
         """The model bar chose the best draft for the main model the user picked: say so, with an undo."""
@@ -368,6 +402,9 @@ class MainWindow(QMainWindow):
         self.model_manager = dialog
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        state = self.columns.state()   # the columns as the user left them open next time
+        self.controller.update_settings(conversations_width=state.list_width, side_panel_width=state.side_width,
+                                        conversations_shown=state.list_shown, side_panel_shown=state.side_shown)
         self.first_run.shutdown()
         self.controller.shut_down()
         super().closeEvent(event)

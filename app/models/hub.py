@@ -238,5 +238,32 @@ def hub_errors(action: str) -> Iterator[None]:
         status = exc.response.status_code if exc.response is not None else "?"
         raise HubError(f"Could not {action}: Hugging Face answered HTTP {status}.") from exc
     except httpx2.TransportError as exc:
-        raise HubError(f"Could not {action}: Hugging Face cannot be reached ({type(exc).__name__}: {exc}). "
+        raise HubError(f"Could not {action}: Hugging Face cannot be reached: {network_reason(exc)}. "
                        f"Check the network connection.") from exc
+
+
+# what the C library says when a host name cannot be looked up (Linux, macOS, Windows)
+_NAME_NOT_FOUND = ("name or service not known", "nodename nor servname", "getaddrinfo failed",
+                   "temporary failure in name resolution", "no address associated with hostname")
+
+
+def network_reason(exc: BaseException) -> str:
+    """Why a connection failed, in words: the errors themselves read "[Errno -2] Name or service not
+    known" or "ConnectTimeout", which say little to a user. The cause is found along the chain of
+    errors (the transport library wraps the socket's)."""
+    import socket
+
+    chain, seen = [], exc
+    while seen is not None and len(chain) < 10:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    text = " ".join(str(e) for e in chain).lower()
+    if any(isinstance(e, socket.gaierror) for e in chain) or any(m in text for m in _NAME_NOT_FOUND):
+        return "its address could not be looked up (no network connection, or the name server does not answer)"
+    if any(isinstance(e, TimeoutError) or "timeout" in type(e).__name__.lower() for e in chain):
+        return "it did not answer in time"
+    if any(isinstance(e, ConnectionRefusedError) for e in chain) or "refused" in text:
+        return "the connection was refused"
+    if any(isinstance(e, ConnectionError) for e in chain) or "reset" in text or "closed" in text:
+        return "the connection was cut"
+    return f"the connection failed ({type(exc).__name__})"

@@ -156,11 +156,29 @@ def first_pair(installed: list[InstalledModel], machine: "MachineMemory", n_ctx:
     if choice is None:
         return None
     main, draft = choice
-    drafting = f"and {draft.name} as its draft (the best that can draft for it)" if draft else \
-        "with no draft (none installed can draft for it)"
+    # one sentence, two lines at the window's narrowest: it stays until the user's first message
+    drafting = f"drafting with {draft.name}" if draft else "with no draft (none installed can draft for it)"
     return FirstPair(str(main.path), str(draft.path) if draft else None,
-                     f"Chose {main.name} as the main model (the largest that fits this machine) {drafting}. "
-                     "Change them in the bar above.")
+                     f"Chose {main.name} as the main model, the largest that fits, {drafting}.")
+
+
+def imported_pair(installed: list[InstalledModel], imported: list[InstalledModel], machine: "MachineMemory",
+                  n_ctx: int) -> FirstPair | None:
+    """After files are imported in the window: the pair a first start would choose (``first_pair``), so
+    that importing a main model with its drafts speculates at once, as the next start would. Where no
+    model fits comfortably, the largest imported model that can be a main model all the same (the user
+    asked for it), with its best draft, saying it may not fit; None when none can be a main model."""
+    choice = first_pair(installed, machine, n_ctx)
+    if choice is not None:
+        return choice
+    mains = [m for m in imported if m.info is not None and not m.info.is_mtp_drafter]
+    if not mains:
+        return None
+    main = max(mains, key=lambda m: (m.size, m.name))
+    draft = best_draft(main, installed)
+    with_draft = f" with {draft.name} as its draft" if draft else ""
+    return FirstPair(str(main.path), str(draft.path) if draft else None,
+                     f"Loading {main.name}{with_draft}: it may not fit this machine's memory comfortably.")
 
 
 def _catalog_drafts(main_file: str) -> set[str]:

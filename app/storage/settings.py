@@ -34,6 +34,8 @@ LIMITS: dict[str, tuple[float, float]] = {
     "draft_gpu_layers": (-1, 999),
     "threads": (0, 512),
     "server_port": (1, 65535),
+    "conversations_width": (0, 10000),
+    "side_panel_width": (0, 10000),
 }
 
 
@@ -66,6 +68,11 @@ class Settings:
     server_api_key: str = ""
     recent_remotes: tuple[str, ...] = ()  # OpenAI-compatible servers chatted through, newest first
     remote_api_key: str = ""
+    # the window's columns (app/gui/widgets/columns.py): each side's width as the user last set it, and shown
+    conversations_width: int = 240
+    side_panel_width: int = 440
+    conversations_shown: bool = True
+    side_panel_shown: bool = True
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,

@@ -8,7 +8,7 @@ import time
 import pytest
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
-from tests.gui.conftest import send, wait_answering, wait_idle, wait_loaded
+from tests.gui.conftest import LOAD_TIMEOUT_MS, send, wait_answering, wait_idle, wait_loaded
 
 # With the default system prompt of TEST_SETTINGS ("You are terse."), the tiny main model answers
 # this prompt greedily with 1000 tokens before its end token: long enough to watch and to stop.
@@ -189,7 +189,7 @@ def test_sending_without_a_model_keeps_the_text(make_window, qtbot):
     window = make_window()
     qtbot.keyClicks(window.composer.input, "anyone there?")
     qtbot.keyClick(window.composer.input, Qt.Key.Key_Return)
-    assert "No model is loaded" in window.error_text()
+    assert "No model is installed yet" in window.error_text()   # nothing installed: the first step is to get one
     assert window.composer.input.toPlainText() == "anyone there?"
 
 
@@ -498,3 +498,20 @@ def test_the_keyboard_stops_switches_regenerates_and_focuses(loaded_window, qtbo
     listed = dict(window.shortcut_rows())
     for keys in ("Esc", "Ctrl+R", "Ctrl+L", "Ctrl+Tab, Ctrl+PgDown", "Ctrl+Shift+Tab, Ctrl+PgUp", "F1"):
         assert keys in listed, listed
+
+
+def test_editing_a_setting_keeps_the_pair_loaded_since_the_window_opened(make_window, gui_models, qtbot):
+    """The settings panel saved its whole copy of the settings, made when the window opened: a setting
+    edited after loading another pair put the first pair back in the settings file, and the next start
+    opened it. Found while making the window remember its columns (issue 41, fault 4)."""
+    window = make_window(main_model=str(gui_models.main), draft_model="", drafter="lookup")
+    wait_loaded(qtbot, window)
+    window.set_model_pair(str(gui_models.other), str(gui_models.same))
+    qtbot.waitUntil(lambda: not window.controller.loading, timeout=LOAD_TIMEOUT_MS)
+    window.settings_panel.set_value("max_tokens", 77)
+    window.close()
+    again = make_window()
+    wait_loaded(qtbot, again)
+    assert (again.controller.loaded.main_path, again.controller.loaded.draft_path) == (str(gui_models.other),
+                                                                                       str(gui_models.same))
+    assert again.controller.settings.max_tokens == 77

@@ -103,6 +103,30 @@ def test_unreachable_hub_is_a_clear_error(monkeypatch):
         client.search("qwen")
 
 
+def test_a_hub_whose_name_cannot_be_looked_up_is_said_in_words(monkeypatch):
+    """Issue 41, fault 6: a failed name lookup showed as "ConnectError: [Errno -2] Name or service not known"."""
+    import socket
+
+    import httpx2
+    from huggingface_hub.utils import _http
+
+    from app.models.hub import network_reason
+
+    def no_such_name(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(_http.time, "sleep", lambda s: None)   # the hub's own retries, without the waits
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_name)
+    with pytest.raises(HubError) as raised:
+        HubClient(endpoint="http://hub.example", token="x").search("qwen")
+    assert "its address could not be looked up (no network connection" in str(raised.value)
+    assert "Errno" not in str(raised.value) and "ConnectError" not in str(raised.value)
+    assert network_reason(httpx2.ReadTimeout("timed out")) == "it did not answer in time"
+    refused = httpx2.ConnectError("[Errno 111] Connection refused")
+    refused.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    assert network_reason(refused) == "the connection was refused"
+
+
 def test_download_reports_progress_verifies_and_registers(client, fake_hub, models_dir):
     fake_hub.chunk_size = 32 * 1024
     model = _model(client, TINY_REPO, MAIN_FILE)

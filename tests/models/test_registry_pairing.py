@@ -311,3 +311,19 @@ def test_a_main_of_another_vocabulary_gets_a_draft_through_text_and_a_gpu_decide
     gpu = MachineMemory(64 * 2**30, 60 * 2**30, True, vram, vram)
     main, draft = choose_pair(list(models.values()), gpu, 256)
     assert main.name == models["main"].name and draft.name == models["draft"].name
+
+
+def test_an_import_loads_the_first_start_pair_or_the_largest_imported_model_when_none_fits(models_dir,
+                                                                                          source_models):
+    """Issue 41, fault 1: the window's import chooses a pair as a first start does; where nothing fits
+    comfortably it still loads what was imported (the largest, with its best draft) and says it may not fit."""
+    from app.models.pairing import first_pair, imported_pair
+
+    models = _installed_all(models_dir, source_models, ["other_vocab", "draft", "main"])
+    installed = list(models.values())
+    roomy = MachineMemory(24 * 2**30, 20 * 2**30, False, None, None)
+    assert imported_pair(installed, installed, roomy, 256) == first_pair(installed, roomy, 256)
+    choice = imported_pair(installed, installed, MachineMemory(1000, None, False, None, None), 256)
+    assert (choice.main_path, choice.draft_path) == (str(models["main"].path), str(models["draft"].path))
+    assert "may not fit" in choice.note
+    assert imported_pair(installed, [], MachineMemory(1000, None, False, None, None), 256) is None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from pygments import highlight
@@ -34,6 +34,7 @@ class Block:
     kind: str          # "text" or "code"
     content: str
     language: str = ""
+    start: int = field(default=0, compare=False)   # where ``content`` begins in the text split
 
 
 def clean(text: str) -> str:
@@ -50,18 +51,18 @@ def split_blocks(text: str) -> list[Block]:
         if opening is None:
             break
         if opening.start() > pos:
-            blocks.append(Block("text", text[pos:opening.start()]))
+            blocks.append(Block("text", text[pos:opening.start()], start=pos))
         fence, language = opening.group(1), opening.group(2)
         body_start = opening.end() + 1
         closing = re.compile(rf"^[ \t]{{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", re.MULTILINE)
         end = closing.search(text, body_start)
         code = text[body_start:end.start() if end else len(text)]
-        blocks.append(Block("code", code.rstrip("\n"), language.lower()))
+        blocks.append(Block("code", code.rstrip("\n"), language.lower(), start=body_start))
         if end is None:
             return blocks
         pos = end.end() + 1
     if pos < len(text):
-        blocks.append(Block("text", text[pos:]))
+        blocks.append(Block("text", text[pos:], start=pos))
     return blocks
 
 
@@ -120,13 +121,65 @@ def render_plain(text: str) -> str:
 
 
 def render_runs(runs: list[tuple[str, str]] | list[list[str]]) -> str:
-    """Each run of text on the colour of where its tokens came from."""
-    spans = []
-    for text, origin in runs:
-        colour = theme.DRAFT_BG if origin == "draft" else theme.MAIN_BG
-        escaped = html.escape(clean(text)).replace("\n", "<br/>")
-        spans.append(f'<span style="background-color:{colour};">{escaped}</span>')
-    return f'<p style="white-space:pre-wrap;">{"".join(spans)}</p>'
+    """Each run of text on the colour of where its tokens came from. Fenced code is shown as in the
+    Markdown view (a code block, highlighted, with its copy link; no fences), each token on its origin's
+    colour: the fences showed raw and the highlighting was lost."""
+    text = clean("".join(t for t, _ in runs))
+    pieces, at = [], 0
+    for run_text, origin in runs:
+        pieces.append((at, at + len(run_text), origin))
+        at += len(run_text)
+    parts, code_index = [], 0
+    for block in split_blocks(text):
+        end = block.start + len(block.content.rstrip("\n"))
+        cut = [(max(a, block.start), min(b, end), origin) for a, b, origin in pieces if a < end and b > block.start]
+        if block.kind == "code":
+            inner = _coloured_code(block, [(a - block.start, b - block.start, origin) for a, b, origin in cut])
+            parts.append(_code_table(block.language, code_index, inner))
+            code_index += 1
+        elif end > block.start:
+            spans = "".join(_origin_span(text[a:b], origin) for a, b, origin in cut)
+            parts.append(f'<p style="white-space:pre-wrap;">{spans}</p>')
+    return "".join(parts)
+
+
+def _origin_span(text: str, origin: str, style: str = "") -> str:
+    colour = theme.DRAFT_BG if origin == "draft" else theme.MAIN_BG
+    escaped = html.escape(text).replace("\n", "<br/>")
+    return f'<span style="background-color:{colour};{style}">{escaped}</span>'
+
+
+def _coloured_code(block: Block, pieces: list[tuple[int, int, str]]) -> str:
+    """A code block's tokens, each part of a token on its origin's colour and in its highlighting's
+    colour (``pieces``: (start, end, origin) within the block)."""
+    spans, at = [], 0
+    for kind, value in _code_tokens(block):
+        style = _token_css(kind)
+        for a, b, origin in pieces:
+            low, high = max(a, at), min(b, at + len(value))
+            if low < high:
+                spans.append(_origin_span(block.content[low:high], origin, style).replace("<br/>", "\n"))
+        at += len(value)
+    return "".join(spans)
+
+
+@lru_cache(maxsize=512)
+def _code_tokens(block: Block) -> tuple:
+    """(Pygments token type, text) for the block's code, which they spell out whole; while an answer
+    streams only its last block changes, so the others are lexed once."""
+    tokens = tuple(_lexer(block, stripnl=False, ensurenl=False).get_tokens(block.content))
+    if "".join(value for _, value in tokens) != block.content:   # a lexer that rewrote the text: no highlighting
+        return ((None, block.content),)
+    return tokens
+
+
+def _token_css(kind) -> str:
+    """The highlighting's colour and weight for a Pygments token type, as the Markdown view's code has them."""
+    if kind is None:
+        return ""
+    style = _FORMATTER.style.style_for_token(kind)
+    return ((f"color:#{style['color']};" if style["color"] else "") + ("font-weight:bold;" if style["bold"] else "")
+            + ("font-style:italic;" if style["italic"] else ""))
 
 
 # While an answer streams only its last block changes: earlier blocks come from these caches.
@@ -166,8 +219,12 @@ def _fragments(doc: QTextDocument):
 
 @lru_cache(maxsize=512)
 def _code_html(block: Block, index: int) -> str:
-    highlighted = highlight(block.content, _lexer(block), _FORMATTER)
-    label = html.escape(block.language or "code")
+    return _code_table(block.language, index, highlight(block.content, _lexer(block), _FORMATTER))
+
+
+def _code_table(language: str, index: int, highlighted: str) -> str:
+    """A code block: its language and copy link over the code (HTML already escaped and coloured)."""
+    label = html.escape(language or "code")
     return (
         f'<table width="100%" border="0" cellspacing="0" cellpadding="6" bgcolor="{theme.CODE_BG}" '
         f'style="margin-top:6px;margin-bottom:6px;">'
@@ -178,8 +235,9 @@ def _code_html(block: Block, index: int) -> str:
     )
 
 
-def _lexer(block: Block):
+def _lexer(block: Block, **options):
     try:
-        return get_lexer_by_name(block.language) if block.language else guess_lexer(block.content)
+        return (get_lexer_by_name(block.language, **options) if block.language
+                else guess_lexer(block.content, **options))
     except ClassNotFound:
-        return TextLexer()
+        return TextLexer(**options)

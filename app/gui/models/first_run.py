@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFileDialog, QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QFileDialog, QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout,
+                               QWidget)
 
 from app.gui.models.manager.catalog_tab import download_pair_files, pair_choice
 from app.gui.models.manager.downloads_panel import DownloadsPanel
@@ -42,11 +43,11 @@ def pairs_that_fit(catalog: list[CatalogPair], machine: MachineMemory) -> list[t
 class FirstRunPanel(QWidget):
     """Signals: ``pair_ready(main, draft)`` when the files of a pair downloaded here are installed
     (``draft`` empty where the app cannot draft with the pair yet, or its main drafts for itself);
-    ``model_imported(path)`` after an import; ``models_changed()`` after anything was installed;
+    ``model_imported(paths)`` once the files picked for an import are all installed; ``models_changed()`` after anything was installed;
     ``manage_requested()`` for the model manager ("More models…")."""
 
     pair_ready = Signal(str, str)
-    model_imported = Signal(str)
+    model_imported = Signal(list)
     models_changed = Signal()
     manage_requested = Signal()
 
@@ -135,13 +136,24 @@ class FirstRunPanel(QWidget):
     def session(self) -> ManagerSession:
         if self._session is None:
             self._session = self.session_factory()
-            self._session.problem.connect(self.banner.show_message)
+            self._session.problem.connect(self.show_message)
             self._session.models_changed.connect(self._installed)
             self._session.job_updated.connect(self._job_changed)
-            self.downloads_panel = DownloadsPanel(self._session, empty_text="", title="Downloading")
-            self.downloads_panel.message.connect(self.banner.show_message)
+            self.downloads_panel = DownloadsPanel(self._session, empty_text=None, title="Downloading")
+            self.downloads_panel.message.connect(self.show_message)
             self.progress_box.addWidget(self.downloads_panel)
         return self._session
+
+    def show_message(self, text: str, kind: str = "error") -> None:
+        """The banner, scrolled into view: the list of pairs may be scrolled to its end, where the
+        Download clicked was, and the banner is at its top."""
+        self.banner.show_message(text, kind)
+        area = self.parentWidget()
+        while area is not None and not isinstance(area, QScrollArea):
+            area = area.parentWidget()
+        if area is not None:
+            self.layout().activate()   # the banner's place, now that it shows
+            area.ensureWidgetVisible(self.banner)
 
     @property
     def busy(self) -> bool:
@@ -184,7 +196,7 @@ class FirstRunPanel(QWidget):
             self.downloading = None
             self._enable_downloads()
             main_path, draft_path, note = pair_choice(pair, main, draft)
-            self.banner.show_message(f"{pair.title} is installed." + (f" {note}" if note else ""), "info")
+            self.show_message(f"{pair.title} is installed." + (f" {note}" if note else ""), "info")
             self.pair_ready.emit(main_path, draft_path)
 
     def _job_changed(self, job: DownloadJob) -> None:
@@ -204,11 +216,15 @@ class FirstRunPanel(QWidget):
             self.session.spawn(self._import(paths))
 
     async def _import(self, paths: list[str]) -> None:
+        """Import every file, then say so once: the window chooses a pair among them all (a main model and
+        its draft picked together), where one signal per file loaded each file alone."""
+        imported = []
         for path in paths:
             model = await self.session.run_blocking(self.session.registry.import_file, path, "copy")
-            self.banner.show_message(f"Imported {model.name}.", "info")
-            self.models_changed.emit()
-            self.model_imported.emit(str(model.path))
+            imported.append(model)
+            self.show_message(f"Imported {', '.join(m.name for m in imported)}.", "info")
+        self.models_changed.emit()
+        self.model_imported.emit([str(m.path) for m in imported])
 
     def _pick_files(self) -> list[str]:
         files, _ = QFileDialog.getOpenFileNames(self, "Import GGUF models", str(Path.home()), "GGUF models (*.gguf)")

@@ -29,6 +29,10 @@ UNOFFERED = {
     DrafterKind.EAGLE3: "Choose an EAGLE-3 drafter made for the main model as the draft",
     DrafterKind.DFLASH: "Choose a DFlash or DSpark drafter made for the main model as the draft",
 }
+# At the window's minimum width (1000 px) the pickers give way, down to PICKER_MIN_PX, so that the
+# status keeps STATUS_MIN_PX: the start of "Loaded …" (its whole text in its tool tip)
+PICKER_MIN_PX = 150
+STATUS_MIN_PX = 180
 
 
 class ModelBar(QFrame):
@@ -48,6 +52,8 @@ class ModelBar(QFrame):
         self.recent_drafts: list[str] = []
         self.remotes: list[str] = []        # recent OpenAI-compatible servers, listed after the files
         self.options: list[DraftOption] = []
+        self._loaded: tuple[str, str] | None = None   # the loaded pair's main and draft ("" none), as picked
+        self._loaded_text = ""
         self.show_incompatible = False      # the draft picker lists incompatible drafts too (disabled)
         self._shown_draft = ""              # the draft chosen in the picker (not the show/hide item)
         self._build()
@@ -61,10 +67,10 @@ class ModelBar(QFrame):
         self.main_combo = self._combo("Main model: the one whose answers you get")
         self.main_combo.currentIndexChanged.connect(self._main_changed)
         self.main_combo.activated.connect(self._main_picked)
-        self.main_open = QPushButton("Open…")
+        self.main_open = _browse_button("Open a GGUF file as the main model")
         self.main_open.clicked.connect(self.browse_main)
         self.draft_combo = self._combo("Draft model: proposes tokens the main model verifies")
-        self.draft_open = QPushButton("Open…")
+        self.draft_open = _browse_button("Open a GGUF file as the draft model")
         self.draft_open.clicked.connect(self.browse_draft)
         self.drafter = QComboBox()
         self.drafter.setToolTip("Who drafts: the draft model, prompt lookup (copies text that repeats, free), "
@@ -84,6 +90,7 @@ class ModelBar(QFrame):
         self.progress.hide()
         self.status = ElidedLabel("No model loaded")
         self.status.setObjectName("status")
+        self.status.setMinimumWidth(STATUS_MIN_PX)
         for widget in (QLabel("Main"), self.main_combo, self.main_open, QLabel("Draft"), self.draft_combo,
                        self.draft_open, QLabel("Drafting"), self.drafter, self.load_button, self.progress):
             layout.addWidget(widget)
@@ -94,7 +101,7 @@ class ModelBar(QFrame):
         combo = QComboBox()
         combo.setModel(QStandardItemModel(combo))
         combo.setToolTip(tip)
-        combo.setMinimumWidth(220)
+        combo.setMinimumWidth(PICKER_MIN_PX)
         combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         combo.setMinimumContentsLength(22)
         combo.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
@@ -197,7 +204,7 @@ class ModelBar(QFrame):
 
     def request_load(self) -> None:
         if not self.current_main():
-            self.problem.emit("Choose a main model first (Open… next to Main).")
+            self.problem.emit("Choose a main model first (or open a file with … next to Main).")
             return
         if is_remote(self.current_main()):
             self.remote_requested.emit(self.current_main())
@@ -240,6 +247,7 @@ class ModelBar(QFrame):
     def _main_changed(self, _index: int) -> None:
         self._fill_drafts()
         self._offer_heads()
+        self._show_pending()
 
     def _main_picked(self, _index: int) -> None:
         """The user chose a main model: its best draft is chosen with it, and the window says so with
@@ -335,6 +343,7 @@ class ModelBar(QFrame):
             return
         self._shown_draft = self.current_draft()
         self._offer_heads()   # a drafter file drafts as its kind
+        self._show_pending()
 
     def _first_enabled_recent(self) -> int:
         for path in self.recent_drafts:
@@ -367,15 +376,34 @@ class ModelBar(QFrame):
         self.progress.show()
         self._enable(False)
 
-    def set_loaded(self, main_name: str, draft_name: str | None) -> None:
+    def set_loaded(self, main_name: str, draft_name: str | None, main: str = "", draft: str = "") -> None:
+        """A pair is loaded: ``main`` and ``draft`` its files (or the server's URL), "" for no draft."""
         self.progress.hide()
-        self.status.set_full_text(f"Loaded {main_name}" + (f" + draft {draft_name}" if draft_name else " (no draft)"))
+        self._loaded = (main, draft)
+        self._loaded_text = f"Loaded {main_name}" + (f" + draft {draft_name}" if draft_name else " (no draft)")
+        self._show_pending()
         self._enable(True)
 
     def set_unloaded(self, message: str = "No model loaded") -> None:
         self.progress.hide()
+        self._loaded = None
         self.status.set_full_text(message)
         self._enable(True)
+
+    def _show_pending(self) -> None:
+        """A pair chosen in the pickers is used only once Load is pressed: while the choice differs from
+        what is loaded, the status says so (picking changed nothing, and nothing said why)."""
+        if self._loaded is None or not self.progress.isHidden():
+            return
+        main, draft = self.current_main(), self.current_draft()
+        if main != self._loaded[0]:
+            pending = f"Press Load to use {Path(main).name if not is_remote(main) else remote_label(main)} · "
+        elif draft != self._loaded[1]:
+            pending = (f"Press Load to draft with {Path(draft).name} · " if draft else
+                       "Press Load to answer without a draft model · ")
+        else:
+            pending = ""
+        self.status.set_full_text(pending + self._loaded_text)
 
     def set_busy(self, busy: bool) -> None:
         """While generating, models cannot change."""
@@ -384,3 +412,10 @@ class ModelBar(QFrame):
     def _enable(self, on: bool) -> None:
         for widget in (self.main_combo, self.main_open, self.draft_combo, self.draft_open, self.load_button):
             widget.setEnabled(on)
+
+
+def _browse_button(tip: str) -> QPushButton:
+    """"…" beside a picker, as file pickers have it: the words go in its tool tip, the width to the pickers."""
+    button = QPushButton("…")
+    button.setToolTip(tip)
+    return button

@@ -25,10 +25,13 @@ class DraftOption:
     label: str
     enabled: bool
     reason: str = ""      # why it is disabled, or a warning when it is enabled
+    other_vocabulary: bool = False
 
 
 def draft_options(main_path: str, candidates: list[str]) -> list[DraftOption]:
-    """Every candidate draft for ``main_path``, checked with the engine's own compatibility rules."""
+    """Every candidate draft for ``main_path``, checked with the engine's own compatibility rules: those of
+    its own vocabulary first, then those of another (they draft through text, the slower kind), each
+    group in the order of ``candidates`` (recently used first)."""
     try:
         main = read_gguf_info(main_path)
     except UNREADABLE:
@@ -38,7 +41,7 @@ def draft_options(main_path: str, candidates: list[str]) -> list[DraftOption]:
         if os.path.realpath(path) == os.path.realpath(main_path):  # Path.resolve raises on a symlink loop
             continue
         options.append(_option(main, path))
-    return options
+    return sorted(options, key=lambda option: option.other_vocabulary)
 
 
 def _option(main: GGUFInfo, path: str) -> DraftOption:
@@ -51,7 +54,7 @@ def _option(main: GGUFInfo, path: str) -> DraftOption:
     if not pair.compatible:
         return DraftOption(path, f"{name} (incompatible)", False, "; ".join(pair.reasons))
     label = f"{name} (different vocabulary)" if pair.other_vocabulary else name
-    return DraftOption(path, label, True, "; ".join(pair.warnings))
+    return DraftOption(path, label, True, "; ".join(pair.warnings), pair.other_vocabulary)
 
 
 def is_remote(choice: str) -> bool:

@@ -25,6 +25,8 @@ MAX_RATE_INTERVALS = 3   # the tokens/s axis: at most 4 labels (more get elided 
 MAX_POSITION_LABELS = 9  # draft positions labelled under the bars: every one up to 9, then 1 and every k-th
 PERCENT_TICKS = 3        # 0, 50, 100 labelled; 25 and 75 as minor grid lines
 SECONDS_HEADROOM = 1.5   # the seconds axis grows in steps with room to spare, not on every repaint
+ROUND_MARKER_PX = 5
+DOT_ROOM = 8             # percent points above 100% and below 0%: a dot's radius at the charts' least height
 
 
 def nice_axis_span(highest: float, max_intervals: int, whole: bool = False) -> tuple[float, int]:
@@ -103,9 +105,14 @@ def _axis(low: float, high: float, fmt: str) -> QValueAxis:
     return axis
 
 
-def _percent_axis() -> QValueAxis:
-    axis = _axis(0, 100, "%.0f%%")
-    axis.setTickCount(PERCENT_TICKS)
+def _percent_axis(room: float = 0.0) -> QValueAxis:
+    """0% to 100%, labelled 0, 50 and 100 with minor lines at 25 and 75. ``room``: percent points of
+    the axis beyond each end, so that a dot at 0% or 100% is drawn whole (the plot area clips what
+    crosses its edge); the labels stay on 0, 50 and 100."""
+    axis = _axis(-room, 100 + room, "%.0f%%")
+    axis.setTickType(QValueAxis.TickType.TicksDynamic)
+    axis.setTickAnchor(0)
+    axis.setTickInterval(100 / (PERCENT_TICKS - 1))
     axis.setMinorTickCount(1)
     axis.setMinorGridLineColor(QColor(theme.BORDER).lighter(106))
     return axis
@@ -167,13 +174,13 @@ class ChartsPanel(QWidget):
                                                             ("━", theme.ROLLING_LINE, "rolling")]))
         self.round_series = QScatterSeries()
         self.round_series.setName("per round")
-        self.round_series.setMarkerSize(5)
+        self.round_series.setMarkerSize(ROUND_MARKER_PX)
         self.round_series.setColor(QColor(theme.DRAFT_LINE))
         self.round_series.setBorderColor(QColor(theme.DRAFT_LINE))
         self.rolling_series = _line("rolling", theme.ROLLING_LINE)
         chart.addSeries(self.round_series)
         chart.addSeries(self.rolling_series)
-        self.acc_x, self.acc_y = _axis(0, 1, "%d"), _percent_axis()
+        self.acc_x, self.acc_y = _axis(0, 1, "%d"), _percent_axis(room=DOT_ROOM)
         self._set_round_range(0)
         self._attach(chart, self.round_series, self.acc_x, self.acc_y)
         self._attach(chart, self.rolling_series, self.acc_x, self.acc_y)

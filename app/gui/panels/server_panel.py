@@ -84,6 +84,8 @@ class ServerPanel(QWidget):
         return ""
 
     def _edited(self) -> None:
+        if self.url is None:   # a refusal spoke of what was typed before: it no longer applies
+            self.status.setText("Off")
         self._show_exposure()
         self.settings_edited.emit(self.host.text().strip(), self.port.value(), self.api_key.text().strip())
 

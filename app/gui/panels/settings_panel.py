@@ -37,7 +37,8 @@ SPECIAL = {"top_k": "off", "seed": "random", "n_ctx": "model's own", "main_gpu_l
 
 
 class SettingsPanel(QWidget):
-    changed = Signal(object)   # Settings
+    changed = Signal(object)      # Settings: the panel's own copy, with the edit
+    edited = Signal(str, object)  # the one setting edited and its value: what the window saves
 
     def __init__(self, settings: Settings, parent=None, gpus: tuple | None = None):
         super().__init__(parent)
@@ -136,6 +137,7 @@ class SettingsPanel(QWidget):
             value = type(getattr(self._settings, name))(value)
         self._settings = replace(self._settings, **{name: value})
         self.changed.emit(self._settings)
+        self.edited.emit(name, value)
 
 
 def _editor_value(value):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from app.gui.panels.charts import ChartsPanel
-from app.gui.runtime.live_stats import LiveStats, format_parts, parts_json
+from app.gui.runtime.live_stats import LiveStats, format_estimate, format_parts, parts_json
 
 # three tiles a row: the speeds, then latency and accepted per round, then the draft counts
 TILES = [
@@ -57,7 +57,7 @@ def format_rate(per_second: float) -> str:
 
 def format_speedup(speedup: float | None) -> str:
     """The answer's estimated speedup over the main model alone: "≈1.4x", "–" while unknown."""
-    return DASH if speedup is None else f"≈{speedup:.1f}x"
+    return DASH if speedup is None else format_estimate(speedup)
 
 
 class StatsPanel(QWidget):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from app.core.chat.reasoning import ThinkingFormat, split_reasoning
 from app.core.compare import CompareResult
 from app.core.speculation.events import Summary
-from app.gui.runtime.live_stats import INTERRUPTED, LiveStats
+from app.gui.runtime.live_stats import INTERRUPTED, LiveStats, format_estimate
 from app.core.frontdoor import GenerationRequest, LoadedPair
 from app.core.params import DrafterKind
 from app.gui.runtime.worker import Batch
@@ -74,6 +74,18 @@ def thinking_request(loaded: LoadedPair | None, on: bool) -> tuple[ThinkingForma
     return (loaded.thinking if on else loaded.thinking_off), {loaded.thinking.switch: on}
 
 
+def generation_problem(settings: Settings, loading: bool, loaded: LoadedPair | None, installed: bool) -> str:
+    """Why no answer can start now, as the user should read it; "" when one can. With nothing installed
+    the first step is getting a model (the first-run panel offers it), not choosing one in the bar."""
+    if loading:
+        return "The models are still loading."
+    if loaded is None and not installed:
+        return "No model is installed yet: download a recommended pair or import a GGUF file you have (above)."
+    if loaded is None:
+        return "No model is loaded. Choose a main model in the bar above and press Load."
+    return settings.generation_problem()
+
+
 def who_drafts(settings: Settings, loaded: LoadedPair | None) -> DrafterKind:
     """Who drafts for the settings' choice with what is loaded (with nothing loaded: no draft model)."""
     chosen = DrafterKind(settings.drafter)   # the settings edge: a name the combo box or the file gave
@@ -136,10 +148,12 @@ def with_compare(stats: dict, result: CompareResult) -> dict:
                 compare_baseline_tps=result.baseline.generation_tps)
 
 
-def compare_notice(result: CompareResult) -> str:
+def compare_notice(result: CompareResult, estimate: float | None) -> str:
+    """Compare's line above the chat. ``estimate``: the answer's own estimated speedup, as its footer
+    shows it; the estimate of Compare's greedy pass (another run, often another answer) is not the
+    answer's, and quoting it as "its estimate" read as a contradiction of the footer."""
     same = "the outputs are identical" if result.identical else "the outputs differ"
-    estimate = result.speculative.estimated_speedup
-    estimated = f" (its estimate: ≈{estimate:.2f}x)" if estimate else ""
+    estimated = f" (the answer's estimate: {format_estimate(estimate)})" if estimate else ""
     return (f"Compare (greedy): speculative {result.speculative.generation_tps:.1f} tok/s, main model alone "
             f"{result.baseline.generation_tps:.1f} tok/s: {result.speedup:.2f}x measured{estimated}; {same}.")
 

@@ -18,8 +18,8 @@ from app.core.frontdoor import LoadedPair
 from app.core.params import DrafterKind
 from app.core.speculation.events import Summary
 from app.gui.runtime.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, answer_parts, answer_request,
-                                         compare_notice, feed, keep_partial, prompt_messages, save_partial,
-                                         settings_after_load, title_from, who_drafts, with_compare)
+                                         compare_notice, feed, generation_problem, keep_partial, prompt_messages,
+                                         save_partial, settings_after_load, title_from, who_drafts, with_compare)
 from app.gui.runtime.live_stats import LiveStats, message_stats
 from app.gui.runtime.worker import Batch, EngineWorker, LoadFailure, LoadRequest, RemoteRequest, Started
 from app.paths import AppPaths
@@ -44,6 +44,7 @@ class ChatController(QObject):
     busy_changed = Signal(bool)                   # generating or loading: nothing else may start
     notice = Signal(str, str)                     # text, kind: "error", "warning" or "info"
     notice_cleared = Signal(str)                  # clear the notice shown if it is of this kind
+    notice_withdrawn = Signal(str)                # clear this notice if it is still shown (no longer true)
     model_loading = Signal(str)                   # the main model's file name
     models_loaded = Signal(object)                # LoadedPair: after a load, or again when a failed one kept it
     models_unloaded = Signal()
@@ -69,6 +70,8 @@ class ChatController(QObject):
         self.loaded: LoadedPair | None = None
         self.loading = False
         self._load_cancel = threading.Event()   # the load under way's (LoadRequest.cancel)
+        self.models_installed = True   # the window says when nothing is (what to do first differs)
+        self._load_warning = ""        # the last load's warning, withdrawn by the next load
         self.active: ActiveGeneration | None = None
         self.last_generation: ActiveGeneration | None = None
         self.last_compare: CompareResult | None = None
@@ -258,9 +261,7 @@ class ChatController(QObject):
     def _ready_to_generate(self) -> bool:
         if self.is_generating:
             return False
-        problem = ("The models are still loading." if self.loading else
-                   "No model is loaded. Choose a main model in the bar above and press Load."
-                   if self.loaded is None else self.settings.generation_problem())
+        problem = generation_problem(self.settings, self.loading, self.loaded, self.models_installed)
         if problem:
             self.notice.emit(problem, "error")
         return not problem
@@ -279,7 +280,8 @@ class ChatController(QObject):
 
     def _begin(self, active: ActiveGeneration) -> None:
         self.active = active
-        self.notice_cleared.emit("error")
+        for kind in ("error", "info"):   # the last failure and the last result (or choice) are over
+            self.notice_cleared.emit(kind)
         self.generating_changed.emit(True)
         self.busy_changed.emit(True)
         self._repaint_timer.start()
@@ -316,7 +318,7 @@ class ChatController(QObject):
             return
         self.store.update_message(stored.id, stored.content, with_compare(stored.stats, result))
         self.message_updated.emit(self.store.message(stored.id))
-        self.notice.emit(compare_notice(result), "info")
+        self.notice.emit(compare_notice(result, (stored.stats or {}).get("estimated_speedup")), "info")
 
     def _on_failed(self, message: str) -> None:
         self._save_partial()
@@ -390,8 +392,10 @@ class ChatController(QObject):
         self.models_loaded.emit(info)
         self.busy_changed.emit(self.is_busy)
         self.save_settings(settings_after_load(self.settings, info, self._remote_key))
-        if info.warnings:
-            self.notice.emit("Loaded with a warning: " + "; ".join(info.warnings) + ".", "warning")
+        self.notice_withdrawn.emit(self._load_warning)   # it spoke of the pair this one replaces
+        self._load_warning = "Loaded with a warning: " + "; ".join(info.warnings) + "." if info.warnings else ""
+        if self._load_warning:
+            self.notice.emit(self._load_warning, "warning")
         else:
             self.notice_cleared.emit("error")
 
@@ -430,17 +434,16 @@ class ChatController(QObject):
     # --- quitting ------------------------------------------------------------------------------
 
     def shut_down(self) -> None:
-        """Cancel, let the worker end its current step and stop its thread, then take in what it
-        sent meanwhile and save a partial answer. The GUI thread blocks on the worker's thread
-        rather than spinning an event loop: on Python 3.11 each PySide call that returns nothing
-        may cost a reference to None."""
+        """Cancel (a load too), let the worker end its step and thread, take in what it sent and save a
+        partial answer. Blocking on the thread, not spinning an event loop: on Python 3.11 each PySide
+        call that returns nothing may cost a reference to None."""
         if self.closed:
             return
         self.closed = True
         self.stop()
         self._repaint_timer.stop()
-        self._load_cancel.set()   # a load under way ends at llama.cpp's next tensor, not after all of them
-        self._finish.emit()       # queued behind the step the worker is in
+        self._load_cancel.set()   # a load ends at llama.cpp's next tensor; the finish waits behind it
+        self._finish.emit()
         self.thread.wait()
         QCoreApplication.sendPostedEvents()   # its last batches, summary and idle, in order
         self._save_partial()

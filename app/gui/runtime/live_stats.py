@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from app.core.chat.reasoning import REASONING, ReasoningSplitter, ThinkingFormat
 from app.core.params import DrafterKind
-from app.core.speculation.events import Event, Round, Summary, TokenPiece, part_dict
+from app.core.speculation.events import Event, Round, StopReason, Summary, TokenPiece, part_dict
 from app.core.speculation.stats import GenerationStats
 
 MAX_CHART_POINTS = 400   # longer series are thinned before they reach a chart
@@ -115,6 +115,32 @@ def message_stats(summary: Summary, drafter: DrafterKind | str, main_name: str, 
     return data
 
 
+def stored_stats(stats: dict) -> LiveStats | None:
+    """A saved answer's numbers (``message_stats``) as the Speculation tab shows them, for the answer a
+    conversation ends with when it is opened or switched to: the tiles and the acceptance by draft
+    position (each round is not saved: the other charts stay empty). None when they are not all there
+    (an answer cut short, or saved by an older version)."""
+    try:
+        summary = Summary(
+            **{name: stats[name] for name in _SUMMARY_NUMBERS},
+            drafted_by_position=tuple(stats["drafted_by_position"]),
+            accepted_by_position=tuple(stats["accepted_by_position"]),
+            stop_reason=StopReason(stats["stop_reason"]),
+            by_drafter=tuple((name, d["drafted"], d["accepted"]) for name, d in stats.get("by_drafter", {}).items()),
+            by_part=tuple((part, d["drafted"], d["accepted"], d["tokens"], d["seconds"])
+                          for part, d in stats.get("by_part", {}).items()),
+            speculation_reported=stats.get("speculation_reported", True),
+            estimated_speedup=stats.get("estimated_speedup"),
+            threads=stats.get("threads", 0), draft_threads=stats.get("draft_threads", 0))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    live = LiveStats()
+    live.add(summary)
+    return live
+
+
+_SUMMARY_NUMBERS = ("prompt_tokens", "prompt_tokens_evaluated", "generated_tokens", "ttft_s", "prompt_s", "generation_s",
+                    "drafted", "accepted", "main_tokens", "rounds", "drafting_rounds", "draft_s", "verify_s")
 PART_NAMES = {"reasoning": "thinking", "answer": "answer", "tool_call": "tool call"}
 
 
@@ -140,6 +166,11 @@ def format_parts(by_part: dict, sep: str = " · ") -> str:
 INTERRUPTED = "interrupted"   # a streaming answer saved before its end (see the controller's _keep_partial)
 
 
+def format_estimate(speedup: float) -> str:
+    """An answer's estimated speedup as the footer, the Speculation tab and Compare's line all show it."""
+    return f"≈{speedup:.1f}x"
+
+
 def format_footer(stats: dict) -> str:
     """'42.1 tok/s · 118 tokens · drafted 96 · accepted 71 (74%) · ≈1.8x vs main alone (estimated) · 1.9x
     measured by Compare' (parts only when known), and a line with each part of the answer (thinking,
@@ -154,7 +185,7 @@ def format_footer(stats: dict) -> str:
         accepted = stats.get("accepted", 0)
         parts += [f"drafted {drafted}", f"accepted {accepted} ({round(100 * accepted / drafted)}%)"]
     if stats.get("estimated_speedup"):
-        parts.append(f"≈{stats['estimated_speedup']:.1f}x vs main alone (estimated)")
+        parts.append(f"{format_estimate(stats['estimated_speedup'])} vs main alone (estimated)")
     if stats.get("speedup"):
         parts.append(f"{stats['speedup']:.1f}x measured by Compare")
     reason = stats.get("stop_reason")

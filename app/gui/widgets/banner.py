@@ -56,6 +56,12 @@ class Banner(QFrame):
         if not kind or self.kind == kind:
             self.clear()
 
+    def withdraw(self, text: str) -> None:
+        """Clear ``text`` if it is still the message shown: what it said is no longer true (a load's
+        warning once another pair is loaded), while a message shown since stays."""
+        if text and self.text() == text:
+            self.clear()
+
     def _act(self) -> None:
         action = self._action
         self.clear()

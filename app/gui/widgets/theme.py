@@ -7,6 +7,7 @@ PANEL_BG = "#ffffff"
 BORDER = "#dde1e6"
 TEXT = "#1f2328"
 MUTED = "#6a737d"
+DISABLED = "#a0a7b0"    # text that cannot be clicked: greyed, or it looks clickable
 ACCENT = "#2f6feb"
 ACCENT_DARK = "#1f57c3"
 USER_BG = "#eef3fd"
@@ -26,6 +27,7 @@ MONO = "'DejaVu Sans Mono', 'Menlo', 'Consolas', monospace"
 STYLE_SHEET = f"""
 QMainWindow, QWidget#central {{ background: {WINDOW_BG}; }}
 QWidget {{ color: {TEXT}; font-size: 10pt; }}
+QWidget:disabled, QAbstractItemView::item:disabled {{ color: {DISABLED}; }}
 QFrame#panel, QWidget#panel {{ background: {PANEL_BG}; border: 1px solid {BORDER}; border-radius: 8px; }}
 QFrame#modelBar {{ background: {PANEL_BG}; border-bottom: 1px solid {BORDER}; }}
 QLabel#sectionTitle {{ font-weight: 600; color: {MUTED}; font-size: 9pt; }}
@@ -50,12 +52,12 @@ QComboBox, QSpinBox, QDoubleSpinBox {{ min-height: 22px; }}
 QPlainTextEdit:focus, QLineEdit:focus {{ border: 1px solid {ACCENT}; }}
 QPushButton {{ background: {PANEL_BG}; border: 1px solid {BORDER}; border-radius: 6px; padding: 5px 12px; }}
 QPushButton:hover {{ border-color: {ACCENT}; }}
-QPushButton:disabled {{ color: #a0a7b0; background: #f0f1f3; }}
+QPushButton:disabled {{ color: {DISABLED}; background: #f0f1f3; }}
 QPushButton#primary {{ background: {ACCENT}; color: white; border: 1px solid {ACCENT_DARK}; font-weight: 600; }}
 QPushButton#primary:hover {{ background: {ACCENT_DARK}; }}
 QPushButton#primary:disabled {{ background: #9db8f0; color: #eef3fd; }}
 QPushButton#danger {{ color: {ERROR_FG}; }}
-QPushButton#danger:disabled {{ color: #a0a7b0; }}
+QPushButton#danger:disabled {{ color: {DISABLED}; }}
 QToolButton#link {{ border: none; color: {ACCENT}; padding: 2px 4px; }}
 QToolButton#link:hover {{ text-decoration: underline; }}
 QListWidget {{ background: {PANEL_BG}; border: 1px solid {BORDER}; border-radius: 6px; padding: 4px; }}

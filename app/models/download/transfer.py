@@ -23,7 +23,7 @@ from app.core.errors import QuickdraftError
 from app.models.diskspace import NotEnoughSpaceError, check_disk_space, file_size, format_bytes, format_duration
 from app.models.download.partial import (DownloadError, discard_stale_partials, local_path, partial_path, pending_path,
                       write_pending)
-from app.models.hub import FilePart, HubClient, RemoteModel, hub_errors
+from app.models.hub import FilePart, HubClient, RemoteModel, hub_errors, network_reason
 from app.models.registry import ModelRegistry
 
 PROGRESS_INTERVAL_S = 0.1
@@ -196,7 +196,8 @@ def _download_part(client: HubClient, model: RemoteModel, part: FilePart, dest: 
             failures = 0 if file_size(partial) > before else failures + 1
             if failures >= MAX_RETRIES:
                 raise DownloadError(
-                    f"The connection to Hugging Face dropped while downloading {part.filename} ({exc}). "
+                    f"The connection to Hugging Face dropped while downloading {part.filename} "
+                    f"({network_reason(exc)}). "
                     f"{format_bytes(meter.done)} of {format_bytes(meter.total)} is kept: "
                     f"download it again to resume."
                 ) from exc

@@ -104,7 +104,7 @@ def test_import_installs_a_gguf_file(qtbot, make_panel, paths, tmp_path):
     with qtbot.waitSignal(panel.model_imported, timeout=TIMEOUT_MS) as imported:
         qtbot.mouseClick(panel.import_button, Qt.MouseButton.LeftButton)
     [model] = ModelRegistry(paths.models_dir).list()
-    assert imported.args == [str(model.path)] and model.name == "my-model.gguf" and model.usable
+    assert imported.args == [[str(model.path)]] and model.name == "my-model.gguf" and model.usable
     assert "Imported my-model.gguf" in panel.banner.text()
 
 
@@ -115,3 +115,28 @@ def test_visible_while_nothing_is_installed(qtbot, make_panel):
     panel.update_visibility(has_models=True)
     assert panel.isHidden()
     assert panel._session is None, "nothing is started until a button is clicked"
+
+
+def test_a_download_error_shows_where_the_user_looks_and_leaves_no_empty_box(qtbot, qloop, paths, hub):
+    """Issue 41, fault 6: with the pairs scrolled to the end, a failed download's message appeared at the
+    top, out of sight, and an empty "Downloading" box was left at the bottom."""
+    from PySide6.QtWidgets import QScrollArea
+
+    catalog = [catalog_pair(f"missing{i}", 0.01, repo="test-org/No-Such-GGUF") for i in range(12)]
+    panel = FirstRunPanel(paths, machine=MACHINE, catalog=catalog, session_factory=lambda: ManagerSession(
+        paths, hub_factory=lambda token: HubClient(endpoint=hub.url, token=token), loop=qloop, machine=MACHINE))
+    area = QScrollArea()   # as the window holds it
+    area.setWidgetResizable(True)
+    area.setWidget(panel)
+    qtbot.addWidget(area)
+    area.resize(760, 400)
+    area.show()
+    bar = area.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.maximum() > 0)
+    bar.setValue(bar.maximum())
+    qtbot.mouseClick(panel.download_buttons["missing11"], Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "no such repository" in panel.banner.text(), timeout=TIMEOUT_MS)
+    assert not panel.banner.visibleRegion().isEmpty(), "the message is in sight"
+    assert panel.downloads_panel.isHidden(), "no download started: no empty Downloading box"
+    panel.shutdown()
+    qtbot.waitUntil(lambda: not panel.busy, timeout=TIMEOUT_MS)

@@ -216,3 +216,45 @@ def test_picking_a_main_model_chooses_its_best_draft_and_says_so(qtbot, models_d
     assert bar.best_draft() == draft
     bar.set_main(other)
     assert bar.best_draft() == draft, "no draft shares its vocabulary: a smaller one of another drafts through text"
+
+
+def _darkest_text(combo, row: int) -> int:
+    """The darkest pixel of a row of ``combo``'s open list (red + green + blue): how dark its text is drawn."""
+    from PySide6.QtGui import QColor
+
+    combo.showPopup()
+    view = combo.view()
+    image = view.viewport().grab().toImage()
+    rect = view.visualRect(view.model().index(row, 0)).intersected(image.rect())
+    combo.hidePopup()
+    return min(sum(QColor(image.pixel(x, y)).getRgb()[:3]) for x in range(rect.left(), rect.right())
+               for y in range(rect.top(), rect.bottom()))
+
+
+@pytest.mark.qt_log_ignore("This plugin does not support (raise|grabbing)")   # a popup, offscreen
+def test_a_disabled_drafter_entry_is_drawn_greyed_out(qtbot, models_dir, installed):
+    """Issue 41, fault 6: "MTP heads", disabled for a main model without MTP layers, was drawn in the same
+    colour as the entries that can be chosen (the style sheet's text colour applied to every item)."""
+    from app.core.params import DrafterKind
+
+    bar = make_bar(qtbot, models_dir)
+    bar.show()
+    bar.set_main(installed[0])
+    mtp = bar.drafter.findData(DrafterKind.MTP.value)
+    lookup = bar.drafter.findData(DrafterKind.LOOKUP.value)
+    assert not bar.drafter.model().item(mtp).isEnabled()
+    assert _darkest_text(bar.drafter, mtp) > _darkest_text(bar.drafter, lookup) + 150
+
+
+def test_drafts_of_the_main_models_vocabulary_are_listed_before_those_of_another(qtbot, models_dir, tmp_path):
+    """Issue 41, fault 6: in the folder the window's import fills, Gemma (another vocabulary, named first)
+    was listed above Qwen's own 0.5B draft; drafts through text are the slower kind, listed after."""
+    src, registry = tmp_path / "src", ModelRegistry(models_dir)
+    main = registry.import_file(write_tiny_model(src / "qwen-main.gguf", TinySpec(seed=0, n_layer=4)))
+    registry.import_file(write_tiny_model(src / "gemma-270m.gguf", TinySpec(seed=2, other_vocab=True)))
+    draft = registry.import_file(write_tiny_model(src / "qwen-draft.gguf", TinySpec(seed=1)))
+    bar = make_bar(qtbot, models_dir)
+    bar.set_main(str(main.path))
+    listed = [bar.draft_combo.itemText(i) for i in range(bar.draft_combo.count())]
+    assert listed == ["No draft model", "qwen-draft.gguf", "gemma-270m.gguf (different vocabulary)"]
+    assert bar.best_draft() == str(draft.path)

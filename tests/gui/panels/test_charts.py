@@ -72,3 +72,31 @@ def test_the_seconds_axis_is_laid_out_a_few_times_per_answer_not_on_every_repain
     live.tps_points.append((0.05, 900.0))
     panel.update_from(live)
     assert 0.05 <= panel.tps_x.max() <= 0.2, "a new answer starts on its own scale"
+
+
+def test_dots_at_0_and_100_percent_are_drawn_whole_at_the_charts_least_height(qtbot):
+    """Issue 41, fault 6: the acceptance-by-round chart's 100% dots (every draft accepted) were cut in half
+    by the plot area's top edge, and its 0% dots by the bottom; the axis has room past both ends, its labels
+    still 0%, 50% and 100%."""
+    from PySide6.QtCore import QPointF
+    from PySide6.QtWidgets import QApplication
+
+    from app.gui.panels.charts import CHART_MIN_HEIGHT, ROUND_MARKER_PX
+
+    panel = ChartsPanel()
+    qtbot.addWidget(panel)
+    live = LiveStats()
+    for i in range(40):
+        live.add(Round(i, drafted=4, accepted=4 if i % 3 else 0, draft_s=0, verify_s=0, generated_tokens=3 * (i + 1),
+                       at_s=0.1 * (i + 1)))
+    panel.update_from(live)
+    panel.resize(340, panel.minimumSizeHint().height())
+    panel.show()
+    QApplication.processEvents()
+    assert panel.acceptance_view.height() == CHART_MIN_HEIGHT
+    chart, radius = panel.acceptance_view.chart(), ROUND_MARKER_PX / 2
+    plot = chart.plotArea()
+    top, bottom = (chart.mapToPosition(QPointF(5, percent), panel.round_series).y() for percent in (100, 0))
+    assert top - radius >= plot.top() and bottom + radius <= plot.bottom(), (plot, top, bottom)
+    axis = panel.acc_y
+    assert (axis.tickAnchor(), axis.tickInterval()) == (0, 50) and axis.min() < 0 and axis.max() > 100

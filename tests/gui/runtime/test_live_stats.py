@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from app.core.speculation.events import Origin, Round, Started, TokenPiece
 from app.gui.chat.render import code_blocks, render_markdown, render_runs, split_blocks
 from app.gui.panels.stats_panel import StatsPanel, format_duration, format_rate
@@ -81,3 +83,37 @@ def test_markdown_splits_fenced_code_and_streams_an_open_fence():
 def test_runs_render_with_origin_colours_and_escape_text():
     html = render_runs([["<b>", "draft"], ["x\x00", "main"]])
     assert "&lt;b&gt;" in html and "\x00" not in html and html.count("background-color") == 2
+
+
+def test_colour_by_origin_shows_code_blocks_highlighted_without_fences():
+    """Issue 41, fault 6: colouring tokens by origin showed the fences (```python) as text and lost the
+    code's highlighting; the code block is now as in the Markdown view, each token on its origin's colour."""
+    from app.gui.widgets import theme
+
+    runs = [["Here:\n```py", "main"], ["thon\nreturn 42", "draft"], ["\n```\ndone", "main"]]
+    shown = render_runs(runs)
+    assert "```" not in shown and "copy-code:0" in shown and "done" in shown
+    plain = render_markdown("".join(t for t, _ in runs))
+    number = re.search(r'<span style="color: ?(#\w+)[^"]*">42</span>', plain).group(1)   # Pygments' colour for 42
+    assert re.search(rf'background-color:{theme.DRAFT_BG};color:{number};[^"]*">42</span>', shown, re.IGNORECASE), shown
+    assert f'background-color:{theme.MAIN_BG};">Here:' in shown
+
+
+def test_compares_line_and_the_answers_footer_give_the_same_estimate():
+    """Issue 41, fault 6: Compare's line said "its estimate: ≈0.69x" (its own greedy pass's estimate, another
+    run) while the answer's footer said ≈0.9x (the answer's). Both now quote the answer's, formatted once."""
+    from app.core.compare import CompareResult
+    from app.core.speculation.events import Summary
+    from app.gui.runtime.chat_values import compare_notice, with_compare
+
+    def run(tps: float, estimate: float | None) -> Summary:
+        return Summary(prompt_tokens=10, prompt_tokens_evaluated=10, generated_tokens=100, ttft_s=0.1, prompt_s=0.1,
+                       generation_s=100 / tps, drafted=80, accepted=60, main_tokens=40, rounds=30, drafting_rounds=30,
+                       draft_s=1.0, verify_s=2.0, token_ids=(1, 2, 3), estimated_speedup=estimate)
+
+    result = CompareResult(run(20.0, 0.69), run(10.0, None))
+    answer = {"generation_tps": 18.0, "generated_tokens": 100, "drafted": 80, "accepted": 60, "estimated_speedup": 0.9}
+    line, footer = compare_notice(result, answer["estimated_speedup"]), format_footer(with_compare(answer, result))
+    assert "2.00x measured (the answer's estimate: ≈0.9x)" in line and "0.69" not in line and "0.7x" not in line
+    assert "≈0.9x vs main alone (estimated) · 2.0x measured by Compare" in footer
+    assert "estimate" not in compare_notice(result, None)

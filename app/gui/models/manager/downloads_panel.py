@@ -76,17 +76,26 @@ class DownloadsPanel(QGroupBox):
 
     message = Signal(str, str)
 
-    def __init__(self, session: ManagerSession, empty_text: str = NO_DOWNLOADS, title: str = "Downloads"):
+    def __init__(self, session: ManagerSession, empty_text: str | None = NO_DOWNLOADS, title: str = "Downloads"):
+        """``empty_text`` None: no text for no downloads, the panel hides while it has none (an empty
+        titled box read as a download that went missing)."""
         super().__init__(title)
         self.session = session
         self.rows: dict[str, DownloadRow] = {}
         self.layout_ = QVBoxLayout(self)
         self.layout_.setContentsMargins(8, 8, 8, 8)
-        self.empty = QLabel(empty_text)
+        self.hides_when_empty = empty_text is None
+        self.empty = QLabel(empty_text or "")
         self.empty.setObjectName("footer")
         self.empty.setWordWrap(True)
         self.layout_.addWidget(self.empty)
+        self._show_empty()
         session.job_updated.connect(self._on_job_update)
+
+    def _show_empty(self) -> None:
+        self.empty.setHidden(bool(self.rows) or self.hides_when_empty)
+        if self.hides_when_empty:
+            self.setHidden(not self.rows)
 
     def show_pending(self) -> None:
         """Downloads an earlier run left unfinished, paused, ready to resume."""
@@ -104,7 +113,7 @@ class DownloadsPanel(QGroupBox):
                               lambda: self.session.start_download(model), lambda: self._discard(key))
             self.rows[key] = row
             self.layout_.addWidget(row)
-            self.empty.hide()
+            self._show_empty()
         return row
 
     def _on_job_update(self, job: DownloadJob) -> None:
@@ -122,4 +131,4 @@ class DownloadsPanel(QGroupBox):
         discard_pending(self.session.paths.models_dir, row.model)
         row.setParent(None)
         row.deleteLater()
-        self.empty.setVisible(not self.rows)
+        self._show_empty()
