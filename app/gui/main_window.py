@@ -62,7 +62,7 @@ class MainWindow(QMainWindow):
         self._restore()
         self._wire()
         self.controller.start()
-        pair = (self.controller.saved_pair() or self._first_pair()) if autoload else None
+        pair = (self.controller.settings.saved_pair() or self._first_pair()) if autoload else None
         if pair is not None:
             self.set_model_pair(*pair)
 

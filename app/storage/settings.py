@@ -100,6 +100,11 @@ class Settings:
             return f"The generation settings cannot be used ({exc}). Change them in the Settings tab."
         return ""
 
+    def saved_pair(self) -> tuple[str, str | None] | None:
+        """The pair these settings name, when its main model file is still there."""
+        main = self.main_model
+        return (main, self.draft_model or None) if main and Path(main).is_file() else None
+
     def with_recent_main(self, path: str) -> "Settings":
         return replace(self, recent_main=_push_recent(self.recent_main, path))
 

@@ -129,11 +129,6 @@ class ChatController(QObject):
     def is_busy(self) -> bool:
         return self.active is not None or self.loading
 
-    def saved_pair(self) -> tuple[str, str | None] | None:
-        """The pair the settings name, when its main model file is still there."""
-        main = self.settings.main_model
-        return (main, self.settings.draft_model or None) if main and Path(main).is_file() else None
-
     # --- conversations -------------------------------------------------------------------------
 
     def new_conversation(self, system_prompt: str | None = None) -> int:
