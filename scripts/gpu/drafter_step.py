@@ -45,7 +45,7 @@ def eagle3_round(session, head, context: list[int], times: dict) -> None:
 
 def dflash_round(session, head, context: list[int], times: dict) -> None:
     timed(times["start"], lambda: head.start(context))
-    timed(times["block"], lambda: head.block(context, head.max_block))
+    timed(times["block"], lambda: head.block(context, head.max_block))   # logits and any confidence
 
 
 def main() -> int:

@@ -82,19 +82,52 @@ def test_after_verified_and_rejected_blocks_the_drafters_context_is_a_fresh_ones
     assert summary.drafted > summary.accepted
     context = list(prompt) + list(summary.token_ids)
     head = engine._heads[DrafterKind.DFLASH]
-    incremental = head.block(context, head.max_block)
+    incremental, _ = head.block(context, head.max_block)
     drafter = files["dflash" if head.first_row else "dspark"]
     fresh = _load(files["main"], drafter)
     try:
         fresh_head = fresh._head(DrafterKind.DFLASH)
         fresh.main.eval(context[:-1])
-        from_scratch = fresh_head.block(context, fresh_head.max_block)
+        from_scratch, _ = fresh_head.block(context, fresh_head.max_block)
     finally:
         fresh.close()
     # one batch against several changes llama.cpp's CPU numerics slightly; a wrong injected row moves them far more
     assert np.abs(incremental - from_scratch).max() < 0.1
     head.forget()
-    assert np.abs(head.block(context, head.max_block) - from_scratch).max() < 0.1
+    assert np.abs(head.block(context, head.max_block)[0] - from_scratch).max() < 0.1
+
+
+def test_dsparks_confidence_head_scores_its_tokens(files):
+    """DSpark's confidence head (a sigmoid per block row) is each drafted token's score, as llama.cpp's
+    p-min reads it; DFlash, without one, scores a token by its top probability."""
+    for name, has_confidence in (("dspark", True), ("dflash", False)):
+        engine = _load(files["main"], files[name])
+        try:
+            prompt, summary = _answer(engine, "dflash", 6)
+            head = engine._heads[DrafterKind.DFLASH]
+            context = list(prompt) + list(summary.token_ids)
+            logits, confidence = head.block(context, head.max_block)
+            assert head.has_confidence is has_confidence and (confidence is not None) is has_confidence
+            if has_confidence:
+                assert confidence.shape == (len(logits),) and ((confidence > 0) & (confidence < 1)).all()
+                seen, given = [], []
+                real_block = head.block
+                head.block = lambda *args: (out := real_block(*args), given.extend(out[1].tolist()))[0]
+                original = engine._drafter
+
+                def spy(kind):
+                    drafter = original(kind)
+                    real = drafter.draft
+                    drafter.draft = lambda *args: (out := real(*args), seen.extend(out.scores))[0]
+                    return drafter
+                engine._drafter = spy
+                try:
+                    _answer(engine, "dflash", 6)
+                finally:
+                    del engine._drafter, head.block
+                assert seen and set(seen) <= set(given)   # each token's score is its row's confidence
+        finally:
+            engine.close()
 
 
 def test_sampled_answers_draft_and_repeat_with_the_seed(engine):

@@ -29,7 +29,7 @@ from app.core.errors import DecodeError, IncompatibleDraftError
 from app.core.gguf.info import read_gguf_info
 from app.core.llama.eagle3 import checked_target_layers, metadata, open_on_features, target_layers
 from app.core.llama.library import lib
-from app.core.llama.mtp import _DraftContext, check_symbols
+from app.core.llama.mtp import _DraftContext, _function, check_symbols
 from app.core.lm import common_prefix_length
 
 DFLASH_ARCHITECTURE = "dflash"
@@ -60,6 +60,8 @@ class DFlashHead(_DraftContext):
         self.n_ubatch = int(lib().llama_n_ubatch(self._ctx))
         block_size = int(metadata(drafter_model, f"{DFLASH_ARCHITECTURE}.block_size") or DEFAULT_BLOCK_SIZE)
         dspark = _kind(drafter_model) == "DSpark"
+        self.has_confidence = dspark and any(name == "conf_proj.weight" for name, _ in
+                                             read_gguf_info(drafter_model.path).tensor_bytes)
         # the first block row that predicts a token: the anchor's own (DSpark's anchor-first layout), or the next
         self.first_row = 0 if dspark and metadata(drafter_model, f"{DFLASH_ARCHITECTURE}.sample_from_anchor") != "false" \
             else 1
@@ -81,14 +83,15 @@ class DFlashHead(_DraftContext):
             self._inject(chunk, min(chunk + self.n_ubatch, end))
         self.cached = list(context[:-1])
 
-    def block(self, context: Sequence[int], n: int) -> np.ndarray:
+    def block(self, context: Sequence[int], n: int) -> tuple[np.ndarray, np.ndarray | None]:
         """The logits of the ``n`` (at most ``max_block``) tokens after ``context``, rows in order, from
-        one pass over the anchor and the masks after it."""
+        one pass over the anchor and the masks after it; and DSpark's confidence per token (its chance
+        of being accepted, from its confidence head), None for a drafter without one."""
         self.start(context)
         anchor = len(context) - 1
-        rows = self._decode_block(context[-1], anchor, n + self.first_row)
+        logits, confidence = self._decode_block(context[-1], anchor, n + self.first_row)
         self._remove_from(anchor)   # the block's keys and values: the next block has its own
-        return rows[self.first_row:]
+        return logits[self.first_row:], None if confidence is None else confidence[self.first_row:]
 
     def _inject(self, start: int, end: int) -> None:
         llama_cpp = lib()
@@ -122,8 +125,19 @@ class DFlashHead(_DraftContext):
         if rc != 0:
             self._failed()
             raise DecodeError(f"llama.cpp failed to decode a DFlash block of {n_tokens} tokens (code {rc}).")
-        return np.stack([np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx, idx), shape=(self.n_vocab,))
-                         for idx in indices]).copy()
+        logits = np.stack([np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx, idx), shape=(self.n_vocab,))
+                           for idx in indices]).copy()
+        return logits, self._confidence(indices) if self.has_confidence else None
+
+    def _confidence(self, indices: list[int]) -> np.ndarray:
+        """DSpark's confidence head: llama.cpp repeats each row's sigmoid across its nextn row."""
+        rows = []
+        for idx in indices:
+            row = _function("llama_get_embeddings_nextn_ith")(self._ctx, idx)
+            if not row:
+                raise DecodeError("llama.cpp gave no confidence for the DSpark block's row.")
+            rows.append(float(row[0]))
+        return np.array(rows, dtype=np.float32)
 
     def _remove_from(self, position: int) -> None:
         """Drop what the context holds from ``position`` on."""

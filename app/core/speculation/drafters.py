@@ -58,16 +58,18 @@ class DraftModelDrafter:
 
 
 def draft_chain(logits: np.ndarray, next_logits, source: str, max_len: int, policy: DraftPolicy,
-                sampler: Sampler) -> Draft:
+                sampler: Sampler, scores: Sequence[float] | None = None) -> Draft:
     """A chain of a model's picks: each one's logits come from feeding it the pick before
-    (``next_logits(token)``); the policy says when to stop."""
+    (``next_logits(token)``); the policy says when to stop. A token's score is the model's top
+    probability, or ``scores[i]`` where the drafter has a confidence head of its own."""
     out = Draft()
     while True:
         pick = sampler.draft_pick(logits)
-        decision = policy.step(len(out), pick.p_top, source)
+        score = pick.p_top if scores is None else float(scores[len(out)])
+        decision = policy.step(len(out), score, source)
         if decision is Decision.STOP:
             break
-        out.add(pick.token, pick.q, source, pick.p_top)
+        out.add(pick.token, pick.q, source, score)
         if decision is Decision.LAST or len(out) >= max_len:
             break
         logits = next_logits(pick.token)
@@ -105,7 +107,8 @@ class BlockDrafter:
     the block's rows are the logits of the tokens to come, each read as a draft model's (its most likely
     token, or one sampled from its distribution when the main model samples), the policy deciding
     token by token how far the draft goes. The block is asked for whole, the length its drafter was
-    trained for (its rows see each other: a shorter block changes them), whatever is then verified."""
+    trained for (its rows see each other: a shorter block changes them), whatever is then verified.
+    DSpark's confidence head, where the file has one, scores each token (what llama.cpp's p-min reads)."""
 
     name = DFLASH
 
@@ -121,8 +124,9 @@ class BlockDrafter:
         max_len = min(max_len, policy.draft_length(DFLASH), self.head.max_block, room)
         if max_len <= 0 or not self.head.can_follow(context):
             return Draft()
-        rows = iter(self.head.block(context, min(self.head.max_block, room)))
-        return draft_chain(next(rows), lambda _token: next(rows), DFLASH, max_len, policy, sampler)
+        logits, confidence = self.head.block(context, min(self.head.max_block, room))
+        rows = iter(logits)
+        return draft_chain(next(rows), lambda _token: next(rows), DFLASH, max_len, policy, sampler, confidence)
 
     def sync(self, context: Sequence[int]) -> None:
         if not context:
