@@ -274,7 +274,8 @@ class MainWindow(QMainWindow):
             self.speculation.update_from(live)
 
     def _show_live(self, message_id: int, live: LiveStats) -> None:
-        self.chat_view.update_answer(message_id, live.text, live.runs, live.reasoning, live.thinking_s, live.thinking_now)
+        self.chat_view.update_answer(message_id, live.text, live.runs, live.reasoning, live.thinking_s, live.thinking_now,
+                                     live.status_line())
         self.speculation.update_from(live)
 
     def _show_generating(self, generating: bool) -> None:

@@ -48,6 +48,21 @@ class Started:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """The prompt is being read: ``done`` of the ``total`` tokens past the cached prefix are decoded.
+    Sent after each chunk of a prompt longer than one chunk (a long conversation read again can take
+    a minute on a CPU, and nothing else would show)."""
+
+    done: int
+    total: int
+    at_s: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.done / self.at_s if self.at_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
 class TokenPiece:
     """Text ready to show. ``text`` holds whole characters only (bytes of a character split across
     tokens are held back until it is complete), so it may be empty while ``token_ids`` is not."""
@@ -160,7 +175,7 @@ def part_dict(drafted: int, accepted: int, tokens: int, seconds: float) -> dict:
             "acceptance_rate": rates.ratio(accepted, drafted), "tokens_per_s": rates.per_second(tokens, seconds)}
 
 
-Event = Started | TokenPiece | Round | Summary
+Event = Started | Reading | TokenPiece | Round | Summary
 
 
 def run_to_summary(events: Iterable[Event], on_event: Callable[[Event], None] | None = None) -> Summary:

@@ -19,7 +19,7 @@ from app.core.errors import PromptTooLongError, QuickdraftError
 from app.core.lm import Session, Vocabulary, common_prefix_length, prefill
 from app.core.params import SamplingParams
 from app.core.speculation.drafters import Draft, Drafter
-from app.core.speculation.events import Event, Origin, Round, Started, StopReason, TokenPiece
+from app.core.speculation.events import Event, Origin, Reading, Round, Started, StopReason, TokenPiece
 from app.core.speculation.policy_base import DraftPolicy
 from app.core.speculation.sampling import Sampler, top_probability
 from app.core.speculation.stats import GenerationStats
@@ -32,6 +32,11 @@ class PartsOfText(Protocol):
     def piece(self, text: str, n_tokens: int) -> str: ...
 
     def take(self) -> str: ...
+
+
+# Tokens of a long prompt decoded between two Readings: llama.cpp's default batch, so reading in chunks
+# costs nothing over reading at once (the session decodes in batches of this size anyway)
+READ_CHUNK = 512
 
 
 def check_prompt_fits(prompt: Sequence[int], n_ctx: int) -> None:
@@ -70,6 +75,19 @@ class SpeculativeGeneration:
         self.generated: list[int] = []
         self.ended_by_eog = False
 
+    def _read_prompt(self, prompt: Sequence[int]) -> Iterator[Event]:
+        """Bring the main model's cache to ``prompt`` (``prefill``), READ_CHUNK tokens at a time with a
+        Reading after each when there is more than one chunk to read; returns the last token's logits."""
+        keep = min(common_prefix_length(self.main.cached, prompt), len(prompt) - 1)
+        todo = prompt[keep:]
+        if len(todo) <= READ_CHUNK:
+            return prefill(self.main, prompt)
+        self.main.truncate(keep)
+        for start in range(0, len(todo), READ_CHUNK):
+            logits = self.main.eval(todo[start:start + READ_CHUNK], all_logits=False)
+            yield Reading(min(start + READ_CHUNK, len(todo)), len(todo), self._now())
+        return logits[-1]
+
     def run(self, prompt: Sequence[int]) -> Iterator[Event]:
         check_prompt_fits(prompt, self.main.n_ctx)
         cached = min(len(prompt) - 1, common_prefix_length(self.main.cached, prompt))
@@ -81,7 +99,7 @@ class SpeculativeGeneration:
         stop: StopReason | None = None
         error: str | None = None
         try:
-            first = self.sampler.sample(prefill(self.main, prompt))
+            first = self.sampler.sample((yield from self._read_prompt(prompt)))
             if self.drafter is not None:  # the prompt phase covers both models, as in llama.cpp
                 self.drafter.prepare(prompt, self.policy)
             self.stats.first_token(self._now())

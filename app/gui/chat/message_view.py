@@ -55,6 +55,7 @@ class MessageWidget(QFrame):
         self.stats = dict(stats or {})
         self.colour_tokens = colour_tokens
         self.streaming = False
+        self.status = "generating…"   # the footer while the answer streams
         self.setObjectName("userMessage" if role == "user" else "assistantMessage")
         self._build()
         self.reasoning.set_reasoning(reasoning or "", self.stats.get("thinking_s"), False)
@@ -121,6 +122,11 @@ class MessageWidget(QFrame):
             self.colour_tokens = on
             self._render()
 
+    def set_status(self, text: str) -> None:
+        if text != self.status:
+            self.status = text
+            self._render_footer()
+
     def set_streaming(self, on: bool) -> None:
         self.streaming = on
         self.compare_button.setEnabled(not on)
@@ -141,7 +147,7 @@ class MessageWidget(QFrame):
         self._render_footer()
 
     def _render_footer(self) -> None:
-        text = "generating…" if self.streaming else format_footer(self.stats)
+        text = self.status if self.streaming else format_footer(self.stats)
         self.footer.setText(text)
         self.footer.setVisible(bool(text))
 
@@ -236,11 +242,13 @@ class ChatView(QScrollArea):
         return widget
 
     def update_answer(self, message_id: int, text: str, runs: list | tuple, reasoning: str = "",
-                      thinking_s: float | None = None, thinking: bool = False) -> None:
-        """The streaming answer so far; ``reasoning`` above it (``thinking``: still being written)."""
+                      thinking_s: float | None = None, thinking: bool = False, status: str = "generating…") -> None:
+        """The streaming answer so far; ``reasoning`` above it (``thinking``: still being written);
+        ``status`` in its footer (how far the prompt is read, until the first token)."""
         widget = self.find(message_id)
         if widget is None:
             return
+        widget.set_status(status)
         if reasoning or thinking:
             widget.set_reasoning(reasoning, thinking_s, thinking)
         if text != widget.text:

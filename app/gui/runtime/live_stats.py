@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from app.core.chat.reasoning import REASONING, ReasoningSplitter, ThinkingFormat
 from app.core.params import DrafterKind
-from app.core.speculation.events import Event, Round, StopReason, Summary, TokenPiece, part_dict
+from app.core.speculation.events import Event, Reading, Round, StopReason, Summary, TokenPiece, part_dict
 from app.core.speculation.stats import GenerationStats
 
 MAX_CHART_POINTS = 400   # longer series are thinned before they reach a chart
@@ -26,6 +26,7 @@ class LiveStats(GenerationStats):
     reasoning: str = ""
     reasoning_from_s: float | None = None     # when the reasoning began and ended (the engine's clock)
     reasoning_until_s: float | None = None
+    reading: Reading | None = None            # how far the prompt has been read, until the answer starts
     _splitter: ReasoningSplitter | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -40,6 +41,16 @@ class LiveStats(GenerationStats):
             self._add_points(event)
         elif isinstance(event, Summary) and self._splitter is not None:
             self._add_parts(self._splitter.finish(), "main")
+        elif isinstance(event, Reading):
+            self.reading = event
+
+    def status_line(self) -> str:
+        """What the answer's footer says while it streams: how far the prompt has been read (tokens and
+        speed) until the first token, then "generating…"."""
+        r = self.reading
+        if r is None or self.generated_tokens or r.done >= r.total:
+            return "generating…"
+        return f"reading the conversation: {r.done:,} of {r.total:,} tokens ({r.tokens_per_s:,.0f} tokens/s)"
 
     def _add_text(self, piece: TokenPiece) -> None:
         if self._splitter is None:

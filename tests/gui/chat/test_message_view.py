@@ -190,3 +190,24 @@ def test_a_users_message_is_shown_as_typed(qtbot):
     typed = "line one\nline two\n\n  indented *not emphasis* <b>x</b>\n# not a heading"
     widget = view.add_message(1, "user", typed)
     assert widget.body.toPlainText() == typed
+
+
+def test_a_streaming_answer_says_how_far_the_prompt_is_read_until_its_first_token(qtbot):
+    """Issue 41, fault 5: after a conversation switch the whole history is read again, and the answer
+    showed only "generating…" for over a minute. Its footer now counts the tokens read and their speed."""
+    from app.core.speculation.events import Origin, Reading, Started, TokenPiece
+    from app.gui.runtime.live_stats import LiveStats
+
+    view = ChatView()
+    qtbot.addWidget(view)
+    widget = view.start_answer(7)
+    live = LiveStats()
+    live.add(Started(2000, 0))
+    assert live.status_line() == "generating…"
+    live.add(Reading(1024, 2000, at_s=3.2))
+    view.update_answer(7, live.text, live.runs, status=live.status_line())
+    assert widget.footer.text() == "reading the conversation: 1,024 of 2,000 tokens (320 tokens/s)"
+    live.add(Reading(2000, 2000, at_s=6.4))
+    live.add(TokenPiece("Hello", (5,), Origin.MAIN, at_s=6.5))
+    view.update_answer(7, live.text, live.runs, status=live.status_line())
+    assert widget.footer.text() == "generating…" and widget.text == "Hello"
