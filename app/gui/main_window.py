@@ -216,6 +216,7 @@ class MainWindow(QMainWindow):
         self.composer.system_prompt_edited.connect(c.set_system_prompt)
         self.composer.colour_tokens_toggled.connect(c.set_colour_tokens)
         self.composer.thinking_toggled.connect(c.set_thinking)
+        self.composer.attach_failed.connect(lambda message: self.banner.show_message(message, "error"))
         self.chat_view.compare_requested.connect(c.compare)
         # one field at a time: the panel's copy of the settings predates the pair loaded since, and saving
         # it whole made the next start open the pair loaded before

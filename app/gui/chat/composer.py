@@ -1,13 +1,19 @@
-"""Where the user writes: a per-conversation system prompt, the message box and its buttons, and the
-conversation's "Think" switch where the model's template has one."""
+"""Where the user writes: a per-conversation system prompt, the message box and its buttons, text files
+attached to the message (a button, or dropped on the box: attachments.py), and the conversation's
+"Think" switch where the model's template has one."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QKeyEvent
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
+                               QVBoxLayout, QWidget)
 
+from app.gui.chat.attachments import AttachmentBar, AttachmentError, message_with, read_attachment
 from app.gui.widgets import theme
+
+
+DROP_EVENTS = (QEvent.Type.DragEnter, QEvent.Type.DragMove, QEvent.Type.Drop)
 
 
 class Composer(QWidget):
@@ -17,6 +23,7 @@ class Composer(QWidget):
     system_prompt_edited = Signal(str)
     colour_tokens_toggled = Signal(bool)
     thinking_toggled = Signal(bool)
+    attach_failed = Signal(str)          # a file could not be attached: why, for the user
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -28,6 +35,11 @@ class Composer(QWidget):
         self.input.setFixedHeight(84)
         self.input.setTabChangesFocus(True)   # Tab leaves the box, as in a browser's; a tab is not typed
         self.input.installEventFilter(self)
+        self.input.viewport().installEventFilter(self)   # drags and drops arrive at the box's viewport
+        self.attachments = AttachmentBar()
+        self.attach_button = QPushButton("Attach…")
+        self.attach_button.setToolTip("Attach text files (code, logs, Markdown) to the message; or drop them on the box")
+        self.attach_button.clicked.connect(self.browse_attachments)
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("primary")
         self.send_button.clicked.connect(self.submit)
@@ -69,6 +81,7 @@ class Composer(QWidget):
         buttons = QVBoxLayout()
         buttons.addWidget(self.send_button)
         buttons.addWidget(self.stop_button)
+        buttons.addWidget(self.attach_button)
         buttons.addStretch(1)
         row.addLayout(buttons)
         layout = QVBoxLayout(self)
@@ -80,10 +93,13 @@ class Composer(QWidget):
         system_row.addWidget(system_label)
         system_row.addWidget(self.system_prompt, 1)
         layout.addLayout(system_row)
+        layout.addWidget(self.attachments)
         layout.addLayout(row)
         layout.addLayout(options)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched in (self.input, self.input.viewport()) and event.type() in DROP_EVENTS and event.mimeData().hasUrls():
+            return self._take_drop(event)
         if watched is self.input and event.type() == QEvent.Type.KeyPress:
             key_event: QKeyEvent = event
             if key_event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
@@ -92,16 +108,41 @@ class Composer(QWidget):
                 return True
         return super().eventFilter(watched, event)
 
+    def _take_drop(self, event) -> bool:
+        """Files dropped on the message box are attached, not pasted as their paths."""
+        files = [url.toLocalFile() for url in event.mimeData().urls() if url.isLocalFile()]
+        if not files:
+            return False
+        event.acceptProposedAction()
+        if event.type() == QEvent.Type.Drop:
+            self.attach(files)
+        return True
+
+    def browse_attachments(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach text files", "",
+                                                "Text files (*.txt *.md *.py *.js *.ts *.json *.log *.c *.h *.cpp "
+                                                "*.rs *.go *.java *.sh *.yaml *.yml *.toml *.html *.css *.sql);;All files (*)")
+        self.attach(paths)
+
+    def attach(self, paths: list[str]) -> None:
+        for path in paths:
+            try:
+                self.attachments.add(read_attachment(path))
+            except AttachmentError as exc:
+                self.attach_failed.emit(str(exc))
+
     def submit(self) -> None:
         text = self.input.toPlainText().strip()
-        if text and self.send_button.isEnabled():
-            self.send_requested.emit(text)
+        if (text or self.attachments.attachments) and self.send_button.isEnabled():
+            self.send_requested.emit(message_with(text, self.attachments.attachments))
 
     def focus_input(self) -> None:
         self.input.setFocus(Qt.FocusReason.ShortcutFocusReason)
 
     def clear_input(self) -> None:
+        """After a message is sent: the box and its attachments start empty."""
         self.input.clear()
+        self.attachments.clear()
 
     def set_system_prompt(self, text: str) -> None:
         self.system_prompt.setText(text)
