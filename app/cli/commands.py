@@ -195,8 +195,13 @@ def _add_serve(sub) -> None:
 def cmd_serve(args) -> int:
     from app.server.cli import serve
 
+    from app.core.params import StatesConfig
+    from app.paths import app_paths
+
+    states = StatesConfig(app_paths().states_dir, max(0, args.state_cache_mb) << 20)
+
     def load():  # on the server's engine thread; the auto policy learns the machine's costs as it answers
-        return load_engine(args)
+        return load_engine(args, states)
 
     return serve(args, load, _speculation(args), _chosen_drafter(args))
 

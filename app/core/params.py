@@ -10,6 +10,7 @@ import math
 import numbers
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 
 from app.core.errors import InvalidParameterError
 
@@ -197,3 +198,12 @@ def _finite(value) -> bool:
 
 def _integer(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class StatesConfig:
+    """Where cache states are kept between conversations (app/core/llama/state_cache.py) and how many
+    bytes they may take (0: none kept)."""
+
+    folder: Path
+    max_bytes: int

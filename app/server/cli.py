@@ -19,6 +19,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queue", type=int, default=8,
                    help="requests that may wait while one generates; more get 429 with Retry-After (8)")
     p.add_argument("--log-requests", action="store_true", help="print one line per HTTP request")
+    p.add_argument("--state-cache-mb", type=int, default=2048,
+                   help="disk kept for the caches of conversations left, so that a client coming back reads "
+                        "only its new message (2048; 0 = none)")
 
 
 def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
