@@ -19,6 +19,8 @@ from app.core.errors import IncompatibleDraftError, ModelLoadError
 from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, check_pair, read_gguf_info, vocabulary_differences
 from app.core.gguf.shared_vocab import shared_vocabulary
 from app.core.llama import binding as llama, devices, mtp
+from app.core.llama.special import fim_tokens, special_piece
+from app.core.lm import FimTokens
 from app.core.llama.placement import footprint, plan_gpu_layers, resolved
 from app.core.llama.ram import total_memory_bytes
 from app.core.frontdoor import GenerationRequest, LoadedPair
@@ -144,8 +146,14 @@ class Engine:
             self._last_prompt = (key, dataclasses.replace(rendered, thinking=self._thinking_after(rendered.tokens)))
         return self._last_prompt[1]
 
-    def tokenize(self, text: str) -> list[int]:
-        return self.main.model.tokenize(text, add_special=True, parse_special=True)
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return self.main.model.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def pieces(self, tokens: Sequence[int]) -> list[bytes]:
+        return [special_piece(self.main.model.vocab, token) for token in tokens]
+
+    def fim_tokens(self) -> FimTokens:
+        return fim_tokens(self.main.model.vocab)
 
     def generate(self, request: GenerationRequest) -> Iterator[Event]:
         """Generate an answer to the request's messages (or to its raw prompt tokens), yielding a

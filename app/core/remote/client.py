@@ -27,6 +27,7 @@ from app.core.chat.prompt import Message, Prompt
 from app.core.chat.reasoning import ThinkingFormat
 from app.core.errors import QuickdraftError
 from app.core.frontdoor import GenerationRequest, LoadedPair
+from app.core.lm import FimTokens
 from app.core.params import SamplingParams
 from app.core.remote.metrics import SpecCounters, spec_counters
 from app.core.speculation.events import Event, Origin, Round, StopReason, Summary, TokenPiece
@@ -87,8 +88,14 @@ class RemoteEngine:
                prefill: Sequence[tuple[str, bool]] = ()) -> Prompt:
         raise RemoteError(f"{self.url} renders its own prompts: it cannot be asked for their tokens.")
 
-    def tokenize(self, text: str) -> list[int]:
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         raise RemoteError(f"{self.url} keeps its tokenizer: send it the text instead.")
+
+    def pieces(self, tokens: Sequence[int]) -> list[bytes]:
+        raise RemoteError(f"{self.url} keeps its tokenizer: it cannot be asked for token texts.")
+
+    def fim_tokens(self) -> FimTokens:
+        raise RemoteError(f"{self.url} keeps its tokenizer: it cannot be asked for fill-in-the-middle tokens.")
 
     def generate(self, request: GenerationRequest) -> Iterator[Event]:
         """Stream an answer from the server as TokenPiece and Round events and, last, a Summary, each
