@@ -34,11 +34,12 @@ class Infill:
 
 
 def infill_tokens(engine: AnswerEngine, infill: Infill, n_ctx: int) -> list[int]:
-    """The prompt tokens for ``infill``; a 501 (llama-server's "not supported") for a model without
-    FIM prefix, suffix and middle tokens."""
+    """The prompt tokens for ``infill``. A model without FIM prefix, suffix and middle tokens gets a 400
+    typed as llama-server's not_supported_error (llama-server answers 501; a 4xx tells the client the
+    request, not the server, is at fault, so it does not retry)."""
     fim = engine.fim_tokens()
     if fim.missing:
-        raise ApiError(501, f"Infill is not supported by this model: it has no FIM {', '.join(fim.missing)} "
+        raise ApiError(400, f"Infill is not supported by this model: it has no FIM {', '.join(fim.missing)} "
                        "token.", type="not_supported_error", param="input_prefix")
     batch = min(FIM_BATCH, n_ctx)
     prompt = engine.tokenize(infill.prompt, add_special=False, parse_special=True) if infill.prompt else []

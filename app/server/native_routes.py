@@ -91,13 +91,13 @@ class NativeRoutes:
             lambda engine: {"content": b"".join(engine.pieces(tokens)).decode("utf-8", "replace")}))
 
     async def apply_template(self, request: Request) -> Response:
-        """The prompt /v1/chat/completions would give the model for these messages (tools included)."""
+        """The prompt text /v1/chat/completions would give the model for these messages (tools included):
+        the template's output, as llama-server's (the BOS token, added when tokenized, is not in it)."""
         body = await body_bytes(request)
         chat: ApiRequest = await asyncio.to_thread(lambda: parse_chat(json_body(body)))
 
         def run(engine: AnswerEngine) -> dict:
-            tokens, _plan = chat_prompt(engine, chat)
-            return {"prompt": b"".join(engine.pieces(tokens)).decode("utf-8", "replace")}
+            return {"prompt": chat_prompt(engine, chat)[0].text}
 
         return JSONResponse(await self._call(run))
 

@@ -224,8 +224,8 @@ class JobQueue:
     def _prompt_tokens(self, job: Job) -> list[int]:
         engine, request = self._engine, job.request
         if request.kind == "chat":
-            tokens, job.plan = chat_prompt(engine, request)
-            return tokens
+            prompt, job.plan = chat_prompt(engine, request)
+            return list(prompt.tokens)
         if request.kind == "infill":
             return infill_tokens(engine, request.infill, self.pair.n_ctx)
         return mixed_tokens(engine, request.prompt, add_special=True, parse_special=True)

@@ -162,7 +162,7 @@ def test_a_server_error_in_the_stream_ends_with_an_error_summary():
 def test_refusals_and_unreachable_servers_raise_one_clear_error(tiny_models):
     with serving(tiny_models.main, api_key="sesame", host="0.0.0.0") as s:
         url = f"http://127.0.0.1:{s.server.port}"
-        with pytest.raises(RemoteError, match="HTTP 401: Missing or wrong API key"):
+        with pytest.raises(RemoteError, match="HTTP 401: Invalid API Key"):
             list(RemoteEngine(url, api_key="wrong").generate(GenerationRequest(MESSAGES)))
         # a server serving one pair answers whatever model name a client sends, as llama-server does
         assert list(RemoteEngine(url, api_key="sesame", model="gpt-4").generate(GenerationRequest(MESSAGES)))[-1].error is None
