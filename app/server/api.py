@@ -14,7 +14,7 @@ from typing import Any
 from app.core.errors import InvalidParameterError
 from app.core.params import SamplingParams
 from app.server.errors import ApiError
-from app.server.fields import logit_bias, n_predict, refuse_unsupported
+from app.server.fields import logit_bias, n_predict, refuse_unsupported, text_biases
 
 # llama-server's defaults for what a request leaves out (the OpenAI API has no top_k or min_p)
 DEFAULT_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
@@ -60,6 +60,7 @@ class ApiRequest:
     template_variables: dict = field(default_factory=dict)        # chat: further names for the chat template
     infill: Any = None                       # infill: the FIM request's parts (native_api.Infill)
     cache_prompt: bool = True                # False: the prompt is decoded whole, as llama-server's cache_prompt
+    bias_texts: tuple[tuple[str, float], ...] = ()   # logit_bias given as texts: each of their tokens is biased
 
 
 def parse_chat(body: Any) -> ApiRequest:
@@ -118,8 +119,11 @@ def sampling_from(body: dict) -> SamplingParams:
 
 
 def delivery_from(body: dict) -> dict:
+    """How the answer goes out (streamed or not, usage, timings), and logit_bias's texts, which the
+    engine's thread turns into tokens."""
     options = field_value(body, "stream_options", dict, "an object") or {}
     return {
+        "bias_texts": text_biases(body),
         "stream": bool(field_value(body, "stream", bool, "true or false", False)),
         "include_usage": bool(field_value(options, "include_usage", bool, "true or false", False)),
         "timings_per_token": bool(field_value(body, "timings_per_token", bool, "true or false", False)),

@@ -65,10 +65,21 @@ def n_predict(body: dict, max_tokens: int | None) -> int | None:
 
 def logit_bias(body: dict) -> tuple[tuple[int, float], ...]:
     """``logit_bias`` as OpenAI gives it ({"token id": bias}) or as llama-server does ([[id, bias], ...],
-    where a bias of false bans the token): (id, bias) pairs, one per token; -inf bans."""
+    where a bias of false bans the token): (id, bias) pairs, one per token id; -inf bans. Text keys
+    are ``text_biases``'."""
+    return tuple((token, bias) for token, bias in _bias_pairs(body) if isinstance(token, int))
+
+
+def text_biases(body: dict) -> tuple[tuple[str, float], ...]:
+    """The (text, bias) pairs of ``logit_bias``: llama-server biases every token of the text (tokenized
+    without BOS, control-token text as text), on the engine's thread (worker.py)."""
+    return tuple((text, bias) for text, bias in _bias_pairs(body) if isinstance(text, str))
+
+
+def _bias_pairs(body: dict) -> list[tuple[int | str, float]]:
     value = body.get("logit_bias")
     if value is None:
-        return ()
+        return []
     if isinstance(value, dict):
         pairs = list(value.items())
     elif isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 for p in value):
@@ -78,14 +89,16 @@ def logit_bias(body: dict) -> tuple[tuple[int, float], ...]:
                        param="logit_bias")
     if len(pairs) > MAX_BIASED_TOKENS:
         raise ApiError(400, f"'logit_bias' may bias at most {MAX_BIASED_TOKENS} tokens.", param="logit_bias")
-    return tuple(dict(_bias_pair(token, bias) for token, bias in pairs).items())
+    return list(dict(_bias_pair(token, bias) for token, bias in pairs).items())
 
 
-def _bias_pair(token: Any, bias: Any) -> tuple[int, float]:
+def _bias_pair(token: Any, bias: Any) -> tuple[int | str, float]:
     if isinstance(token, str) and token.lstrip("-").isdigit():
         token = int(token)
-    if isinstance(token, bool) or not isinstance(token, int) or token < 0:
-        raise ApiError(400, f"'logit_bias' keys must be token ids (0 or more); got {token!r:.40}.", param="logit_bias")
+    if isinstance(token, bool) or not isinstance(token, (int, str)) or token == "" or \
+            (isinstance(token, int) and token < 0):
+        raise ApiError(400, f"'logit_bias' keys must be token ids (0 or more) or texts; got {token!r:.40}.",
+                       param="logit_bias")
     if bias is False:
         return token, -math.inf
     if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -MAX_BIAS <= bias <= MAX_BIAS:

@@ -39,7 +39,7 @@ class NativeReply:
         self.job = job
         self.speculative = job.drafting is not DrafterKind.NONE
         request = job.request
-        self.answer = NativeAnswer(alias or job.pair.model_id, first.prompt_tokens, job.prompt_text, request.sampling,
+        self.answer = NativeAnswer(alias or job.pair.model_id, first.prompt_tokens, job.prompt_text, job.sampling,
                                    request.stream, options, self.speculative)
 
     async def whole(self) -> dict:

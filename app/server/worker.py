@@ -5,6 +5,7 @@ posted to the asyncio loop of the request that asked for it. The engine thread i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import sys
 import threading
@@ -16,7 +17,7 @@ from typing import Callable
 
 from app.core.errors import PromptTooLongError, QuickdraftError
 from app.core.frontdoor import AnswerEngine, GenerationRequest, LoadedPair
-from app.core.params import DEFAULT_DRAFTER, DrafterKind, SpeculationParams
+from app.core.params import DEFAULT_DRAFTER, DrafterKind, SamplingParams, SpeculationParams
 from app.core.speculation.events import StopReason, Summary, run_to_summary
 from app.core.speculation.loop import check_prompt_fits
 from app.server.answers import AnswerPlan, chat_prompt
@@ -53,6 +54,7 @@ class Job:
     plan: AnswerPlan | None = None  # chat: how to read its answer (tools, reasoning), set there too
     # an engine call instead of a generation: run on the engine's thread, its value posted as Done
     call: Callable[[AnswerEngine], object] | None = None
+    sampling: SamplingParams | None = None   # the request's, logit_bias's texts made tokens, set there too
     prompt_text: str = ""           # completion, infill: the prompt as text (control tokens shown), set there too
     stopping_word: str = ""         # the stop string that ended the answer, set there before the Summary is posted
 
@@ -200,7 +202,7 @@ class JobQueue:
         try:
             tokens = self._prompt_tokens(job)
             check_prompt_fits(tokens, self.pair.n_ctx)
-            self._check_bias(job.request.sampling.logit_bias)
+            job.sampling = self._sampling(job.request)
         except PromptTooLongError as exc:
             return Failed(context_error(job.request.kind, exc))
         except QuickdraftError as exc:
@@ -210,14 +212,14 @@ class JobQueue:
         plan = job.plan
         if job.request.kind != "chat":   # llama-server's native answers show their prompt
             job.prompt_text = _text(engine.pieces(tokens))
-        request = GenerationRequest(prompt=tokens, sampling=job.request.sampling, speculation=self.speculation,
+        request = GenerationRequest(prompt=tokens, sampling=job.sampling, speculation=self.speculation,
                                     drafter=self.drafter, cancel=job.cancel, spell=plan.spell if plan else (),
                                     tool_spans=plan.call_spans if plan else None,
                                     empty_cache=not job.request.cache_prompt)
         summary = run_to_summary(engine.generate(request), lambda event: self._send(job, event))
         if summary.stop_reason is StopReason.STOP_STRING:
             job.stopping_word = _stopping_word(summary, _text(engine.pieces(summary.token_ids)),
-                                               job.request.sampling.stop)
+                                               job.sampling.stop)
         self.metrics.record(summary)
         return summary
 
@@ -230,15 +232,21 @@ class JobQueue:
             return infill_tokens(engine, request.infill, self.pair.n_ctx)
         return mixed_tokens(engine, request.prompt, add_special=True, parse_special=True)
 
-    def _check_bias(self, bias: tuple[tuple[int, float], ...]) -> None:
-        """Every biased token is in the vocabulary, and not every token is banned."""
+    def _sampling(self, request: ApiRequest) -> SamplingParams:
+        """The request's sampling with logit_bias's texts as their tokens (llama-server's rule: each
+        token of the text, tokenized without BOS), checked: every biased token is in the vocabulary,
+        and not every token is banned."""
+        bias = dict(request.sampling.logit_bias)
+        for text, value in request.bias_texts:
+            bias.update((token, value) for token in self._engine.tokenize(text, add_special=False, parse_special=False))
         n_vocab = self.pair.n_vocab
-        outside = [token for token, _ in bias if token >= n_vocab]
+        outside = [token for token in bias if token >= n_vocab]
         if outside:
             raise ApiError(400, f"'logit_bias' names token {outside[0]}, outside the vocabulary (0..{n_vocab - 1}).",
                            param="logit_bias")
-        if sum(1 for _, b in bias if b == -math.inf) >= n_vocab:
+        if sum(1 for b in bias.values() if b == -math.inf) >= n_vocab:
             raise ApiError(400, "'logit_bias' bans every token of the vocabulary.", param="logit_bias")
+        return dataclasses.replace(request.sampling, logit_bias=tuple(bias.items()))
 
 
 def _text(pieces: list[bytes]) -> str:

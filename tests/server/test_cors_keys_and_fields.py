@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import numpy as np
 import pytest
 
 from app.core.engine import Engine
@@ -147,7 +148,22 @@ def test_logit_bias_is_the_main_models_biased_answer_under_speculation(served, t
     assert tuple(tokens) == expected and n == len(expected)
 
 
-@pytest.mark.parametrize("bias", [{"x": 1}, {"5": 1000}, [[5]], "5", {"5": True}, {str(10 ** 6): 1}])
+@pytest.mark.parametrize("bias", [{"": 1}, {"5": 1000}, [[5]], "5", {"5": True}, {str(10 ** 6): 1}, [[1.5, 1]]])
 def test_bad_logit_bias_is_refused(served, bias):
     response = httpx.post(served.url + "/v1/chat/completions", json=CHAT | {"logit_bias": bias}, timeout=30)
     assert response.status_code == 400 and response.json()["error"]["param"] == "logit_bias"
+
+
+@pytest.mark.parametrize("form", ["object", "array"])
+def test_logit_bias_texts_bias_each_of_their_tokens(served, tiny_models, form):
+    """llama-server's text keys: every token of the text (no BOS, control-token text as text) is biased."""
+    prompt = [1, 259, 263, 107, 262]
+    plain = alone(tiny_models.main, prompt)
+    text = httpx.post(served.url + "/detokenize", json={"tokens": list(plain)}).json()["content"]
+    tokens = httpx.post(served.url + "/tokenize", json={"content": text, "parse_special": False}).json()["tokens"]
+    assert set(tokens) & set(plain)      # the bias bans tokens of the plain answer
+    bias = {text: False} if form == "object" else [[text, False]]
+    body = {"prompt": prompt, "n_predict": 8, "temperature": 0, "logit_bias": bias}
+    answer = httpx.post(served.url + "/completion", json=body, timeout=30).json()
+    assert tuple(answer["tokens"]) == alone(tiny_models.main, prompt, logit_bias=tuple((t, -np.inf) for t in tokens))
+    assert sorted(t for t, _ in answer["generation_settings"]["logit_bias"]) == sorted(set(tokens))
