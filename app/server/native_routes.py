@@ -77,7 +77,8 @@ class NativeRoutes:
         return await self.generate(request, parse_infill, NativeReply)
 
     async def tokenize(self, request: Request) -> Response:
-        asked = parse_tokenize(json_body(await body_bytes(request)))
+        body = await body_bytes(request)
+        asked = await asyncio.to_thread(lambda: parse_tokenize(json_body(body)))   # up to 8 MiB: off the loop
 
         def run(engine: AnswerEngine) -> dict:
             tokens = mixed_tokens(engine, asked.content, asked.add_special, asked.parse_special)
@@ -86,7 +87,8 @@ class NativeRoutes:
         return JSONResponse(await self._call(run))
 
     async def detokenize(self, request: Request) -> Response:
-        tokens = parse_detokenize(json_body(await body_bytes(request)), self._pair().n_vocab)
+        body, n_vocab = await body_bytes(request), self._pair().n_vocab
+        tokens = await asyncio.to_thread(lambda: parse_detokenize(json_body(body), n_vocab))
         return JSONResponse(await self._call(
             lambda engine: {"content": b"".join(engine.pieces(tokens)).decode("utf-8", "replace")}))
 
