@@ -1,4 +1,5 @@
-"""The HTTP routes (Starlette): OpenAI endpoints, /health and /metrics, API keys, error objects.
+"""The HTTP routes (Starlette): OpenAI endpoints, llama-server's own (native_routes.py), /health and
+/metrics, CORS and API keys (access.py), error objects.
 
 Each generation request becomes a Job on the JobQueue; the handler awaits the job's posted
 events on the server's event loop. A client that disconnects cancels its job at once.
@@ -30,12 +31,13 @@ from app.server.streams import bursts, started, summary_of
 from app.server.responses import ResponseShape, finish_reason, live_timings, sse, summary_timings
 from app.server.worker import Job, JobQueue
 
+
 def create_app(jobs: JobQueue, api_key: str | None = None, alias: str | None = None,
                cors_origins: str | None = None) -> Starlette:
     """The app; ``alias``: the model's name in answers and /v1/models (llama-server's --alias; else the
     main file's name), ``cors_origins``: who may call from a browser (access.py; None: its default)."""
     handlers = _Handlers(jobs, alias)
-    native = NativeRoutes(jobs, handlers._generate, alias)
+    native = NativeRoutes(jobs, handlers.generate, alias)
     routes = [
         Route("/health", handlers.health), Route("/v1/health", handlers.health),
         Route("/metrics", handlers.metrics),
@@ -82,19 +84,20 @@ class _Handlers:
         return JSONResponse({"object": "list", "data": [model]})
 
     async def chat(self, request: Request) -> Response:
-        return await self._generate(request, lambda body: (parse_chat(body), None), OpenAIReply)
+        return await self.generate(request, lambda body: (parse_chat(body), None), OpenAIReply)
 
     async def completions(self, request: Request) -> Response:
-        return await self._generate(request, lambda body: (parse_completion(body), None), OpenAIReply)
+        return await self.generate(request, lambda body: (parse_completion(body), None), OpenAIReply)
 
     def _pair(self) -> LoadedPair:
         if self.jobs.pair is None:
             raise _not_loaded()
         return self.jobs.pair
 
-    async def _generate(self, request: Request, parse: Callable, reply: Callable) -> Response:
+    async def generate(self, request: Request, parse: Callable, reply: Callable) -> Response:
         """A generation: ``parse`` makes the body an (ApiRequest, options) pair on a thread, the queue
-        runs it, ``reply(job, options)`` (once it started) shapes its answer, whole or streamed."""
+        runs it, ``reply(job, options, alias, started)`` (once it started) shapes its answer, whole or
+        streamed: OpenAIReply, or native_routes.NativeReply."""
         body = await body_bytes(request)
         # decoding and checking up to 8 MiB takes a while (seconds for thousands of tools): on a thread
         # of its own, so /health, /metrics and the streams of others go on meanwhile

@@ -21,7 +21,7 @@ NEUTRAL: dict[str, tuple] = {
     "dry_multiplier": (0,), "top_n_sigma": (-1,), "ignore_eos": (False,), "n_keep": (0, -1),
     "grammar": ("",), "json_schema": ({},), "n_indent": (0,), "t_max_predict_ms": (0,), "t_max_prompt_ms": (0,),
     "samplers": (), "lora": ([],), "continue_final_message": (False,), "echo": (False,), "best_of": (1,),
-    "suffix": ("",),
+    "suffix": ("",), "add_generation_prompt": (True,),
 }
 WHY = {
     "logprobs": "token log-probabilities are not reported", "top_logprobs": "token log-probabilities are not reported",
@@ -29,6 +29,7 @@ WHY = {
     "grammar": "constrained decoding is not available", "json_schema": "constrained decoding is not available",
     "samplers": "the sampler chain is fixed (top-k, top-p, min-p, temperature)",
     "lora": "no LoRA adapters are loaded", "suffix": "use /infill for fill-in-the-middle",
+    "add_generation_prompt": "the prompt always ends where the assistant's answer begins",
 }
 MAX_BIAS = 100.0        # OpenAI's range for a logit_bias value, -100 to 100
 MAX_BIASED_TOKENS = 4096

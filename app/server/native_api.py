@@ -19,7 +19,7 @@ MAX_EXTRA_CHUNKS = 1024     # input_extra files; each is tokenized on the engine
 class NativeOptions:
     """What a native request asks of its response beyond the answer."""
 
-    return_tokens: bool = False                 # each chunk's and the answer's token ids in "tokens"
+    return_tokens: bool = False                 # the whole answer's token ids in "tokens" (chunks always have theirs)
     response_fields: tuple[str, ...] = ()       # only these fields ("a/b" for a nested one), as llama-server
 
 

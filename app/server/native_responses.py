@@ -29,16 +29,17 @@ class NativeAnswer:
     speculative: bool
 
     def chunk(self, text: str, token_ids: list[int], predicted: int, timings: dict | None) -> dict:
-        """A streamed piece of the answer."""
-        body = {"index": 0, "content": text, "tokens": token_ids if self.options.return_tokens else [],
+        """A streamed piece of the answer, with its tokens (always, as llama-server sends them)."""
+        body = {"index": 0, "content": text, "tokens": token_ids,
                 "stop": False, "id_slot": SLOT, "tokens_predicted": predicted, "tokens_evaluated": self.n_prompt}
         return self._only_asked(body | ({"timings": timings} if timings is not None else {}))
 
     def final(self, s: Summary, stopping_word: str, timings: dict) -> dict:
-        """The whole answer, or a stream's last event (its text and tokens already sent: empty here)."""
+        """The whole answer (its tokens only with ``return_tokens``, as llama-server), or a stream's
+        last event (its text and tokens already sent: empty here)."""
+        tokens = list(s.token_ids) if self.options.return_tokens and not self.stream else []
         body = {
-            "index": 0, "content": "" if self.stream else s.text,
-            "tokens": [] if self.stream else list(s.token_ids), "id_slot": SLOT, "stop": True, "model": self.model,
+            "index": 0, "content": "" if self.stream else s.text, "tokens": tokens, "id_slot": SLOT, "stop": True, "model": self.model,
             "tokens_predicted": s.generated_tokens, "tokens_evaluated": s.prompt_tokens,
             "generation_settings": generation_settings(self.sampling, self.stream, self.speculative),
             "prompt": self.prompt_text, "has_new_line": "\n" in s.text,

@@ -1,6 +1,6 @@
 """llama-server's own endpoints: /completion (and /completions), /infill, /tokenize, /detokenize,
 /apply-template and GET /props. Generations go through the same queue, engine path and checks as
-/v1/chat/completions (app.py's ``_generate``); /tokenize, /detokenize and /apply-template are engine
+/v1/chat/completions (app.py's ``generate``); /tokenize, /detokenize and /apply-template are engine
 calls on the same queue, since the vocabulary and the template live on the engine's thread.
 """
 

@@ -79,7 +79,8 @@ def test_cors_origins_can_be_listed(tiny_models):
 
 @pytest.mark.parametrize("field, value", [("logprobs", True), ("top_logprobs", 2), ("presence_penalty", 0.5),
                                           ("frequency_penalty", 1), ("grammar", "root ::= \"a\""),
-                                          ("json_schema", {"type": "object"}), ("continue_final_message", True)])
+                                          ("json_schema", {"type": "object"}), ("continue_final_message", True),
+                                          ("add_generation_prompt", False)])
 def test_fields_quickdraft_cannot_honour_are_refused_naming_them(served, field, value):
     response = httpx.post(served.url + "/v1/chat/completions", json=CHAT | {field: value})
     assert response.status_code == 400 and response.json()["error"]["param"] == field
@@ -144,7 +145,8 @@ def test_logit_bias_is_the_main_models_biased_answer_under_speculation(served, t
     value = -100.0 if form == "openai" else float("-inf")
     expected = alone(tiny_models.main, prompt, logit_bias=((banned, value),))
     assert banned not in expected[:1] and answer["timings"]["draft_n"] > 0
-    tokens = httpx.post(served.url + "/completion", json=body | {"n_predict": 8}, timeout=30).json()["tokens"]
+    tokens = httpx.post(served.url + "/completion", json=body | {"n_predict": 8, "return_tokens": True},
+                        timeout=30).json()["tokens"]
     assert tuple(tokens) == expected and n == len(expected)
 
 
@@ -163,7 +165,7 @@ def test_logit_bias_texts_bias_each_of_their_tokens(served, tiny_models, form):
     tokens = httpx.post(served.url + "/tokenize", json={"content": text, "parse_special": False}).json()["tokens"]
     assert set(tokens) & set(plain)      # the bias bans tokens of the plain answer
     bias = {text: False} if form == "object" else [[text, False]]
-    body = {"prompt": prompt, "n_predict": 8, "temperature": 0, "logit_bias": bias}
+    body = {"prompt": prompt, "n_predict": 8, "temperature": 0, "logit_bias": bias, "return_tokens": True}
     answer = httpx.post(served.url + "/completion", json=body, timeout=30).json()
     assert tuple(answer["tokens"]) == alone(tiny_models.main, prompt, logit_bias=tuple((t, -np.inf) for t in tokens))
     assert sorted(t for t, _ in answer["generation_settings"]["logit_bias"]) == sorted(set(tokens))

@@ -134,7 +134,8 @@ def test_props_tells_what_the_server_has(coder, fim_models):
 
 @pytest.mark.parametrize("path", ["/completion", "/completions"])
 def test_completion_is_the_main_models_own_answer_in_llama_servers_shape(coder, fim_models, path):
-    body = post(coder.url, path, {"prompt": PROMPT, "n_predict": 12, "temperature": 0})
+    body = post(coder.url, path, {"prompt": PROMPT, "n_predict": 12, "temperature": 0, "return_tokens": True})
+    assert post(coder.url, path, {"prompt": PROMPT, "n_predict": 2})["tokens"] == []   # only when asked
     tokens = post(coder.url, "/tokenize", {"content": PROMPT, "add_special": True})["tokens"]
     text, ids = alone(fim_models[0], tokens, 12)
     assert body["content"] == text and body["tokens"] == list(ids)
@@ -146,9 +147,9 @@ def test_completion_is_the_main_models_own_answer_in_llama_servers_shape(coder, 
 
 
 def test_completion_streams_pieces_then_a_final_event(coder):
-    whole = post(coder.url, "/completion", {"prompt": PROMPT, "n_predict": 10, "temperature": 0})
-    chunks = events(coder.url, "/completion", {"prompt": PROMPT, "n_predict": 10, "temperature": 0,
-                                                "return_tokens": True})
+    whole = post(coder.url, "/completion", {"prompt": PROMPT, "n_predict": 10, "temperature": 0,
+                                            "return_tokens": True})
+    chunks = events(coder.url, "/completion", {"prompt": PROMPT, "n_predict": 10, "temperature": 0})
     *pieces, last = chunks
     assert all(c["stop"] is False for c in pieces) and last["stop"] is True
     assert "".join(c["content"] for c in pieces) == whole["content"]
