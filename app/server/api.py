@@ -17,7 +17,7 @@ from app.server.errors import ApiError
 from app.server.fields import logit_bias, n_predict, refuse_unsupported, text_biases
 
 # llama-server's defaults for what a request leaves out (the OpenAI API has no top_k or min_p)
-DEFAULT_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
+DEFAULT_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, max_tokens=1 << 30)
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")    # OpenAI's rule, and dots (gpt-oss's built-in tools)
 TOOL_CHOICES = ("auto", "none", "required")
@@ -28,6 +28,7 @@ MAX_STOP_STRINGS = 4
 MAX_TOOLS = 1024                  # OpenAI allows 128; each tool is checked, protected and rendered per request
 RANDOM_SEED = -1                  # llama-server's "seed": -1: a fresh random seed
 MAX_TOKENS_LIMIT = 2**31 - 1      # llama-server's n_predict is a 32-bit integer
+NO_LIMIT = DEFAULT_SAMPLING.max_tokens   # max_tokens when a request sets none: the context is the limit
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ def sampling_from(body: dict) -> SamplingParams:
             min_p=_ranged(body, "min_p", d.min_p, 0.0, 1.0),
             top_k=_counted(body, "top_k", d.top_k, minimum=0),
             seed=None if seed == RANDOM_SEED else seed,
-            max_tokens=positive(max_tokens, "max_tokens") if max_tokens is not None else 1 << 30,
+            max_tokens=positive(max_tokens, "max_tokens") if max_tokens is not None else NO_LIMIT,
             stop=_stop(body.get("stop")),
             logit_bias=logit_bias(body),
         )

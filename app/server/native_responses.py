@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from app.core.params import SamplingParams
 from app.core.speculation.events import StopReason, Summary
+from app.server.api import NO_LIMIT
 from app.server.native_api import NativeOptions
 
 STOP_TYPES = {StopReason.EOG: "eos", StopReason.STOP_STRING: "word", StopReason.LENGTH: "limit",
@@ -67,7 +68,7 @@ class NativeAnswer:
 
 def generation_settings(sampling: SamplingParams, stream: bool, speculative: bool) -> dict:
     """The settings an answer ran with, under llama-server's names (only those Quickdraft has)."""
-    limit = sampling.max_tokens if sampling.max_tokens < 1 << 30 else -1
+    limit = sampling.max_tokens if sampling.max_tokens < NO_LIMIT else -1   # -1: no limit, as llama-server says
     return {"seed": sampling.seed if sampling.seed is not None else -1, "temperature": sampling.temperature,
             "top_k": sampling.top_k, "top_p": sampling.top_p, "min_p": sampling.min_p, "max_tokens": limit,
             "n_predict": limit, "stop": list(sampling.stop), "stream": stream,

@@ -124,6 +124,7 @@ def test_props_tells_what_the_server_has(coder, fim_models):
     assert props["default_generation_settings"]["n_ctx"] == N_CTX
     params = props["default_generation_settings"]["params"]
     assert (params["temperature"], params["top_k"], params["top_p"], params["min_p"]) == (0.8, 40, 0.95, 0.05)
+    assert params["n_predict"] == -1 and params["seed"] == -1          # no limit but the context; a random seed
     assert props["chat_template"].startswith("{% for message in messages %}")
     assert props["modalities"] == {"vision": False, "video": False, "audio": False}
     assert props["build_info"].startswith("quickdraft ")
