@@ -7,6 +7,7 @@ calls on the same queue, since the vocabulary and the template live on the engin
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import AsyncIterator, Callable
 
 from starlette.requests import Request
@@ -84,13 +85,12 @@ class NativeRoutes:
             tokens = mixed_tokens(engine, asked.content, asked.add_special, asked.parse_special)
             return {"tokens": token_entries(tokens, engine.pieces(tokens)) if asked.with_pieces else tokens}
 
-        return JSONResponse(await self._call(run))
+        return await self._call(run)
 
     async def detokenize(self, request: Request) -> Response:
         body, n_vocab = await body_bytes(request), self._pair().n_vocab
         tokens = await asyncio.to_thread(lambda: parse_detokenize(json_body(body), n_vocab))
-        return JSONResponse(await self._call(
-            lambda engine: {"content": b"".join(engine.pieces(tokens)).decode("utf-8", "replace")}))
+        return await self._call(lambda engine: {"content": b"".join(engine.pieces(tokens)).decode("utf-8", "replace")})
 
     async def apply_template(self, request: Request) -> Response:
         """The prompt text /v1/chat/completions would give the model for these messages (tools included):
@@ -101,7 +101,7 @@ class NativeRoutes:
         def run(engine: AnswerEngine) -> dict:
             return {"prompt": chat_prompt(engine, chat)[0].text}
 
-        return JSONResponse(await self._call(run))
+        return await self._call(run)
 
     async def props(self, request: Request) -> Response:
         """GET /props: what llama-server tells of itself, where Quickdraft has it."""
@@ -122,8 +122,9 @@ class NativeRoutes:
             raise ApiError(503, "The model is not loaded.", type="unavailable_error", retry_after=5)
         return self.jobs.pair
 
-    async def _call(self, run: Callable[[AnswerEngine], dict]) -> dict:
-        """``run(engine)`` on the engine's thread, through the queue; its dict, or its error."""
+    async def _call(self, run: Callable[[AnswerEngine], dict]) -> Response:
+        """``run(engine)`` on the engine's thread, through the queue: its dict as JSON, rendered off the
+        event loop (millions of tokens with their pieces take seconds), or its error."""
         job = self.jobs.call(run, asyncio.get_running_loop())
         try:
             item = await job.next()
@@ -132,4 +133,5 @@ class NativeRoutes:
         if isinstance(item, Failed):
             raise item.error
         assert isinstance(item, Done)
-        return item.value
+        body = await asyncio.to_thread(json.dumps, item.value, ensure_ascii=False, separators=(",", ":"))
+        return Response(body.encode("utf-8"), media_type="application/json")
