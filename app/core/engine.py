@@ -19,7 +19,7 @@ from app.core.errors import IncompatibleDraftError, ModelLoadError
 from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, check_pair, read_gguf_info, vocabulary_differences
 from app.core.gguf.shared_vocab import shared_vocabulary
 from app.core.llama import binding as llama, devices, mtp
-from app.core.llama.special import fim_tokens, special_piece
+from app.core.llama.special import eog_tokens, fim_tokens, special_piece
 from app.core.lm import FimTokens
 from app.core.llama.placement import footprint, plan_gpu_layers, resolved
 from app.core.llama.ram import total_memory_bytes
@@ -154,6 +154,9 @@ class Engine:
 
     def fim_tokens(self) -> FimTokens:
         return fim_tokens(self.main.model.vocab)
+
+    def eog_tokens(self) -> list[int]:
+        return eog_tokens(self.main.model.vocab)
 
     def generate(self, request: GenerationRequest) -> Iterator[Event]:
         """Generate an answer to the request's messages (or to its raw prompt tokens), yielding a

@@ -118,6 +118,9 @@ class AnswerEngine(Protocol):
     def fim_tokens(self) -> FimTokens:
         """The main model's fill-in-the-middle tokens (llama-server's /infill)."""
 
+    def eog_tokens(self) -> list[int]:
+        """The main model's end-of-generation tokens (llama-server's ignore_eos bans them)."""
+
     def thinking_format(self, variables: Mapping[str, Any] | None = None) -> ThinkingFormat | None:
         """How the answer's text marks reasoning with these template variables (None: no thinking)."""
 

@@ -62,6 +62,7 @@ class ApiRequest:
     infill: Any = None                       # infill: the FIM request's parts (native_api.Infill)
     cache_prompt: bool = True                # False: the prompt is decoded whole, as llama-server's cache_prompt
     bias_texts: tuple[tuple[str, float], ...] = ()   # logit_bias given as texts: each of their tokens is biased
+    ignore_eos: bool = False                 # llama-server's: end-of-generation tokens are banned
 
 
 def parse_chat(body: Any) -> ApiRequest:
@@ -120,11 +121,12 @@ def sampling_from(body: dict) -> SamplingParams:
 
 
 def delivery_from(body: dict) -> dict:
-    """How the answer goes out (streamed or not, usage, timings), and logit_bias's texts, which the
-    engine's thread turns into tokens."""
+    """How the answer goes out (streamed or not, usage, timings), and what of the sampling the engine's
+    thread turns into tokens: logit_bias's texts, ignore_eos."""
     options = field_value(body, "stream_options", dict, "an object") or {}
     return {
         "bias_texts": text_biases(body),
+        "ignore_eos": bool(field_value(body, "ignore_eos", bool, "true or false", False)),
         "stream": bool(field_value(body, "stream", bool, "true or false", False)),
         "include_usage": bool(field_value(options, "include_usage", bool, "true or false", False)),
         "timings_per_token": bool(field_value(body, "timings_per_token", bool, "true or false", False)),

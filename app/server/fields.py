@@ -18,7 +18,7 @@ NEUTRAL: dict[str, tuple] = {
     "logprobs": (False,), "top_logprobs": (0,), "n_probs": (0,), "post_sampling_probs": (False,),
     "presence_penalty": (0,), "frequency_penalty": (0,), "repeat_penalty": (1,),
     "mirostat": (0,), "typical_p": (1,), "dynatemp_range": (0,), "xtc_probability": (0,),
-    "dry_multiplier": (0,), "top_n_sigma": (-1,), "ignore_eos": (False,), "n_keep": (0, -1),
+    "dry_multiplier": (0,), "top_n_sigma": (-1,), "n_keep": (0, -1),
     "grammar": ("",), "json_schema": ({},), "n_indent": (0,), "t_max_predict_ms": (0,), "t_max_prompt_ms": (0,),
     "samplers": (), "lora": ([],), "continue_final_message": (False,), "echo": (False,), "best_of": (1,),
     "suffix": ("",), "add_generation_prompt": (True,),

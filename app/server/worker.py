@@ -234,11 +234,14 @@ class JobQueue:
 
     def _sampling(self, request: ApiRequest) -> SamplingParams:
         """The request's sampling with logit_bias's texts as their tokens (llama-server's rule: each
-        token of the text, tokenized without BOS), checked: every biased token is in the vocabulary,
-        and not every token is banned."""
+        token of the text, tokenized without BOS) and, for ignore_eos, the end-of-generation tokens
+        banned (llama-server's way too), checked: every biased token is in the vocabulary, and not
+        every token is banned."""
         bias = dict(request.sampling.logit_bias)
         for text, value in request.bias_texts:
             bias.update((token, value) for token in self._engine.tokenize(text, add_special=False, parse_special=False))
+        if request.ignore_eos:
+            bias.update((token, -math.inf) for token in self._engine.eog_tokens())
         n_vocab = self.pair.n_vocab
         outside = [token for token in bias if token >= n_vocab]
         if outside:

@@ -169,3 +169,13 @@ def test_logit_bias_texts_bias_each_of_their_tokens(served, tiny_models, form):
     answer = httpx.post(served.url + "/completion", json=body, timeout=30).json()
     assert tuple(answer["tokens"]) == alone(tiny_models.main, prompt, logit_bias=tuple((t, -np.inf) for t in tokens))
     assert sorted(t for t, _ in answer["generation_settings"]["logit_bias"]) == sorted(set(tokens))
+
+
+def test_ignore_eos_bans_the_end_of_generation_tokens(served):
+    """A bias that makes the tiny model end at once (its EOS is token 2); ignore_eos bans it, as llama-server."""
+    body = {"prompt": "the cat", "n_predict": 5, "temperature": 0, "logit_bias": {"2": 100}}
+    ended = httpx.post(served.url + "/completion", json=body, timeout=30).json()
+    assert (ended["stop_type"], ended["tokens_predicted"]) == ("eos", 1)
+    ignored = httpx.post(served.url + "/completion", json=body | {"ignore_eos": True}, timeout=30).json()
+    assert (ignored["stop_type"], ignored["tokens_predicted"]) == ("limit", 5)
+    assert [2, False] in ignored["generation_settings"]["logit_bias"]

@@ -207,7 +207,7 @@ def test_completion_refuses_what_it_cannot_honour_with_400_naming_it(coder, body
 
 
 def test_completion_neutral_values_of_unsupported_fields_are_answered(coder):
-    neutral = {"repeat_penalty": 1.0, "presence_penalty": 0, "n_probs": 0, "mirostat": 0, "ignore_eos": False}
+    neutral = {"repeat_penalty": 1.0, "presence_penalty": 0, "n_probs": 0, "mirostat": 0, "top_n_sigma": -1}
     assert post(coder.url, "/completion", {"prompt": PROMPT, "n_predict": 2} | neutral)["tokens_predicted"] == 2
 
 

@@ -1,6 +1,7 @@
 """What llama-server's own endpoints read of a vocabulary beyond the engine's needs: a token's text
 with control tokens rendered (as llama-server's /tokenize and /detokenize show them), and the
-fill-in-the-middle tokens (llama_vocab_fim_*) that /infill builds its prompt with."""
+fill-in-the-middle tokens (llama_vocab_fim_*) that /infill builds its prompt with, and the
+end-of-generation tokens that ``ignore_eos`` bans."""
 
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ def fim_tokens(vocab) -> FimTokens:
     return FimTokens(token(llama_cpp.llama_vocab_fim_pre), token(llama_cpp.llama_vocab_fim_suf),
                      token(llama_cpp.llama_vocab_fim_mid), token(llama_cpp.llama_vocab_fim_rep),
                      token(llama_cpp.llama_vocab_fim_sep))
+
+
+def eog_tokens(vocab) -> list[int]:
+    """The end-of-generation tokens of ``vocab`` (EOS, EOT, and for FIM models their pad and separators)."""
+    llama_cpp = lib()
+    return [t for t in range(int(llama_cpp.llama_vocab_n_tokens(vocab))) if llama_cpp.llama_vocab_is_eog(vocab, t)]
 
 
 def special_piece(vocab, token: int) -> bytes:

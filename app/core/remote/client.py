@@ -97,6 +97,9 @@ class RemoteEngine:
     def fim_tokens(self) -> FimTokens:
         raise RemoteError(f"{self.url} keeps its tokenizer: it cannot be asked for fill-in-the-middle tokens.")
 
+    def eog_tokens(self) -> list[int]:
+        raise RemoteError(f"{self.url} keeps its tokenizer: it cannot be asked for its end-of-generation tokens.")
+
     def generate(self, request: GenerationRequest) -> Iterator[Event]:
         """Stream an answer from the server as TokenPiece and Round events and, last, a Summary, each
         stamped with the seconds since the request was sent. No Started event: the server says how
