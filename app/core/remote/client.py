@@ -14,6 +14,7 @@ CLI read both alike (``RemoteEngine.thinking_format``).
 from __future__ import annotations
 
 import functools
+import math
 import json
 import threading
 import time
@@ -326,6 +327,8 @@ def _sampling_body(s: SamplingParams) -> dict:
         body["seed"] = s.seed
     if s.stop:
         body["stop"] = list(s.stop)
+    if s.logit_bias:   # llama-server's form, in which false bans a token (JSON has no -inf)
+        body["logit_bias"] = [[token, bias if math.isfinite(bias) else False] for token, bias in s.logit_bias]
     return body
 
 

@@ -54,6 +54,28 @@ def test_remote_engine_on_quickdraft_serve_reports_its_speculation_live(tiny_mod
     assert summary.estimated_speedup is None   # a fixed policy drafting every round cannot estimate it
 
 
+def test_remote_engine_sends_the_logit_bias(tiny_models):
+    """A ban travels as llama-server's false, and the remote answer is the biased one."""
+    from app.core.engine import Engine
+    from app.core.params import DrafterKind, ModelParams
+
+    engine = Engine.load(ModelParams(str(tiny_models.main), n_ctx=2048, n_threads=1))
+    try:
+        plain = list(engine.generate(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=6),
+                                                       drafter=DrafterKind.NONE)))[-1]
+        biased_sampling = SamplingParams(max_tokens=6, logit_bias=((plain.token_ids[0], float("-inf")),))
+        biased = list(engine.generate(GenerationRequest(MESSAGES, sampling=biased_sampling,
+                                                        drafter=DrafterKind.NONE)))[-1]
+    finally:
+        engine.close()
+    assert biased.text != plain.text
+    with serving(tiny_models.main, tiny_models.same) as s:
+        remote = RemoteEngine(s.url + "/v1/")
+        events = list(remote.generate(GenerationRequest(MESSAGES, sampling=biased_sampling)))
+        remote.close()
+    assert events[-1].text == biased.text
+
+
 def test_remote_engine_reads_another_quickdrafts_estimated_speedup():
     chunks = [{"choices": [{"index": 0, "delta": {"content": w}}]} for w in ("Hel", "lo")]
     chunks.append({"choices": [], "timings": {"predicted_n": 2, "draft_n": 4, "draft_n_accepted": 3,
