@@ -43,8 +43,8 @@ def infill_tokens(engine: AnswerEngine, infill: Infill, n_ctx: int) -> list[int]
                        "token.", type="not_supported_error", param="input_prefix")
     batch = min(FIM_BATCH, n_ctx)
     prompt = engine.tokenize(infill.prompt, add_special=False, parse_special=True) if infill.prompt else []
-    prefix = mixed_tokens(engine, infill.prefix, add_special=False, parse_special=False)
-    suffix = mixed_tokens(engine, infill.suffix, add_special=False, parse_special=False)
+    prefix = mixed_tokens(engine, infill.prefix, add_special=False, parse_special=False, param="input_prefix")
+    suffix = mixed_tokens(engine, infill.suffix, add_special=False, parse_special=False, param="input_suffix")
     prefix = prefix[len(prefix) - min(len(prefix), 3 * (batch // 4)):]
     suffix = suffix[:min(len(suffix), max(0, batch // 4 - (2 + len(prompt))))]
     extra = _extra_tokens(engine, fim, infill.extra)
@@ -65,9 +65,10 @@ def _extra_tokens(engine: AnswerEngine, fim: FimTokens, chunks: tuple[tuple[str,
     return out + ([fim.sep, *plain("filename\n")] if repo_level else [])
 
 
-def mixed_tokens(engine: AnswerEngine, parts: tuple[str | int, ...], add_special: bool, parse_special: bool) -> list[int]:
+def mixed_tokens(engine: AnswerEngine, parts: tuple[str | int, ...], add_special: bool, parse_special: bool,
+                 param: str = "prompt") -> list[int]:
     """llama-server's ``tokenize_mixed``: text parts tokenized (the BOS only before a first part that is
-    text), token ids as they are, in order; an id outside the vocabulary is a 400."""
+    text), token ids as they are, in order; an id outside the vocabulary is a 400 naming ``param``."""
     out: list[int] = []
     n_vocab = engine.pair.n_vocab
     for i, part in enumerate(parts):
@@ -76,5 +77,5 @@ def mixed_tokens(engine: AnswerEngine, parts: tuple[str | int, ...], add_special
         elif 0 <= part < n_vocab:
             out.append(part)
         else:
-            raise ApiError(400, f"Token id {part} is outside the vocabulary (0..{n_vocab - 1}).", param="prompt")
+            raise ApiError(400, f"Token id {part} is outside the vocabulary (0..{n_vocab - 1}).", param=param)
     return out

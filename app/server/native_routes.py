@@ -82,7 +82,7 @@ class NativeRoutes:
         asked = await asyncio.to_thread(lambda: parse_tokenize(json_body(body)))   # up to 8 MiB: off the loop
 
         def run(engine: AnswerEngine) -> dict:
-            tokens = mixed_tokens(engine, asked.content, asked.add_special, asked.parse_special)
+            tokens = mixed_tokens(engine, asked.content, asked.add_special, asked.parse_special, param="content")
             return {"tokens": token_entries(tokens, engine.pieces(tokens)) if asked.with_pieces else tokens}
 
         return await self._call(run)

@@ -98,7 +98,8 @@ def test_tokenize_mixed_content_and_empty_bodies(coder):
     ("/tokenize", {"content": 5}, "content"),
     ("/tokenize", {"content": "x", "with_pieces": "yes"}, "with_pieces"),
     ("/tokenize", {"content": [1.5]}, "content"),
-    ("/tokenize", {"content": [10 ** 6]}, "prompt"),
+    ("/tokenize", {"content": [10 ** 6]}, "content"),
+    ("/infill", {"input_prefix": [10 ** 6], "input_suffix": ""}, "input_prefix"),
     ("/detokenize", {"tokens": [10 ** 6]}, "tokens"),
     ("/detokenize", {"tokens": "abc"}, "tokens"),
 ])
