@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # Run llama.cpp's server tests against quickdraft serve, one pytest run per file, and print each
 # file's summary line. Usage: scripts/llama_server_suite/run.sh [LLAMA_CPP_DIR] [test_file.py ...]
 # LLAMA_CPP_DIR: the llama.cpp sources (default: the vendored copy unpacked at /tmp/sd); files
