@@ -15,7 +15,7 @@ from __future__ import annotations
 import hmac
 from urllib.parse import urlsplit
 
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse
 
 from app.server.errors import ApiError
 
@@ -62,10 +62,13 @@ class Cors:
             await self.app(scope, receive, send)
             return
         origin = allowed_origin(_header(scope, b"origin"), self.origins)
-        stamp = [(b"access-control-allow-origin", origin.encode("latin-1"))] if origin else []
+        # the names as llama-server writes them: clients that keep headers in a plain dict look them up so
+        stamp = [(b"Access-Control-Allow-Origin", origin.encode("latin-1"))] if origin else []
         if scope["method"] == "OPTIONS":
-            headers = PREFLIGHT_HEADERS | ({"Access-Control-Allow-Origin": origin} if origin else {})
-            await Response(b"", media_type="text/html", headers=headers)(scope, receive, send)
+            headers = [(k.encode(), v.encode()) for k, v in PREFLIGHT_HEADERS.items()] + stamp
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/html"), (b"content-length", b"0"), *headers]})
+            await send({"type": "http.response.body", "body": b""})
             return
 
         async def stamped(message) -> None:
