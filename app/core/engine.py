@@ -20,6 +20,8 @@ from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, read_gguf_in
 from app.core.gguf.pair_check import check_pair, vocabulary_differences
 from app.core.gguf.shared_vocab import shared_vocabulary
 from app.core.llama import binding as llama, devices, dflash, eagle3, mtp
+from app.core.llama.special import eog_tokens, fim_tokens, special_piece
+from app.core.lm import FimTokens
 from app.core.llama.placement import footprint, plan_gpu_layers, resolved
 from app.core.llama.state_cache import StateCache
 from app.core.llama.ram import total_memory_bytes
@@ -161,8 +163,17 @@ class Engine:
             self._last_prompt = (key, dataclasses.replace(rendered, thinking=self._thinking_after(rendered.tokens)))
         return self._last_prompt[1]
 
-    def tokenize(self, text: str) -> list[int]:
-        return self.main.model.tokenize(text, add_special=True, parse_special=True)
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return self.main.model.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def pieces(self, tokens: Sequence[int]) -> list[bytes]:
+        return [special_piece(self.main.model.vocab, token) for token in tokens]
+
+    def fim_tokens(self) -> FimTokens:
+        return fim_tokens(self.main.model.vocab)
+
+    def eog_tokens(self) -> list[int]:
+        return eog_tokens(self.main.model.vocab)
 
     def generate(self, request: GenerationRequest) -> Iterator[Event]:
         """Generate an answer to the request's messages (or to its raw prompt tokens), yielding a
@@ -171,10 +182,11 @@ class Engine:
         chat = self.prompt(request.messages, request.template_variables) if request.prompt is None else None
         tokens = list(request.prompt) if chat is None else list(chat.tokens)
         thinking = self._thinking_after(tokens) if chat is None else chat.thinking
-        if request.empty_cache:
+        if request.empty_cache:   # the prompt is read from scratch: no state is put back either
             self.forget_cache()
+        else:
+            self._resume(tokens)
         chosen = self._drafter(request.drafter)
-        self._resume(tokens)
         policy = self._policy(request.speculation, chosen)
         spelled = {**(spelled_markers(self.main.model, thinking) if thinking else {}),
                    **spelled_tokens(self.main.model, request.spell)}

@@ -82,6 +82,11 @@ class LlamaModel:
     def name(self) -> str:
         return Path(self.path).name
 
+    @property
+    def vocab(self):
+        """The llama_vocab pointer, for the vocabulary's other readers (special.py)."""
+        return self._vocab
+
     def chat_template(self) -> str | None:
         raw = lib().llama_model_chat_template(self._model, None)
         return raw.decode("utf-8", "replace") if raw else None
