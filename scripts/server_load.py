@@ -51,9 +51,7 @@ def well_behaved(url: str, until: float, latencies: list[float], kinds: Counter)
         while time.perf_counter() < until:
             started = time.perf_counter()
             try:
-                with client.stream("POST", url + "/v1/chat/completions", json=BODY) as response:
-                    for _ in response.iter_lines():
-                        pass
+                response = _streamed(client, url)
                 kinds[f"good {response.status_code}"] += 1
                 if response.status_code == 200:
                     latencies.append(time.perf_counter() - started)
@@ -61,6 +59,25 @@ def well_behaved(url: str, until: float, latencies: list[float], kinds: Counter)
                     time.sleep(0.2)   # 429: the queue is full; back off a little as a client would
             except httpx.HTTPError as exc:
                 kinds[f"good {type(exc).__name__}"] += 1
+
+
+def _streamed(client: httpx.Client, url: str) -> httpx.Response:
+    """One streamed answer read to its end. A keep-alive connection the server closed while it sat idle
+    (its header deadline) is opened again once, as the openai SDK and browsers do: the request never
+    reached the server, so sending it again repeats nothing."""
+    try:
+        return _stream_once(client, url)
+    except httpx.RemoteProtocolError as exc:
+        if "without sending a response" not in str(exc):
+            raise
+        return _stream_once(client, url)
+
+
+def _stream_once(client: httpx.Client, url: str) -> httpx.Response:
+    with client.stream("POST", url + "/v1/chat/completions", json=BODY) as response:
+        for _ in response.iter_lines():
+            pass
+    return response
 
 
 def dropper(url: str, until: float, kinds: Counter) -> None:

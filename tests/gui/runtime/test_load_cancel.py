@@ -40,3 +40,4 @@ def test_shutting_down_mid_load_cancels_the_load(qtbot, tmp_path, tiny_models, m
     controller.shut_down()   # returns once the worker's thread has ended
     assert outcome == ["cancelled"]
     assert controller.thread.isFinished()
+    controller.deleteLater()   # on this, the GUI thread
