@@ -27,6 +27,14 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    "list (default: * with --api-key, else localhost)")
 
 
+def states_config(args):
+    """Where the server keeps its clients' conversations' cache states, and how much (--state-cache-mb)."""
+    from app.core.params import StatesConfig
+    from app.paths import app_paths
+
+    return StatesConfig(app_paths().states_dir, max(0, args.state_cache_mb) << 20)
+
+
 def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
     """Serve the pair ``load_engine`` loads (on the engine's thread) with ``drafter`` (a DrafterKind)."""
     from app.core.errors import QuickdraftError
