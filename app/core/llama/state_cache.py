@@ -47,6 +47,7 @@ class StateCache:
         self.folder = Path(folder) / key
         self.max_bytes = max_bytes
         self._entries: dict[str, _Entry] = self._read_index()
+        self._token_lists: dict[str, list[int]] = {}   # each entry's tokens, read from disk once
 
     # --- the rule --------------------------------------------------------------------------------
 
@@ -58,6 +59,8 @@ class StateCache:
         shared = common_prefix_length(cached, prompt)
         if len(cached) - shared >= MIN_TOKENS:   # the prompt would drop much of the cache: keep it
             self.save(session)
+        if len(prompt) - 1 - shared < MIN_TOKENS:   # the cache already holds all but a little of it
+            return shared
         best, best_shared = self._best_for(prompt, session.memory != ATTENTION)
         if best is not None and best_shared >= max(shared + MIN_TOKENS, MIN_TOKENS):
             if self._load(session, best):
@@ -78,6 +81,7 @@ class StateCache:
         _write_atomic(self.folder / f"{name}.tokens", np.asarray(tokens, dtype=np.int32).tobytes())
         _write_atomic(self.folder / f"{name}.state", data)
         self._entries[name] = _Entry(name, len(tokens), len(data), time.time())
+        self._token_lists[name] = tokens
         self._evict()
         self._write_index()
 
@@ -111,10 +115,13 @@ class StateCache:
         return any(e.n_tokens == len(tokens) and self._tokens(e) == tokens for e in self._entries.values())
 
     def _tokens(self, entry: _Entry) -> list[int] | None:
-        try:
-            return np.frombuffer((self.folder / f"{entry.name}.tokens").read_bytes(), dtype=np.int32).tolist()
-        except OSError:
-            return None
+        if entry.name not in self._token_lists:
+            try:
+                data = (self.folder / f"{entry.name}.tokens").read_bytes()
+            except OSError:
+                return None
+            self._token_lists[entry.name] = np.frombuffer(data, dtype=np.int32).tolist()
+        return self._token_lists[entry.name]
 
     def _load(self, session, entry: _Entry) -> bool:
         try:
@@ -140,6 +147,7 @@ class StateCache:
         for suffix in (".tokens", ".state"):
             (self.folder / f"{entry.name}{suffix}").unlink(missing_ok=True)
         self._entries.pop(entry.name, None)
+        self._token_lists.pop(entry.name, None)
 
     def _read_index(self) -> dict[str, _Entry]:
         try:
