@@ -13,6 +13,7 @@ from app.core.engine import Engine
 from app.core.frontdoor import GenerationRequest
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.params import DrafterKind, ModelParams, SamplingParams
+from app.server.slots import DEFAULT_PARALLEL
 from tests.server.conftest import N_CTX, serving
 
 PROMPT = "the cat is on the mat and the dog is in the house"
@@ -121,7 +122,7 @@ def test_apply_template_gives_the_prompt_chat_would_use(coder):
 
 def test_props_tells_what_the_server_has(coder, fim_models):
     props = httpx.get(coder.url + "/props", timeout=30).json()
-    assert props["model_path"] == str(fim_models[0]) and props["total_slots"] == 1
+    assert props["model_path"] == str(fim_models[0]) and props["total_slots"] == DEFAULT_PARALLEL and props["endpoint_slots"]
     assert props["default_generation_settings"]["n_ctx"] == N_CTX
     params = props["default_generation_settings"]["params"]
     assert (params["temperature"], params["top_k"], params["top_p"], params["min_p"]) == (0.8, 40, 0.95, 0.05)
