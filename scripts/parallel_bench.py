@@ -65,7 +65,9 @@ def run_server(args, parallel: int) -> list[dict]:
         url = f"http://127.0.0.1:{PORT}"
         wait_healthy(url)
         stream(url, SHORT_PROMPT, 4, time.perf_counter())   # warm-up
-        return clients_at_once(url, args)
+        results = clients_at_once(url, args)
+        peak = peak_memory_mb(server.pid)
+        return [dict(r, server_peak_mb=peak) for r in results]
     finally:
         server.terminate()
         server.wait(60)
@@ -107,6 +109,17 @@ def stream(url: str, prompt: str, n: int, start: float) -> dict:
     return {"first_token_s": first, "total_s": time.perf_counter() - start, "tokens": tokens}
 
 
+def peak_memory_mb(pid: int) -> float | None:
+    """The server's peak resident memory (Linux's VmHWM), in MB; None elsewhere."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def wait_healthy(url: str, timeout: float = 900) -> None:
     started = time.time()
     while time.time() - started < timeout:
@@ -120,11 +133,13 @@ def wait_healthy(url: str, timeout: float = 900) -> None:
 
 
 def format_table(runs: dict[str, list[dict]]) -> str:
-    lines = ["| server | client | tokens | first token (s) | total (s) |", "|---|---|---|---|---|"]
+    lines = ["| server | client | tokens | first token (s) | total (s) | server's peak memory (MB) |",
+             "|---|---|---|---|---|---|"]
     for name, results in runs.items():
         for r in results:
             first = f"{r['first_token_s']:.1f}" if r["first_token_s"] is not None else "-"
-            lines.append(f"| {name} | {r['client']} | {r['tokens']} | {first} | {r['total_s']:.1f} |")
+            peak = f"{r['server_peak_mb']:.0f}" if r.get("server_peak_mb") is not None else "-"
+            lines.append(f"| {name} | {r['client']} | {r['tokens']} | {first} | {r['total_s']:.1f} | {peak} |")
     return "\n".join(lines)
 
 

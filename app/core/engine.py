@@ -144,8 +144,9 @@ class Engine:
         shared. Raises ModelLoadError when the new contexts do not fit."""
         opened: list = []
         try:
-            main = _context(self.main.model, self.main_params, opened)
-            draft = _context(self.draft.model, self.draft_params, opened) if self.draft is not None else None
+            main = _context(self.main.model, self.main_params, opened, self.main.threads)
+            draft = _context(self.draft.model, self.draft_params, opened, self.draft.threads) \
+                if self.draft is not None else None
         except BaseException:
             for session in reversed(opened):
                 session.close()
@@ -369,8 +370,10 @@ def _open(params: ModelParams, loaded: list, cancelled: Callable[[], bool] | Non
     return _context(_open_model(params, loaded, cancelled), params, loaded)
 
 
-def _context(model: "llama.LlamaModel", params: ModelParams, loaded: list) -> "llama.LlamaSession":
-    session = llama.LlamaSession(model, params.n_ctx, params.n_threads, params.n_batch)
+def _context(model: "llama.LlamaModel", params: ModelParams, loaded: list,
+             threads: "llama.ThreadTuner | None" = None) -> "llama.LlamaSession":
+    """A context on ``model``; ``threads``: the thread counts another context of it learns (a slot's)."""
+    session = llama.LlamaSession(model, params.n_ctx, params.n_threads, params.n_batch, threads)
     loaded.append(session)
     return session
 
