@@ -1,4 +1,5 @@
-"""``quickdraft serve``'s engine thread: several requests answered at once, each in a slot.
+"""The server's engine thread: several requests answered at once, each in a slot (``quickdraft serve``'s
+own thread, ThreadedJobs, or the window's, HostedJobs).
 
 A slot is an engine of its own on the same loaded models (``Engine.another_slot``: its own KV cache and
 drafting contexts, the pair's learned costs shared), opened when a request needs it, up to ``--parallel``.
@@ -22,6 +23,7 @@ from app.core.frontdoor import AnswerEngine, LoadedPair
 from app.core.params import DEFAULT_DRAFTER, DrafterKind, SpeculationParams
 from app.core.speculation.events import TokenPiece
 from app.server.metrics import ServerMetrics
+from app.server.errors import ApiError
 from app.server.worker import Failed, Job, JobQueue, internal_error
 
 DEFAULT_PARALLEL = 4   # as LM Studio: four requests answered at once
@@ -73,11 +75,14 @@ class Slot:
 
 
 class SlotPool:
-    """The slots, opened as requests need them up to ``limit``."""
+    """The slots, opened as requests need them up to ``limit`` (``open_engine`` makes a slot's engine).
+    ``first``: a slot that is already there (the loaded engine itself; its owner closes it)."""
 
-    def __init__(self, first: SlotEngine, limit: int):
-        self.slots = [Slot(0, first)]
+    def __init__(self, open_engine: Callable[[], SlotEngine], limit: int, first: SlotEngine | None = None):
+        self.slots = [Slot(0, first)] if first is not None else []
+        self._owned_from = len(self.slots)   # the slots this pool opened, and closes
         self.limit = limit
+        self._open_engine = open_engine
         self._tasks = itertools.count()
 
     @property
@@ -109,59 +114,29 @@ class SlotPool:
     def _open(self) -> Slot | None:
         """A new slot, or None (and no more tried) when its contexts do not fit."""
         try:
-            engine = self.slots[0].engine.another_slot()
+            engine = self._open_engine()
         except QuickdraftError as exc:
             print(f"quickdraft: answering {len(self.slots)} requests at once at most: another slot does not "
                   f"fit ({exc})", file=sys.stderr)
-            self.limit = len(self.slots)
+            self.limit = max(1, len(self.slots))
             return None
         self.slots.append(Slot(len(self.slots), engine))
         return self.slots[-1]
 
     def close(self) -> None:
-        """Close every slot's engine but the first (its owner closes it: it holds the models)."""
-        for slot in self.slots[1:]:
+        """Close the engines this pool opened (the first slot's owner closes its own)."""
+        for slot in self.slots[self._owned_from:]:
             slot.engine.close()
-        del self.slots[1:]
+        del self.slots[self._owned_from:]
 
 
-class ThreadedJobs(JobQueue):
-    """Owns the Engine on a thread of its own and answers up to ``parallel`` requests at once (slots);
-    up to ``max_waiting`` more wait."""
+class SlotJobs(JobQueue):
+    """A queue whose jobs are answered in slots, a step of each busy slot a turn, on the engine's thread."""
 
-    def __init__(self, load_engine: Callable[[], AnswerEngine], speculation: SpeculationParams = SpeculationParams(),
-                 drafter: DrafterKind = DEFAULT_DRAFTER, max_waiting: int = 8, metrics: ServerMetrics | None = None,
-                 parallel: int = DEFAULT_PARALLEL):
-        super().__init__(speculation, drafter, max_waiting, metrics)
-        if parallel < 1:
-            raise ValueError("parallel must be at least 1")
-        self.parallel = parallel
-        self._load_engine = load_engine
-        self._ready = threading.Event()
-        self._load_error: BaseException | None = None
-        self._pool: SlotPool | None = None
-        self._thread = threading.Thread(target=self._run, name="quickdraft-engine", daemon=True)
-
-    def start(self) -> LoadedPair:
-        """Load the engine on its thread; raises the loader's error (a QuickdraftError) here."""
-        self._thread.start()
-        self._ready.wait()
-        if self._load_error is not None:
-            raise self._load_error
-        return self.pair
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """Cancel what runs and waits, then unload the engine on its thread."""
-        self._refuse_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-    @property
-    def available(self) -> bool:
-        return self._thread.is_alive() and super().available
+    _pool: SlotPool | None = None
 
     def slots(self) -> list[dict]:
-        """Each open slot as llama-server's /slots shows it (any thread: a snapshot)."""
+        """Each slot as llama-server's /slots shows it (any thread: a snapshot)."""
         pool = self._pool
         if pool is None or self.pair is None:
             return []
@@ -171,34 +146,15 @@ class ThreadedJobs(JobQueue):
         unopened = [Slot(index, None).describe(self.pair.n_ctx, speculative) for index in range(len(opened), pool.limit)]
         return opened + unopened
 
-    def _run(self) -> None:
-        try:
-            self._use(self._load_engine())
-        except BaseException as exc:  # reported by start() on the caller's thread
-            self._load_error = exc
-            self._ready.set()
-            return
-        self._pool = SlotPool(self._engine, self.parallel)
-        self._ready.set()
-        try:
-            while self._turn():
-                pass
-        finally:
-            self._pool.close()
-            self._engine.close()
-
-    def _turn(self) -> bool:
-        """Wait for work; admit waiting jobs to free slots; take one step of every busy slot. False once
-        the queue stops and the slots' cancelled answers have ended."""
+    def _work_left(self) -> bool:
         with self._cond:
-            while not self._waiting and not self._pool.busy and not self._stopping:
-                self._cond.wait()
-            if self._stopping and not self._pool.busy:
-                return False
+            return bool(self._pool.busy) or (bool(self._waiting) and not self._stopping)
+
+    def _turn_of_steps(self) -> None:
+        """Admit waiting jobs to free slots, then take one step of every busy slot."""
         self._admit()
         for slot in self._pool.busy:
             self._step(slot)
-        return True
 
     def _admit(self) -> None:
         """Waiting jobs, oldest first, into free slots (calls are answered at once, without one)."""
@@ -250,3 +206,131 @@ class ThreadedJobs(JobQueue):
         if isinstance(item, TokenPiece):
             slot.decoded += len(item.token_ids)
         self._send(job, item)
+
+    def _drop_slots(self, error: ApiError) -> None:
+        """End every answer in progress with ``error`` and close the slots' engines (the models they
+        borrow are about to go)."""
+        if self._pool is None:
+            return
+        for slot in self._pool.busy:
+            job = slot.job
+            slot.steps.close()
+            slot.release()
+            self._finish(job, Failed(error), slot.started, counted=False)
+        self._pool.close()
+
+
+class ThreadedJobs(SlotJobs):
+    """Owns the Engine on a thread of its own and answers up to ``parallel`` requests at once (slots);
+    up to ``max_waiting`` more wait."""
+
+    def __init__(self, load_engine: Callable[[], AnswerEngine], speculation: SpeculationParams = SpeculationParams(),
+                 drafter: DrafterKind = DEFAULT_DRAFTER, max_waiting: int = 8, metrics: ServerMetrics | None = None,
+                 parallel: int = DEFAULT_PARALLEL):
+        super().__init__(speculation, drafter, max_waiting, metrics)
+        if parallel < 1:
+            raise ValueError("parallel must be at least 1")
+        self.parallel = parallel
+        self._load_engine = load_engine
+        self._ready = threading.Event()
+        self._load_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="quickdraft-engine", daemon=True)
+
+    def start(self) -> LoadedPair:
+        """Load the engine on its thread; raises the loader's error (a QuickdraftError) here."""
+        self._thread.start()
+        self._ready.wait()
+        if self._load_error is not None:
+            raise self._load_error
+        return self.pair
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Cancel what runs and waits, then unload the engine on its thread."""
+        self._refuse_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def available(self) -> bool:
+        return self._thread.is_alive() and super().available
+
+    def _run(self) -> None:
+        try:
+            self._use(self._load_engine())
+        except BaseException as exc:  # reported by start() on the caller's thread
+            self._load_error = exc
+            self._ready.set()
+            return
+        self._pool = SlotPool(self._engine.another_slot, self.parallel, first=self._engine)
+        self._ready.set()
+        try:
+            while self._turn():
+                pass
+        finally:
+            self._pool.close()
+            self._engine.close()
+
+    def _turn(self) -> bool:
+        """Wait for work, then one turn of steps. False once the queue stops and the slots' cancelled
+        answers have ended."""
+        with self._cond:
+            while not self._waiting and not self._pool.busy and not self._stopping:
+                self._cond.wait()
+            if self._stopping and not self._pool.busy:
+                return False
+        self._turn_of_steps()
+        return True
+
+
+class HostedJobs(SlotJobs):
+    """The server's jobs served on a thread that someone else owns, with an engine it lends: the
+    window's engine thread, which also runs the window's own chat. The clients' slots are engines of
+    their own on the lent engine's models (the window's cache stays the window's). ``wake`` is called
+    (from any thread) when there is work; the host then calls ``serve_next()`` on its thread, which takes
+    one turn of steps (a round of each busy slot) and wakes the host again while work is left, so the
+    window's own requests, queued meanwhile, run between two turns: the window never waits for a
+    client's whole answer."""
+
+    def __init__(self, engine: AnswerEngine, wake: Callable[[], None],
+                 speculation: SpeculationParams = SpeculationParams(), drafter: DrafterKind = DEFAULT_DRAFTER,
+                 max_waiting: int = 8, metrics: ServerMetrics | None = None,
+                 observe: Callable[[Job, object], None] | None = None, parallel: int = DEFAULT_PARALLEL):
+        super().__init__(speculation, drafter, max_waiting, metrics, observe)
+        self.parallel = parallel
+        self._wake = wake
+        self.lend(engine)
+
+    def lend(self, engine: AnswerEngine) -> None:
+        """Serve with ``engine``'s models from now on (the host loaded another pair); on the host's thread.
+        Answers still running on the pair before are ended (503)."""
+        self.release()
+        self._use(engine)
+        self._pool = SlotPool(engine.another_slot, self.parallel)
+
+    def release(self) -> None:
+        """Close the slots before the lent engine's models go (the host unloads them); on the host's thread.
+        Answers in progress are ended with a 503 their clients can retry."""
+        self._drop_slots(ApiError(503, "The window unloaded the model this request was answered with.",
+                                  type="unavailable_error", retry_after=5))
+        self._pool = None
+
+    def serve_next(self) -> bool:
+        """One turn of steps on the calling (the host's) thread. Returns whether work is left; the host
+        is woken again for it."""
+        if self._pool is None:
+            return False
+        self._turn_of_steps()
+        more = self._work_left()
+        if more:
+            self._wake()
+        return more
+
+    def stop(self) -> None:
+        """Refuse new jobs, answer the waiting ones 503, end the answers in progress and close the slots.
+        The engine stays with its owner; call on the host's thread."""
+        self._refuse_all()
+        self._drop_slots(ApiError(503, "The server is stopping.", type="unavailable_error", retry_after=5))
+        self._pool = None
+
+    def _job_waiting(self) -> None:
+        self._wake()

@@ -1,7 +1,7 @@
 """Generations from a bounded queue, each event stamped on the engine thread's clock and posted to the
 asyncio loop of the request that asked for it. The engine thread is the server's own (ThreadedJobs in
-slots.py, for ``quickdraft serve``: several answered at once) or the window's (HostedJobs here, the
-window's "Local server": one at a time, between the window's own)."""
+slots.py, for ``quickdraft serve``) or the window's (HostedJobs in slots.py, the window's "Local
+server"); both answer several at once, in slots."""
 
 from __future__ import annotations
 
@@ -173,20 +173,6 @@ class JobQueue:
 
     # --- the engine's thread ---------------------------------------------------------------------
 
-    def _serve(self, job: Job) -> None:
-        """Answer ``job`` to its end on the calling thread."""
-        started = time.perf_counter()
-        if job.call is not None:
-            return self._finish(job, self._run_call(job), started, counted=False)
-        steps = self._answer(job, self._engine, None)
-        while True:
-            try:
-                self._send(job, next(steps))
-            except StopIteration as end:
-                return self._finish(job, end.value, started)
-            except Exception as exc:  # a defect, not the client's doing: answer 500, keep serving
-                return self._finish(job, internal_error(exc), started)
-
     def _finish(self, job: Job, last, started: float, counted: bool = True) -> None:
         """The job's last item (its Summary, Failed, Done) goes out once it no longer counts as answered,
         so the client's next request finds room."""
@@ -306,46 +292,3 @@ def context_error(kind: str, exc: PromptTooLongError) -> ApiError:
     """A prompt over the context, as llama-server types it (exceed_context_size_error, with the counts)."""
     return ApiError(400, str(exc), type="exceed_context_size_error", param="messages" if kind == "chat" else "prompt",
                     code="context_length_exceeded", extra={"n_prompt_tokens": exc.n_prompt, "n_ctx": exc.n_ctx})
-
-
-class HostedJobs(JobQueue):
-    """The server's jobs served on a thread that someone else owns, with an engine it lends: the
-    window's engine thread, which also runs the window's own chat. ``wake`` is called (from the HTTP
-    side's thread) when a job is queued; the host then calls ``serve_next()`` on its thread, one job
-    a call, so the window's requests queued meanwhile take their turn between the server's."""
-
-    def __init__(self, engine: AnswerEngine, wake: Callable[[], None],
-                 speculation: SpeculationParams = SpeculationParams(), drafter: DrafterKind = DEFAULT_DRAFTER,
-                 max_waiting: int = 8, metrics: ServerMetrics | None = None,
-                 observe: Callable[[Job, object], None] | None = None):
-        super().__init__(speculation, drafter, max_waiting, metrics, observe)
-        self._wake = wake
-        self.lend(engine)
-
-    def lend(self, engine: AnswerEngine) -> None:
-        """Serve with ``engine`` from now on (the host loaded another pair); call on the host's thread."""
-        self._use(engine)
-
-    def serve_next(self) -> bool:
-        """Serve the oldest waiting job, if any, on the calling (the host's) thread. Returns whether
-        more are waiting; the host is woken again for them."""
-        with self._cond:
-            if self._stopping or not self._waiting:
-                return False
-            job = self._waiting.popleft()
-            self._answering.append(job)
-        self._serve(job)
-        with self._cond:
-            more = bool(self._waiting) and not self._stopping
-        if more:
-            self._wake()
-        return more
-
-    def stop(self) -> None:
-        """Refuse new jobs, cancel the running one, answer the waiting ones 503. The engine stays
-        with its owner."""
-        self._refuse_all()
-
-    def _job_waiting(self) -> None:
-        self._wake()
-

@@ -123,3 +123,42 @@ def test_a_prompt_too_long_is_refused_before_it_takes_a_slot(tiny_models):
         assert jobs.processing == 0 and len(jobs._pool.slots) == 1   # no slot was opened for it
     finally:
         jobs.stop()
+
+
+def test_the_windows_chat_answers_between_two_turns_of_a_clients_answer(tiny_models):
+    """The window's server (HostedJobs) takes a round of each client's slot a turn on the window's engine
+    thread; the window's own answer runs between two turns instead of after the client's whole answer,
+    and the client's slot leaves the window's cache alone."""
+    from app.core.frontdoor import GenerationRequest
+    from app.core.params import SamplingParams
+    from app.core.speculation.events import run_to_summary
+    from app.server.slots import HostedJobs
+
+    engine = Engine.load(ModelParams(str(tiny_models.main), n_ctx=N_CTX, n_threads=1))
+    wakes = []
+    jobs = HostedJobs(engine, lambda: wakes.append(1), SpeculationParams(policy="fixed", draft_max=4),
+                      DrafterKind.NONE)
+    loop = asyncio.new_event_loop()
+    try:
+        window_question = [{"role": "user", "content": "a dog"}]
+        first = run_to_summary(engine.generate(GenerationRequest(window_question, sampling=SamplingParams(max_tokens=8))))
+        window_cache = engine.main.cached[:]
+        client = jobs.submit(chat(LONG_PROMPT, 400), loop)
+        assert wakes   # the host is told there is work
+        for _ in range(5):
+            assert jobs.serve_next()
+        assert jobs.processing == 1 and engine.main.cached == window_cache
+        window = run_to_summary(engine.generate(GenerationRequest(
+            window_question + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "more"}],
+            sampling=SamplingParams(max_tokens=8))))
+        assert window.generated_tokens > 0 and jobs.processing == 1       # the client's answer goes on after
+        assert window.prompt_tokens - window.prompt_tokens_evaluated >= first.prompt_tokens   # its cache was kept
+        while jobs.serve_next():
+            pass
+        summary = loop.run_until_complete(summary_of(client))
+        assert summary.text == greedy_text(tiny_models.main, LONG_PROMPT, 400)
+        assert [slot["is_processing"] for slot in jobs.slots()][:1] == [False]
+    finally:
+        jobs.stop()
+        loop.close()
+        engine.close()
