@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +25,6 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-PORT = 8095
 LONG_PROMPT = "Write a detailed, step-by-step explanation of how a hash map works, with Python code."
 SHORT_PROMPT = "Name one colour."
 
@@ -51,20 +51,27 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--parallel", type=int, default=4, help="slots of the run measured (4; also run: 1)")
     p.add_argument("-t", "--threads", type=int, default=2)
     p.add_argument("-c", "--ctx", type=int, default=4096)
+    p.add_argument("-ngl", "--gpu-layers", default="auto", help="layers on the GPU (auto; 0: none; 99: all)")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="answers run to their max tokens (models with random weights end anywhere)")
+    p.add_argument("--data-dir", help="the server's data folder (default: the user's)")
+    p.add_argument("--port", type=int, help="the server's port (default: a free one)")
     p.add_argument("--json")
     return p.parse_args()
 
 
 def run_server(args, parallel: int) -> list[dict]:
-    command = [sys.executable, "-m", "app.cli", "serve", "-m", args.main, *(["-md", args.draft] if args.draft else []),
-               "-c", str(args.ctx), "-t", str(args.threads), "--port", str(PORT), "--parallel", str(parallel),
-               "--state-cache-mb", "0"]
+    port = args.port or free_port()
+    command = [sys.executable, "-m", "app.cli", *(["--data-dir", args.data_dir] if args.data_dir else []), "serve",
+               "-m", args.main, *(["-md", args.draft, "-ngld", args.gpu_layers] if args.draft else []),
+               "-ngl", args.gpu_layers, "-c", str(args.ctx), "-t", str(args.threads), "--port", str(port),
+               "--parallel", str(parallel), "--state-cache-mb", "0"]
     print(f"starting quickdraft serve --parallel {parallel} ...", file=sys.stderr, flush=True)
-    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=sys.stderr)
     try:
-        url = f"http://127.0.0.1:{PORT}"
-        wait_healthy(url)
-        stream(url, SHORT_PROMPT, 4, time.perf_counter())   # warm-up
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, server)
+        stream(url, SHORT_PROMPT, 4, time.perf_counter(), args.ignore_eos)   # warm-up
         results = clients_at_once(url, args)
         peak = peak_memory_mb(server.pid)
         return [dict(r, server_peak_mb=peak) for r in results]
@@ -79,7 +86,7 @@ def clients_at_once(url: str, args) -> list[dict]:
 
     def client(i: int) -> None:
         prompt, n = (LONG_PROMPT, args.long) if i == 0 else (SHORT_PROMPT, args.short)
-        results[i] = {"client": "long" if i == 0 else f"short {i}", **stream(url, prompt, n, start)}
+        results[i] = {"client": "long" if i == 0 else f"short {i}", **stream(url, prompt, n, start, args.ignore_eos)}
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
     for i, thread in enumerate(threads):
@@ -91,10 +98,10 @@ def clients_at_once(url: str, args) -> list[dict]:
     return results
 
 
-def stream(url: str, prompt: str, n: int, start: float) -> dict:
+def stream(url: str, prompt: str, n: int, start: float, ignore_eos: bool = False) -> dict:
     """One streamed chat answer: seconds from ``start`` to the first content and to the end, tokens."""
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": n, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
+            "stream_options": {"include_usage": True}, "ignore_eos": ignore_eos}
     first = None
     tokens = 0
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=1800) as response:
@@ -102,11 +109,17 @@ def stream(url: str, prompt: str, n: int, start: float) -> dict:
             if not line.startswith("data: {"):
                 continue
             chunk = json.loads(line[6:])
-            if first is None and chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
+            if first is None and chunk.get("choices") and chunk["choices"][0]["delta"].get("content") is not None:
                 first = time.perf_counter() - start
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
     return {"first_token_s": first, "total_s": time.perf_counter() - start, "tokens": tokens}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def peak_memory_mb(pid: int) -> float | None:
@@ -120,9 +133,11 @@ def peak_memory_mb(pid: int) -> float | None:
     return None
 
 
-def wait_healthy(url: str, timeout: float = 900) -> None:
+def wait_healthy(url: str, server: subprocess.Popen, timeout: float = 900) -> None:
     started = time.time()
     while time.time() - started < timeout:
+        if server.poll() is not None:
+            raise SystemExit(f"the server exited with {server.returncode} before it was healthy")
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
                 return
