@@ -14,7 +14,7 @@ from typing import Any
 from app.core.errors import InvalidParameterError
 from app.core.params import SamplingParams
 from app.server.errors import ApiError
-from app.server.fields import logit_bias, n_predict, refuse_unsupported, text_biases
+from app.server.fields import logit_bias, n_predict, refuse_unsupported, samplers, text_biases
 
 # llama-server's defaults for what a request leaves out (the OpenAI API has no top_k or min_p)
 DEFAULT_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, max_tokens=1 << 30)
@@ -117,6 +117,7 @@ def sampling_from(body: dict) -> SamplingParams:
             logit_bias=logit_bias(body),
             n_indent=max(0, field_value(body, "n_indent", int, "an integer", 0)),
             max_predict_ms=max(0, field_value(body, "t_max_predict_ms", int, "an integer", 0)),
+            samplers=samplers(body),
         )
     except InvalidParameterError as exc:   # a value out of the engine's range is the client's error
         raise ApiError(400, f"'{exc.name}' {exc.problem}.", param=exc.name) from None

@@ -21,7 +21,7 @@ from app.core.params import SamplingParams
 from app.core.speculation.drafters import Draft, Drafter
 from app.core.speculation.events import Event, Origin, Reading, Round, Started, StopReason, TokenPiece
 from app.core.speculation.policy_base import DraftPolicy
-from app.core.speculation.sampling import Sampler, top_probability
+from app.core.speculation.sampling import InfillFilter, Sampler, top_probability
 from app.core.speculation.stats import GenerationStats
 from app.core.speculation.text import TextAssembler
 
@@ -56,7 +56,7 @@ class SpeculativeGeneration:
     def __init__(self, main: Session, vocab: Vocabulary, drafter: Drafter | None, policy: DraftPolicy,
                  sampling: SamplingParams, draft_min: int = 0, cancel: threading.Event | None = None,
                  warnings: Sequence[str] = (), parts: PartsOfText | None = None,
-                 threads: Callable[[], tuple[int, int]] | None = None):
+                 threads: Callable[[], tuple[int, int]] | None = None, infill: InfillFilter | None = None):
         self.main = main
         self.warnings = tuple(warnings)   # for the Summary: e.g. the chat template was not used
         self.parts = parts
@@ -66,7 +66,7 @@ class SpeculativeGeneration:
         self.drafter = drafter
         self.policy = policy
         self.params = sampling
-        self.sampler = Sampler(sampling)
+        self.sampler = Sampler(sampling, infill)
         self.cancel = cancel or threading.Event()
         self.stats = GenerationStats()
         self._start = 0.0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
@@ -20,6 +20,23 @@ class DraftPick:
     token: int
     q: np.ndarray | None   # the distribution the token was sampled from; None when chosen greedily
     p_top: float           # the drafter's top probability: its confidence
+
+
+class InfillFilter(Protocol):
+    """llama.cpp's infill sampler (app/core/llama/infill.py): which candidates it keeps, or the one
+    token it ends with (an end of text when no text candidate is likely enough)."""
+
+    def __call__(self, ids: np.ndarray, logits: np.ndarray) -> tuple[np.ndarray, int | None]: ...
+
+
+def _tempered(logits: np.ndarray, ids: np.ndarray, temperature: float) -> np.ndarray:
+    """llama.cpp's temperature: logits divided by it; at 0 or below only the best candidate is left."""
+    if temperature > 0.0:
+        return logits.astype(np.float64) / temperature
+    out = np.full(logits.shape[-1], -np.inf, dtype=np.float64)
+    best = ids[int(np.argmax(logits[ids]))]
+    out[best] = logits[best]
+    return out
 
 
 def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
@@ -55,8 +72,9 @@ class Sampler:
     that verification keeps is then the biased one, exactly, whatever the drafter proposed from its own
     unbiased logits (a draft of another vocabulary has other ids, so biasing it would be wrong)."""
 
-    def __init__(self, params: SamplingParams):
+    def __init__(self, params: SamplingParams, infill: InfillFilter | None = None):
         self.params = params
+        self._infill = infill   # llama.cpp's infill sampler over the main model's vocabulary, for chains naming it
         self.rng = np.random.default_rng(params.seed)
         self._bias_ids = np.array([t for t, _ in params.logit_bias], dtype=np.int64)
         self._bias = np.array([b for _, b in params.logit_bias], dtype=np.float32)
@@ -82,12 +100,42 @@ class Sampler:
 
     def _filtered(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         params = self.params
+        if params.samplers is not None:
+            return self._chain(logits)
         if params.top_p < 1.0:
             ids = self._top_p(self._top_k(logits), logits)
             ids = self._min_p(ids, logits)
         else:  # top-k and min-p both keep the highest logits: their order does not matter
             ids = self._top_k(self._min_p(np.arange(logits.shape[-1]), logits), logits)
         return ids, softmax(logits[ids], params.temperature)
+
+    def _chain(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """llama-server's ``samplers``: each one in the order given, as llama.cpp's chain runs them (a
+        filter after "temperature" reads the tempered probabilities; samplers of SAMPLERS_NEUTRAL leave
+        the candidates as they are)."""
+        ids, z = np.arange(logits.shape[-1]), logits
+        for name in self.params.samplers:
+            if name == "top_k":
+                ids = self._top_k(ids, z)
+            elif name == "top_p" and self.params.top_p < 1.0:
+                ids = self._top_p(ids, z)
+            elif name == "min_p":
+                ids = self._min_p(ids, z)
+            elif name == "temperature":
+                z = _tempered(z, ids, self.params.temperature)
+            elif name == "infill":
+                ids, z = self._infill_step(ids, z)
+        return ids, softmax(z[ids])
+
+    def _infill_step(self, ids: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self._infill is None:
+            raise ValueError("the 'infill' sampler needs the main model's vocabulary (Sampler(..., infill=...))")
+        kept, forced = self._infill(ids, z)
+        if forced is None:
+            return kept, z
+        one = np.full(z.shape[-1], -np.inf, dtype=np.float64)   # llama.cpp's end: one token, certain
+        one[forced] = 0.0
+        return np.array([forced]), one
 
     def _top_k(self, ids: np.ndarray, logits: np.ndarray | None = None) -> np.ndarray:
         if logits is None:

@@ -354,3 +354,33 @@ def test_n_indent_and_the_time_limit_end_the_answer_where_llama_server_does(monk
     timed = run(DraftModelDrafter(ReferenceSession(model)), main_model=model,
                 sampling=SamplingParams(max_tokens=60, max_predict_ms=1))[0][-1]
     assert timed.text == full[:line] and timed.stop_reason is StopReason.LENGTH
+
+
+def _top_two(ids, z):
+    """A stand-in for llama.cpp's infill sampler: keeps the two likeliest candidates."""
+    return ids[np.argsort(-z[ids], kind="stable")[:2]], None
+
+
+def test_speculative_sampling_keeps_a_custom_chains_distribution():
+    """llama-server's samplers (temperature first, then an infill-like filter): verification keeps the
+    chain's distribution exactly, with a sampled draft model."""
+    n_runs = 6000
+    params = dict(SAMPLING, samplers=("temperature", "infill"))
+    expected = {}
+    ref = Sampler(SamplingParams(**params), infill=_top_two)
+    for seq in itertools.product(range(SMALL.n_vocab), repeat=4):
+        ctx, p = [0, 1], 1.0
+        for t in seq:
+            p *= ref.probs(SMALL.logits(ctx))[t]
+            ctx.append(t)
+        if p > 0:
+            expected[seq] = p
+    counts = Counter()
+    for seed in range(n_runs):
+        sampling = SamplingParams(seed=seed, **params)
+        gen = SpeculativeGeneration(ReferenceSession(SMALL), SMALL, DraftModelDrafter(ReferenceSession(DRAFT_SMALL)),
+                                    make_policy(SpeculationParams(policy="fixed", draft_max=3)), sampling,
+                                    infill=_top_two)
+        counts[tuple(list(gen.run([0, 1]))[-1].token_ids)] += 1
+    assert set(counts) <= set(expected)   # never a token the chain leaves out
+    assert chi2(counts, expected, n_runs) < chi2_critical(len(expected) - 1)
