@@ -100,7 +100,9 @@ class SpeculativeGeneration:
         stop: StopReason | None = None
         error: str | None = None
         try:
-            first = self.sampler.sample((yield from self._read_prompt(prompt)))
+            logits = yield from self._read_prompt(prompt)
+            self.sampler.at(len(prompt))
+            first = self.sampler.sample(logits)
             if self.drafter is not None:  # the prompt phase covers both models, as in llama.cpp
                 self.drafter.prepare(prompt, self.policy)
             self._first_token_s = self._now()
@@ -143,6 +145,7 @@ class SpeculativeGeneration:
         if self.cancel.is_set():
             return StopReason.CANCEL
         t0 = time.perf_counter()
+        self.sampler.at(len(self.context))   # where this round's first new token goes
         draft = self._draft()
         t1 = time.perf_counter()
         rows = self.main.eval([self.context[-1], *draft.tokens], all_logits=True)

@@ -13,6 +13,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from app.core.params import SamplingParams
+from app.core.speculation.keyed import keyed_choice
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,11 @@ class Sampler:
 
     def __init__(self, params: SamplingParams, infill: InfillFilter | None = None):
         self.params = params
+        # a seeded sampled answer draws with randomness keyed by position (keyed.py), so it replays
+        # whatever is drafted; the loop says where the next token goes (``at``)
+        self.keyed = params.seed is not None and not params.greedy
+        self.position = 0
+        self._draft_position = 0
         self._infill = infill   # llama.cpp's infill sampler over the main model's vocabulary, for chains naming it
         self.rng = np.random.default_rng(params.seed)
         self._bias_ids = np.array([t for t, _ in params.logit_bias], dtype=np.int64)
@@ -162,15 +168,21 @@ class Sampler:
         cut = int(np.searchsorted(np.cumsum(weights[order]) / total, self.params.top_p)) + 1
         return ids[order[:cut]]
 
-    def sample(self, logits: np.ndarray) -> int:
-        """The main model's next token."""
-        return self._choose(self._biased(logits))
+    def at(self, position: int) -> None:
+        """The next token the main model chooses, and the first one a drafter proposes, go at ``position``."""
+        self.position = self._draft_position = position
 
-    def _choose(self, logits: np.ndarray) -> int:
-        """A token from logits the bias has already shaped."""
+    def sample(self, logits: np.ndarray) -> int:
+        """The main model's next token (at ``position``)."""
+        return self._choose(self._biased(logits), self.position)
+
+    def _choose(self, logits: np.ndarray, position: int) -> int:
+        """A token from logits the bias has already shaped, for ``position``."""
         if self.greedy:
             return int(np.argmax(logits))
         ids, p = self._filtered(logits)
+        if self.keyed:
+            return keyed_choice(ids, p, self.params.seed, position)
         return int(ids[self._draw(p)])
 
     def draft_pick(self, logits: np.ndarray) -> DraftPick:
@@ -180,7 +192,11 @@ class Sampler:
             token = int(np.argmax(logits))
             return DraftPick(token, None, top_probability(logits, float(logits[token])))
         q = self.probs(logits)
-        token = self._draw(q)
+        if self.keyed:   # the main model's keyed noise at the same position: drafts agree where q and p do
+            token = keyed_choice(np.flatnonzero(q), q[q > 0], self.params.seed, self._draft_position)
+            self._draft_position += 1
+        else:
+            token = self._draw(q)
         return DraftPick(token, q, float(q.max()))
 
     def pick(self, p: np.ndarray) -> int:
@@ -194,7 +210,19 @@ class Sampler:
         rows = self._biased(rows)
         if self.greedy:
             return self._verify_greedy(rows, draft_tokens)
+        if self.keyed:
+            return self._verify_keyed(rows, draft_tokens)
         return self._verify_sampled(rows, draft_tokens, draft_q)
+
+    def _verify_keyed(self, rows: np.ndarray, draft_tokens: Sequence[int]) -> tuple[int, int]:
+        # Seeded: the main model's token at each position is its keyed draw (keyed.py), exact and the
+        # same whatever was drafted; a drafted token is kept while it is that token, as greedy keeps
+        # the argmax. The answer replays for the seed and is drawn exactly from p over seeds.
+        n = len(draft_tokens)
+        for i in range(n + 1):
+            token = self._choose(rows[i], self.position + i)
+            if i == n or token != draft_tokens[i]:
+                return i, token
 
     def _verify_greedy(self, rows: np.ndarray, draft_tokens: Sequence[int]) -> tuple[int, int]:
         # Greedy: keep drafted tokens while they are the main model's own argmax; the first
@@ -227,7 +255,7 @@ class Sampler:
             if total <= 0.0:  # p == q: a rejection cannot happen, but guard rounding
                 return i, self._draw_full(p)
             return i, self._draw_full(residual / total)
-        return len(draft_tokens), self._choose(rows[len(draft_tokens)])
+        return len(draft_tokens), self._choose(rows[len(draft_tokens)], self.position + len(draft_tokens))
 
     def _draw(self, p: np.ndarray) -> int:
         cdf = np.cumsum(p)

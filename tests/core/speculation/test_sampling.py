@@ -61,7 +61,8 @@ def test_verification_keeps_the_biased_distribution_exactly():
     main = np.array([1.0, 0.5, 0.0, -0.5, 1.5, 0.2], dtype=np.float32)
     draft = np.array([0.2, 1.5, 0.0, 0.5, -1.0, 0.3], dtype=np.float32)
     bias = ((4, -np.inf), (2, 1.2))
-    sampler = Sampler(SamplingParams(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, seed=11, logit_bias=bias))
+    sampler = Sampler(SamplingParams(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, logit_bias=bias))
+    sampler.rng = np.random.default_rng(11)   # unseeded: speculative sampling's rule (a seed keys by position)
     q = Sampler(SamplingParams(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0)).probs(draft)
     biased = main.copy()
     biased[4] = -np.inf
