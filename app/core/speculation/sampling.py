@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from app.core.params import SamplingParams
+
+if TYPE_CHECKING:
+    from app.core.speculation.constraint import GrammarConstraint
 
 
 @dataclass(frozen=True)
@@ -114,9 +117,16 @@ class Sampler:
         cut = int(np.searchsorted(np.cumsum(weights[order]) / total, self.params.top_p)) + 1
         return ids[order[:cut]]
 
-    def sample(self, logits: np.ndarray) -> int:
-        """The main model's next token."""
-        return self._choose(self._biased(logits))
+    def sample(self, logits: np.ndarray, constraint: GrammarConstraint | None = None) -> int:
+        """The main model's next token (under ``constraint``'s grammar, from its state now)."""
+        logits = self._biased(logits)
+        return self._choose(constraint.restrict(0, logits, self.keeps) if constraint is not None else logits)
+
+    @property
+    def keeps(self) -> int:
+        """How many of the best tokens a grammar must say it allows for this sampler's choice to be
+        exact (Sampler.probs keeps at most top-k); 0: all."""
+        return 1 if self.greedy else max(self.params.top_k, 0)
 
     def _choose(self, logits: np.ndarray) -> int:
         """A token from logits the bias has already shaped."""
@@ -139,31 +149,42 @@ class Sampler:
         """An index drawn from ``p`` (a drafter's own distribution, sums to 1), with this generation's generator."""
         return self._draw(p)
 
-    def verify(self, rows: np.ndarray, draft_tokens: Sequence[int],
-               draft_q: Sequence[np.ndarray | None]) -> tuple[int, int]:
+    def verify(self, rows: np.ndarray, draft_tokens: Sequence[int], draft_q: Sequence[np.ndarray | None],
+               constraint: GrammarConstraint | None = None, refused_q: np.ndarray | None = None) -> tuple[int, int]:
         """Check a draft against the main model's logits rows (row i predicts the token after
-        draft position i-1; there are len(draft)+1 rows). Returns (accepted count, next token)."""
+        draft position i-1; there are len(draft)+1 rows). Returns (accepted count, next token).
+        ``constraint``: a grammar masks every row (app/core/speculation/constraint.py); ``refused_q``:
+        the q of the drafted token after the draft that the grammar refused (rejected for certain)."""
         rows = self._biased(rows)
+        if constraint is not None:
+            rows = _Restricted(rows, constraint, self.keeps)
         if self.greedy:
             return self._verify_greedy(rows, draft_tokens)
-        return self._verify_sampled(rows, draft_tokens, draft_q)
+        return self._verify_sampled(rows, draft_tokens, draft_q, refused_q)
 
-    def _verify_greedy(self, rows: np.ndarray, draft_tokens: Sequence[int]) -> tuple[int, int]:
+    def _verify_greedy(self, rows, draft_tokens: Sequence[int]) -> tuple[int, int]:
         # Greedy: keep drafted tokens while they are the main model's own argmax; the first
         # disagreement is replaced by the main model's token, and a fully accepted draft earns
         # the main model's next token for free. The output is exactly greedy main-model decoding.
-        best = np.argmax(rows, axis=1)
         n = len(draft_tokens)
+        if isinstance(rows, _Restricted):   # row by row: a grammar's mask costs, and rows past a miss are never read
+            for i in range(n + 1):
+                b = int(np.argmax(rows[i]))
+                if i == n or b != draft_tokens[i]:
+                    return i, b
+        best = np.argmax(rows, axis=1)
         for i in range(n):
             if best[i] != draft_tokens[i]:
                 return i, int(best[i])
         return n, int(best[n])
 
-    def _verify_sampled(self, rows: np.ndarray, draft_tokens: Sequence[int],
-                        draft_q: Sequence[np.ndarray | None]) -> tuple[int, int]:
+    def _verify_sampled(self, rows, draft_tokens: Sequence[int], draft_q: Sequence[np.ndarray | None],
+                        refused_q: np.ndarray | None) -> tuple[int, int]:
         # Speculative sampling (Leviathan et al. 2023): accept drafted x with probability
         # min(1, p(x)/q(x)); on rejection draw from norm(max(0, p - q)). Together these draw
         # exactly from p, whatever q is. A drafter that proposes deterministically has q = one-hot.
+        # A drafted token a grammar refused after the draft was rejected for certain: the token
+        # after a fully accepted draft is then its replacement, from norm(max(0, p - q)).
         for i, x in enumerate(draft_tokens):
             p = self.probs(rows[i])
             q = draft_q[i] if i < len(draft_q) else None
@@ -179,7 +200,13 @@ class Sampler:
             if total <= 0.0:  # p == q: a rejection cannot happen, but guard rounding
                 return i, self._draw_full(p)
             return i, self._draw_full(residual / total)
-        return len(draft_tokens), self._choose(rows[len(draft_tokens)])
+        n = len(draft_tokens)
+        if refused_q is not None:
+            p = self.probs(rows[n])
+            residual = np.maximum(p - refused_q, 0.0)
+            total = residual.sum()
+            return n, self._draw_full(residual / total if total > 0.0 else p)
+        return n, self._choose(rows[n])
 
     def _draw(self, p: np.ndarray) -> int:
         cdf = np.cumsum(p)
@@ -188,3 +215,16 @@ class Sampler:
     def _draw_full(self, p: np.ndarray) -> int:
         nz = np.flatnonzero(p)
         return int(nz[self._draw(p[nz])])
+
+
+class _Restricted:
+    """Verification's rows under a grammar, each masked when first read (``GrammarConstraint.restrict``)."""
+
+    def __init__(self, rows: np.ndarray, constraint: GrammarConstraint, keep: int):
+        self._rows, self._constraint, self._keep = rows, constraint, keep
+        self._done: dict[int, np.ndarray] = {}
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if i not in self._done:
+            self._done[i] = self._constraint.restrict(i, self._rows[i], self._keep)
+        return self._done[i]

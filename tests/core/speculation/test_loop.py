@@ -318,7 +318,7 @@ def test_speculative_sampling_keeps_the_main_models_distribution(name, make_draf
 class AcceptEverything(Sampler):
     """A broken acceptance rule: keeps every drafted token."""
 
-    def _verify_sampled(self, rows, draft_tokens, draft_q):
+    def _verify_sampled(self, rows, draft_tokens, draft_q, refused_q=None):
         return len(draft_tokens), self.sample(rows[len(draft_tokens)])
 
 
