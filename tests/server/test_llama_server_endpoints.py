@@ -195,7 +195,7 @@ def test_completion_seeded_sampling_repeats_and_cache_prompt_false_gives_the_sam
     ({"prompt": PROMPT, "temperature": 9}, "temperature"),
     ({"prompt": PROMPT, "id_slot": 3}, "id_slot"),
     ({"prompt": PROMPT, "n_probs": 5}, "n_probs"),
-    ({"prompt": PROMPT, "grammar": "root ::= \"a\""}, "grammar"),
+    ({"prompt": PROMPT, "grammar": "root ::= this is (not valid GBNF"}, "grammar"),
     ({"prompt": PROMPT, "samplers": ["top_k", "infill"]}, "samplers"),
     ({"prompt": PROMPT, "repeat_penalty": 1.1}, "repeat_penalty"),
     ({"prompt": PROMPT, "stream_options": {"include_usage": True}}, "stream_options"),
