@@ -15,6 +15,7 @@ import ctypes
 import json
 import os
 import re
+import sys
 import tempfile
 import threading
 from typing import Any, Sequence
@@ -46,11 +47,7 @@ class TokenGrammar:
             return
         if not gbnf or not gbnf.strip():
             raise GrammarError("The grammar is empty.")
-        library.take_messages()
-        sampler = _init(model, gbnf)
-        if not sampler:
-            raise GrammarError(f"The grammar is not valid GBNF: {_why_refused(model, gbnf)}.")
-        self._sampler = sampler
+        self._sampler = _parse(model, gbnf)
 
     def allowed(self, ids: np.ndarray) -> np.ndarray:
         """Which of the token ``ids`` the grammar allows next, as booleans."""
@@ -83,33 +80,34 @@ class TokenGrammar:
             pass
 
 
-def _init(model, gbnf: str):
-    return lib().llama_sampler_init_grammar(model.vocab, gbnf.encode("utf-8"), ROOT.encode())
-
-
-def _why_refused(model, gbnf: str) -> str:
-    """What llama.cpp said about a grammar it refused: its parser prints the reason to the process's
-    stderr (not through its log), so the parse is run once more with stderr read into a file."""
-    logged = library.take_messages()
+def _parse(model, gbnf: str):
+    """llama.cpp's grammar sampler for ``gbnf``. Its parser prints why it refuses a grammar to the
+    process's stderr (not through its log), so stderr is read into a file while it parses: the reason
+    goes into the GrammarError, and anything else written meanwhile is passed on to stderr."""
+    library.take_messages()
     with _stderr_lock, tempfile.TemporaryFile() as caught:
+        sys.stderr.flush()
         saved = os.dup(2)
         try:
             os.dup2(caught.fileno(), 2)
-            sampler = _init(model, gbnf)
+            sampler = lib().llama_sampler_init_grammar(model.vocab, gbnf.encode("utf-8"), ROOT.encode())
         finally:
             os.dup2(saved, 2)
             os.close(saved)
-        if sampler:   # refused once, parsed now: cannot be, but never leak it
-            lib().llama_sampler_free(sampler)
         caught.seek(0)
         printed = caught.read().decode("utf-8", "replace")
-    return _reason(printed, " ".join(dict.fromkeys(logged + library.take_messages())))
+    if not sampler:
+        raise GrammarError(f"The grammar is not valid GBNF: {_reason(printed, ' '.join(library.take_messages()))}.")
+    if printed:
+        sys.stderr.write(printed)
+    return sampler
 
 
 def _reason(printed: str, logged: str) -> str:
     found = re.search(r"error parsing grammar: ([^\n]*)", printed)
-    if found:
-        return found.group(1).strip()[:200]
+    if found:   # "expecting ')' at " and the grammar's rest, which is empty at its end
+        reason = found.group(1).strip()
+        return (reason + " the end of the grammar" if reason.endswith(" at") else reason)[:200]
     said = " ".join(logged.replace("failed to parse grammar", "").split())
     return said[:200] if said else "llama.cpp could not parse it"
 
