@@ -20,7 +20,8 @@ MODELS = real_model_dir()
 pytestmark = [pytest.mark.real_models,
               pytest.mark.skipif(MODELS is None, reason="real models not present (see tests/real/test_qwen_pair.py)")]
 PROFILE = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
-                                            "languages": {"type": "array", "items": {"type": "string"}}},
+                                            "languages": {"type": "array", "items": {"type": "string"},
+                                                          "minItems": 1, "maxItems": 3}},
            "required": ["name", "age", "languages"]}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
                                             "parameters": {"type": "object", "properties": {
@@ -54,18 +55,18 @@ def chat(url: str, body: dict) -> dict:
     return response.json()["choices"][0]
 
 
-@pytest.mark.parametrize("temperature", [0.0, 0.7])
+@pytest.mark.parametrize("temperature", [0.0])
 def test_response_format_json_schema_gives_json_that_matches_it(url, temperature):
-    choice = chat(url, {"messages": [{"role": "user", "content": "Describe a fictional programmer named Ada."}],
+    choice = chat(url, {"messages": [{"role": "user", "content": "Describe Ada, a fictional programmer who knows three languages, as JSON."}],
                         "response_format": {"type": "json_schema", "json_schema": {"name": "profile", "schema": PROFILE}},
-                        "temperature": temperature, "seed": 7, "max_tokens": 120})
+                        "temperature": temperature, "seed": 7, "max_tokens": 200})
     assert choice["finish_reason"] == "stop", choice
     value = json.loads(choice["message"]["content"])
     assert set(value) == {"name", "age", "languages"} and isinstance(value["age"], int)
-    assert all(isinstance(x, str) for x in value["languages"])
+    assert 1 <= len(value["languages"]) <= 3 and all(isinstance(x, str) for x in value["languages"])
 
 
-@pytest.mark.parametrize("temperature", [0.0, 0.7])
+@pytest.mark.parametrize("temperature", [0.7])
 def test_tool_choice_required_calls_a_declared_function_with_valid_arguments(url, temperature):
     choice = chat(url, {"messages": [{"role": "user", "content": "Is it cold in Oslo right now?"}],
                         "tools": [WEATHER, CLOCK], "tool_choice": "required", "temperature": temperature, "seed": 7,

@@ -67,7 +67,7 @@ class GrammarConstraint:
         for i, token in enumerate(draft.tokens):
             state = self._states[-1]
             if not state.allows(token):
-                return draft.cut(i), draft.q[i]
+                return draft.cut(i), draft.q[i] if i < len(draft.q) else None
             after = state.clone()
             if self.vocab.is_eog(token):   # the answer ends here: nothing after it is kept
                 self._states.append(after)
