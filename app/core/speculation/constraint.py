@@ -78,7 +78,8 @@ class GrammarConstraint:
 
     def restrict(self, i: int, row: np.ndarray, keep: int) -> np.ndarray:
         """``row`` (the logits after draft[:i]) with every token but the ``keep`` best the grammar
-        allows set to -inf (``keep`` 0: all it allows). Raises DeadEndError when it allows none."""
+        allows set to -inf (``keep`` 0: all it allows). Tokens at -inf already (banned by logit_bias)
+        are never taken. Raises DeadEndError when no token is left."""
         state = self._states[i]
         n = row.shape[-1]
         for step in CANDIDATE_STEPS:
@@ -86,10 +87,13 @@ class GrammarConstraint:
                 break
             top = np.argpartition(row, -step)[-step:]
             top = top[np.argsort(-row[top], kind="stable")]
+            top = top[np.isfinite(row[top])]
             allowed = top[state.allowed(top.astype(np.int32))]
             if len(allowed) >= keep:
                 return _only(row, allowed[:keep])
-        ids = np.arange(n, dtype=np.int32)
+            if len(top) < step:   # every token that can be written was asked about
+                return _only(row, allowed)
+        ids = np.flatnonzero(np.isfinite(row)).astype(np.int32)
         allowed = ids[state.allowed(ids)]
         if keep:
             allowed = allowed[np.argsort(-row[allowed], kind="stable")[:keep]]
@@ -118,7 +122,8 @@ class GrammarConstraint:
 def _only(row: np.ndarray, ids: np.ndarray) -> np.ndarray:
     if not len(ids):
         raise DeadEndError("The grammar allows no token here, so the answer cannot go on: check that every "
-                           "text it requires can be written with the model's tokens.")
+                           "text it requires can be written with the model's tokens, and that logit_bias or "
+                           "ignore_eos does not ban the ones it allows (at its end, the end-of-generation token).")
     out = np.full(row.shape, -np.inf, dtype=np.float32)
     out[ids] = row[ids]
     return out

@@ -195,3 +195,16 @@ def test_a_grammar_that_allows_nothing_ends_the_answer_with_an_error_saying_so()
         GrammarConstraint(Nothing(), SMALL).restrict(0, SMALL.logits([0]), 1)
     summary = generate(SMALL, None, SamplingParams(temperature=0.0, max_tokens=5), Nothing())
     assert summary.error and "grammar allows no token" in summary.error
+
+
+def test_a_token_logit_bias_bans_is_never_taken_even_where_the_grammar_allows_only_it():
+    """ignore_eos bans the end-of-generation token; a grammar that then allows only it is a dead end,
+    never a draw from a row of -inf (which would pick a token the grammar forbids)."""
+    row = SMALL.logits([0]).copy()
+    only_two = type("OnlyTwo", (NoRepeat,), {"allowed": lambda self, ids: np.asarray(ids) == 2})()
+    row[2] = -np.inf
+    with pytest.raises(DeadEndError, match="logit_bias"):
+        GrammarConstraint(only_two, SMALL).restrict(0, row, 1)
+    row[1] = -np.inf
+    either = type("Either", (NoRepeat,), {"allowed": lambda self, ids: np.isin(ids, [1, 3])})()
+    assert np.flatnonzero(np.isfinite(GrammarConstraint(either, SMALL).restrict(0, row, 0))).tolist() == [3]
