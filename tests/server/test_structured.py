@@ -145,3 +145,15 @@ def test_a_grammar_the_vocabulary_cannot_write_ends_with_an_error_not_a_hang(ser
     """No token's text begins with a NUL byte: the grammar allows nothing, and the answer ends saying so."""
     response = post(served, "/v1/completions", {"prompt": "x", "max_tokens": 5, "grammar": 'root ::= "\\x00"'})
     assert response.status_code >= 400 and "grammar allows no token" in response.text, response.text
+
+
+def test_a_thinking_model_closes_its_reasoning_before_the_json(tmp_path):
+    from app.core.gguf.tiny import THINKING_SPEC
+
+    model = write_tiny_model(tmp_path / "thinking.gguf", THINKING_SPEC)
+    with serving(model) as s:
+        choice = post(s, "/v1/chat/completions", {"messages": ASK, "max_tokens": 300, "temperature": 0,
+                                                  "response_format": {"type": "json_schema",
+                                                                      "json_schema": {"schema": SCHEMA}}}).json()
+    message = choice["choices"][0]["message"]
+    assert not message.get("reasoning_content") and conforms(json.loads(message["content"]), SCHEMA), message
