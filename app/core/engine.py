@@ -20,6 +20,7 @@ from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, read_gguf_in
 from app.core.gguf.pair_check import check_pair, vocabulary_differences
 from app.core.gguf.shared_vocab import shared_vocabulary
 from app.core.llama import binding as llama, devices, dflash, eagle3, infill, mtp
+from app.core.llama.grammar import TokenGrammar
 from app.core.llama.special import eog_tokens, fim_tokens, special_piece
 from app.core.lm import FimTokens, common_prefix_length
 from app.core.llama.placement import footprint, plan_gpu_layers, resolved
@@ -29,6 +30,7 @@ from app.core.frontdoor import GenerationRequest, LoadedPair
 from app.core.pair_costs import PairCosts
 from app.core.params import AUTO, DrafterKind, ModelParams, PolicyName, SpeculationParams, StatesConfig
 from app.core.speculation.acceptance import AcceptanceModel
+from app.core.speculation.constraint import GrammarConstraint
 from app.core.speculation.costmodel import ProfileStore, model_identity
 from app.core.speculation.crossvocab import CrossVocabDrafter
 from app.core.speculation.drafters import (BlockDrafter, DraftModelDrafter, Drafter, HeadDrafter, LookupThenModelDrafter,
@@ -218,7 +220,9 @@ class Engine:
     def generate(self, request: GenerationRequest) -> Iterator[Event]:
         """Generate an answer to the request's messages (or to its raw prompt tokens), yielding a
         Started event, TokenPiece and Round events and, last, a Summary, each stamped on the
-        generation's clock. Raises PromptTooLongError before decoding anything."""
+        generation's clock. Raises GrammarError for a grammar llama.cpp refuses, before anything."""
+        constraint = GrammarConstraint(TokenGrammar(self.main.model, request.grammar), self.main.model) \
+            if request.grammar is not None else None
         chat = self.prompt(request.messages, request.template_variables) if request.prompt is None else None
         tokens = list(request.prompt) if chat is None else list(chat.tokens)
         thinking = self._thinking_after(tokens) if chat is None else chat.thinking
@@ -242,6 +246,7 @@ class Engine:
             parts=PartTracker(thinking, request.tool_spans or TOOL_CALL_MARKERS),
             threads=self._threads,
             infill=self._infill_filter() if "infill" in (request.sampling.samplers or ()) else None,
+            constraint=constraint,
         )
         events = generation.run(tokens)
         if isinstance(policy, AutoPolicy):

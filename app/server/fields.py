@@ -22,13 +22,12 @@ NEUTRAL: dict[str, tuple] = {
     "presence_penalty": (0,), "frequency_penalty": (0,), "repeat_penalty": (1,),
     "mirostat": (0,), "typical_p": (1,), "dynatemp_range": (0,), "xtc_probability": (0,),
     "dry_multiplier": (0,), "top_n_sigma": (-1,), "n_keep": (0, -1),
-    "grammar": ("",), "json_schema": ({},), "lora": ([],), "continue_final_message": (False,), "echo": (False,), "best_of": (1,),
+    "lora": ([],), "continue_final_message": (False,), "echo": (False,), "best_of": (1,),
     "suffix": ("",), "add_generation_prompt": (True,),
 }
 WHY = {
     "logprobs": "token log-probabilities are not reported", "top_logprobs": "token log-probabilities are not reported",
     "n_probs": "token probabilities are not reported", "post_sampling_probs": "token probabilities are not reported",
-    "grammar": "constrained decoding is not available", "json_schema": "constrained decoding is not available",
     "lora": "no LoRA adapters are loaded", "suffix": "use /infill for fill-in-the-middle",
     "add_generation_prompt": "the prompt always ends where the assistant's answer begins",
 }

@@ -10,10 +10,8 @@ import ctypes
 
 import numpy as np
 
+from app.core.llama.grammar import TOKEN_DATA
 from app.core.llama.library import lib
-
-# llama_token_data as numpy lays it out: id, logit, p (int32, float32, float32; 12 bytes, no padding)
-TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 
 
 class InfillFilter:

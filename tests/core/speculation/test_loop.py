@@ -340,7 +340,7 @@ def test_a_seeded_answer_is_the_same_whatever_drafts_it_and_however_much():
 class AcceptEverything(Sampler):
     """A broken acceptance rule: keeps every drafted token."""
 
-    def _verify_sampled(self, rows, draft_tokens, draft_q):
+    def _verify_sampled(self, rows, draft_tokens, draft_q, refused_q=None):
         return len(draft_tokens), self.sample(rows[len(draft_tokens)])
 
 
