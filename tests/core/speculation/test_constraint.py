@@ -98,25 +98,29 @@ class IgnoresTheRefusedToken(Sampler):
         return super().verify(rows, draft_tokens, draft_q, constraint, None)
 
 
-def sample_many(make_drafter, n_runs, sampler_class=Sampler):
+def sample_many(make_drafter, n_runs, sampler_class=Sampler, keyed=False):
+    """Unseeded runs (speculative sampling, each run's generator seeded by its number), or seeded ones
+    (keyed by position, the seed the run's number)."""
     counts = Counter()
     for seed in range(n_runs):
-        params = SamplingParams(seed=seed, **SAMPLING)
+        params = SamplingParams(seed=seed if keyed else None, **SAMPLING)
         gen = SpeculativeGeneration(ReferenceSession(SMALL), SMALL, make_drafter(),
                                     make_policy(SpeculationParams(policy="fixed", draft_max=3)), params,
                                     constraint=GrammarConstraint(NoRepeat(), SMALL))
         gen.sampler = sampler_class(params)
+        gen.sampler.rng = np.random.default_rng(seed)
         counts[tuple(list(gen.run([0, 1]))[-1].token_ids)] += 1
     return counts
 
 
+@pytest.mark.parametrize("keyed", [False, True], ids=["unseeded", "seeded"])
 @pytest.mark.parametrize("name", list(DRAFTERS))
-def test_sampled_answers_keep_the_constrained_distribution_exactly(name):
+def test_sampled_answers_keep_the_constrained_distribution_exactly(name, keyed):
     """The first three tokens' joint distribution, chi-square against the masked-and-renormalised
     main model's, with each drafter and without one (alpha 0.001)."""
     n_runs = 5000
     dist = exact_constrained(SMALL, [0, 1], 3, SamplingParams(**SAMPLING))
-    counts = sample_many(DRAFTERS[name], n_runs)
+    counts = sample_many(DRAFTERS[name], n_runs, keyed=keyed)
     assert all(seq in dist for seq in counts), "an answer broke the grammar"
     assert chi2(counts, dist, n_runs) < chi2_critical(len(dist) - 1)
 
