@@ -17,13 +17,14 @@ from app.core.compare import CompareResult
 from app.core.frontdoor import LoadedPair
 from app.core.params import DrafterKind, StatesConfig
 from app.core.speculation.events import Summary
+from app.gui.runtime.branching import Branching
 from app.gui.runtime.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, answer_parts, answer_request,
                                          compare_notice, feed, generation_problem, keep_partial, prompt_messages,
                                          save_partial, settings_after_load, title_from, who_drafts, with_compare)
 from app.gui.runtime.live_stats import LiveStats, message_stats
 from app.gui.runtime.worker import Batch, EngineWorker, LoadFailure, LoadRequest, RemoteRequest, Started
 from app.paths import AppPaths
-from app.storage.conversations import ConversationStore
+from app.storage.conversations import LEAF, ConversationStore
 from app.storage.opening import open_storage
 from app.storage.settings import Settings, SettingsStore
 
@@ -35,7 +36,8 @@ class ChatController(QObject):
     conversations_changed = Signal(object, object)  # [Conversation] matching the search, the current id or None
     conversation_shown = Signal(object)           # ShownConversation: show these messages and this prompt
     message_added = Signal(object)                # StoredMessage: the user's message, saved
-    message_removed = Signal(int)                 # message id (a regenerated answer, an empty partial one)
+    message_removed = Signal(int)                 # message id (an empty partial answer)
+    messages_cut = Signal(int)                    # message id: no longer shown, nor what follows it (a new version)
     message_updated = Signal(object)              # StoredMessage whose stats changed (a compare)
     answer_started = Signal(int)                  # the assistant message id that is about to stream
     answer_updated = Signal(int, object)          # message id, LiveStats: on the repaint timer only
@@ -82,6 +84,7 @@ class ChatController(QObject):
         self._repaint_timer = QTimer(self)
         self._repaint_timer.setInterval(REPAINT_MS)
         self._repaint_timer.timeout.connect(self._emit_progress)
+        self.branches = Branching(self)   # edit, regenerate, versions, delete
         self._start_worker()
 
     def _start_worker(self) -> None:
@@ -203,7 +206,7 @@ class ChatController(QObject):
         """Save ``text`` as the user's message and start answering it. False when it cannot start
         (the reason is in a notice; nothing is saved)."""
         text = text.strip()
-        if not text or not self._ready_to_generate():
+        if not text or not self.ready_to_generate():
             return False
         if self.conversation_id is None:
             self.new_conversation(self._new_chat_prompt)
@@ -212,30 +215,20 @@ class ChatController(QObject):
             self.store.rename(conv.id, title_from(text))
         self.message_added.emit(self.store.add_message(conv.id, "user", text))
         self._refresh_list()
-        self._start_answer()
-        return True
+        return self.start_answer()
 
     def stop(self) -> None:
         if self.active is not None:
             self.active.request.cancel.set()
 
-    def regenerate(self) -> bool:
-        """Replace the last answer with a new one (or answer a last message that has none)."""
-        if self.conversation_id is None or not self._ready_to_generate():
-            return False
-        messages = self.store.messages(self.conversation_id)
-        if not messages:
-            return False
-        if messages[-1].role == "assistant":
-            self.store.delete_message(messages[-1].id)
-            self.message_removed.emit(messages[-1].id)
-        self._start_answer()
-        return True
+    def regenerate(self, message_id: int | None = None) -> bool:
+        """A new version of the last answer (or of ``message_id``), the earlier kept (branching.py)."""
+        return self.branches.regenerate(message_id)
 
     def compare(self, message_id: int) -> bool:
         """Answer again greedily with the drafter chosen and with the main model alone: the shown answer's
         stats gain the measured speedup and whether both outputs are identical (its charts stay)."""
-        if not self._ready_to_generate():
+        if not self.ready_to_generate():
             return False
         drafter = self.drafter()
         if drafter is DrafterKind.NONE:
@@ -253,7 +246,7 @@ class ChatController(QObject):
         self.notice.emit("Comparing: greedy with the draft, then the main model alone…", "info")
         return True
 
-    def _ready_to_generate(self) -> bool:
+    def ready_to_generate(self) -> bool:
         if self.is_generating:
             return False
         problem = generation_problem(self.settings, self.loading, self.loaded, self.models_installed)
@@ -265,13 +258,16 @@ class ChatController(QObject):
         """Who drafts, given what is loaded."""
         return who_drafts(self.settings, self.loaded)
 
-    def _start_answer(self) -> None:
+    def start_answer(self, upto_id: int | None = None, parent_id: int | None = LEAF) -> bool:
+        """Answer the shown path (up to, not including, ``upto_id``) with a new message after ``parent_id``
+        (by default the path's last)."""
         # the request first: if it cannot be made, no empty answer is saved or left "generating…"
-        thinking, request = answer_request(self.settings, self.loaded, self.prompt_messages(self.conversation_id),
+        thinking, request = answer_request(self.settings, self.loaded, self.prompt_messages(self.conversation_id, upto_id),
                                            self.store.get(self.conversation_id).thinking)
-        message = self.store.add_message(self.conversation_id, "assistant", "")
+        message = self.store.add_message(self.conversation_id, "assistant", "", parent_id=parent_id)
         self.answer_started.emit(message.id)
         self._begin(ActiveGeneration(request, self.conversation_id, message.id, live=LiveStats(thinking=thinking)))
+        return True
 
     def _begin(self, active: ActiveGeneration) -> None:
         self.active = active
@@ -331,7 +327,7 @@ class ChatController(QObject):
         if not active.compare:
             stored = self.store.message(active.message_id)
             if stored is None:
-                self.message_removed.emit(active.message_id)
+                self.branches.answer_removed(active.message_id)
             else:
                 self.answer_finished.emit(stored)
         self.generating_changed.emit(False)
