@@ -218,6 +218,10 @@ class MainWindow(QMainWindow):
         self.composer.thinking_toggled.connect(c.set_thinking)
         self.composer.attach_failed.connect(lambda message: self.banner.show_message(message, "error"))
         self.chat_view.compare_requested.connect(c.compare)
+        self.chat_view.regenerate_requested.connect(c.regenerate)
+        self.chat_view.edit_submitted.connect(c.branches.edit)
+        self.chat_view.version_requested.connect(c.branches.flip)
+        self.chat_view.delete_requested.connect(c.branches.delete)
         # one field at a time: the panel's copy of the settings predates the pair loaded since, and saving
         # it whole made the next start open the pair loaded before
         self.settings_panel.edited.connect(lambda name, value: c.update_settings(**{name: value}))
@@ -238,6 +242,7 @@ class MainWindow(QMainWindow):
         c.conversation_shown.connect(self._show_conversation)
         c.message_added.connect(self.chat_view.add_stored)
         c.message_removed.connect(self.chat_view.remove_id)
+        c.messages_cut.connect(self.chat_view.remove_from)
         c.message_updated.connect(self.chat_view.update_stats)
         c.answer_started.connect(self.chat_view.start_answer)
         c.answer_updated.connect(self._show_live)
@@ -248,6 +253,7 @@ class MainWindow(QMainWindow):
         self.model_bar.draft_chosen.connect(self._draft_chosen)
         c.notice_cleared.connect(self.banner.clear_if)
         c.notice_withdrawn.connect(self.banner.withdraw)
+        c.notice_replaced.connect(self.banner.replace)
         c.model_loading.connect(self.model_bar.set_loading)
         c.models_loaded.connect(self._show_loaded)
         c.models_unloaded.connect(self._show_unloaded)
@@ -283,6 +289,7 @@ class MainWindow(QMainWindow):
         if generating and not self.controller.is_comparing:   # a compare keeps the answer's charts
             self.speculation.clear()
         self.composer.set_generating(generating)
+        self.chat_view.set_generating(generating)
         self.model_bar.set_busy(generating)
         self.conversation_list.set_busy(generating)
 

@@ -18,9 +18,10 @@ from app.core.frontdoor import LoadedPair
 from app.core.params import DrafterKind, StatesConfig
 from app.core.speculation.events import Summary
 from app.gui.runtime.branching import Branching
+from app.gui.runtime.comparing import Comparing
 from app.gui.runtime.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, answer_parts, answer_request,
-                                         compare_notice, feed, generation_problem, keep_partial, prompt_messages,
-                                         save_partial, settings_after_load, title_from, who_drafts, with_compare)
+                                         feed, generation_problem, keep_partial, prompt_messages,
+                                         save_partial, settings_after_load, title_from, who_drafts)
 from app.gui.runtime.live_stats import LiveStats, message_stats
 from app.gui.runtime.worker import Batch, EngineWorker, LoadFailure, LoadRequest, RemoteRequest, Started
 from app.paths import AppPaths
@@ -47,6 +48,7 @@ class ChatController(QObject):
     notice = Signal(str, str)                     # text, kind: "error", "warning" or "info"
     notice_cleared = Signal(str)                  # clear the notice shown if it is of this kind
     notice_withdrawn = Signal(str)                # clear this notice if it is still shown (no longer true)
+    notice_replaced = Signal(str, str)            # old, new: a progress line moves on, if still shown
     model_loading = Signal(str)                   # the main model's file name
     models_loaded = Signal(object)                # LoadedPair: after a load, or again when a failed one kept it
     models_unloaded = Signal()
@@ -85,6 +87,7 @@ class ChatController(QObject):
         self._repaint_timer.setInterval(REPAINT_MS)
         self._repaint_timer.timeout.connect(self._emit_progress)
         self.branches = Branching(self)   # edit, regenerate, versions, delete
+        self.comparing = Comparing(self)
         self._start_worker()
 
     def _start_worker(self) -> None:
@@ -102,7 +105,8 @@ class ChatController(QObject):
         self.worker.started.connect(self._on_started)
         self.worker.batch.connect(self._on_batch)
         self.worker.finished.connect(self._on_finished)
-        self.worker.compared.connect(self._on_compared)
+        self.worker.compared.connect(self.comparing.done)
+        self.worker.compare_progress.connect(self.comparing.progress)
         self.worker.failed.connect(self._on_failed)
         self.worker.idle.connect(self._on_idle)
         self.thread.start()
@@ -228,23 +232,7 @@ class ChatController(QObject):
     def compare(self, message_id: int) -> bool:
         """Answer again greedily with the drafter chosen and with the main model alone: the shown answer's
         stats gain the measured speedup and whether both outputs are identical (its charts stay)."""
-        if not self.ready_to_generate():
-            return False
-        drafter = self.drafter()
-        if drafter is DrafterKind.NONE:
-            self.notice.emit("Drafting is off: choose who drafts in the bar above to compare speculative decoding "
-                             "with the main model alone.", "error")
-            return False
-        stored = self.store.message(message_id)
-        if stored is None or stored.role != "assistant":
-            return False
-        history = self.prompt_messages(stored.conversation_id, upto_id=message_id)
-        thinking_on = self.store.get(stored.conversation_id).thinking
-        _, request = answer_request(self.settings, self.loaded, history, thinking_on)
-        self.last_compare = None
-        self._begin(ActiveGeneration(request, stored.conversation_id, message_id, compare=True))
-        self.notice.emit("Comparing: greedy with the draft, then the main model alone…", "info")
-        return True
+        return self.comparing.start(message_id)
 
     def ready_to_generate(self) -> bool:
         if self.is_generating:
@@ -266,10 +254,10 @@ class ChatController(QObject):
                                            self.store.get(self.conversation_id).thinking)
         message = self.store.add_message(self.conversation_id, "assistant", "", parent_id=parent_id)
         self.answer_started.emit(message.id)
-        self._begin(ActiveGeneration(request, self.conversation_id, message.id, live=LiveStats(thinking=thinking)))
+        self.begin(ActiveGeneration(request, self.conversation_id, message.id, live=LiveStats(thinking=thinking)))
         return True
 
-    def _begin(self, active: ActiveGeneration) -> None:
+    def begin(self, active: ActiveGeneration) -> None:
         self.active = active
         for kind in ("error", "info"):   # the last failure and the last result (or choice) are over
             self.notice_cleared.emit(kind)
@@ -301,15 +289,6 @@ class ChatController(QObject):
             self.notice.emit(summary.error, "error")
         elif summary.warnings:
             self.notice.emit("; ".join(summary.warnings), "warning")
-
-    def _on_compared(self, result: CompareResult) -> None:
-        self.last_compare = result
-        stored = self.store.message(self.active.message_id) if self.active is not None else None
-        if stored is None:
-            return
-        self.store.update_message(stored.id, stored.content, with_compare(stored.stats, result))
-        self.message_updated.emit(self.store.message(stored.id))
-        self.notice.emit(compare_notice(result, (stored.stats or {}).get("estimated_speedup")), "info")
 
     def _on_failed(self, message: str) -> None:
         self._save_partial()

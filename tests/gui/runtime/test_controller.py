@@ -20,7 +20,7 @@ LONG_PROMPT = "write a long story"   # the tiny main model answers it with 1000 
 SIGNALS = ("conversations_changed", "conversation_shown", "message_added", "message_removed", "messages_cut",
            "message_updated",
            "answer_started", "answer_updated", "answer_finished", "generating_changed", "busy_changed", "notice",
-           "notice_cleared", "model_loading", "models_loaded", "models_unloaded", "colour_tokens_changed")
+           "notice_cleared", "notice_replaced", "model_loading", "models_loaded", "models_unloaded", "colour_tokens_changed")
 
 
 class Seen:
@@ -305,3 +305,8 @@ def test_compare_adds_the_speedup_to_the_answer(loaded, qtbot):
     assert updated.stats["speedup"] == pytest.approx(result.speedup) and updated.stats["compare_identical"]
     assert "identical" in seen.notices("info")[-1]
     assert seen("answer_started") == [(answer.id,)], "a compare starts no new answer"
+    # the line above the chat said which run and how far, each line replacing the one before
+    replaced = seen("notice_replaced")
+    assert replaced[0][0] == seen.notices("info")[-2] and all(a[1] == b[0] for a, b in zip(replaced, replaced[1:]))
+    assert [line for _, line in replaced if "run 1 of 2 (main model alone)" in line]
+    assert [line for _, line in replaced if "run 2 of 2 (drafter: Draft model)" in line]
