@@ -182,7 +182,8 @@ class MainWindow(QMainWindow):
         rows = "".join(f"<tr><td><b>{keys}</b>&nbsp;&nbsp;</td><td>{what}</td></tr>"
                        for keys, what in self.shortcut_rows())
         extra = ("<tr><td><b>Enter</b></td><td>send the message</td></tr>"
-                 "<tr><td><b>Shift+Enter</b></td><td>a new line in the message</td></tr>")
+                 "<tr><td><b>Shift+Enter</b></td><td>a new line in the message</td></tr>"
+                 "<tr><td><b>Esc</b></td><td>in a message being edited: leave it as it was</td></tr>")
         QMessageBox.information(self, "Keyboard shortcuts", f"<table>{rows}{extra}</table>")
 
     def _restore(self) -> None:

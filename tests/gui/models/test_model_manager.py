@@ -315,3 +315,22 @@ def test_opened_from_the_chat_window_sets_its_pair(qtbot, make_window, installed
         asyncio.events._set_running_loop(None)
         loop.close()
         asyncio.set_event_loop(None)
+
+
+def test_the_search_shows_a_busy_bar_while_the_hub_is_asked(qtbot, make_dialog, monkeypatch):
+    import threading
+
+    release = threading.Event()
+    search = HubClient.search
+    monkeypatch.setattr(HubClient, "search", lambda self, query: release.wait(TIMEOUT_MS / 1000) and search(self, query))
+    dialog = make_dialog()
+    tab = dialog.download_tab
+    dialog.tabs.setCurrentIndex(2)
+    assert not tab.busy_bar.isVisibleTo(dialog)
+    tab.search_edit.setText("tiny")
+    qtbot.mouseClick(tab.search_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: tab.busy_bar.isVisibleTo(dialog), timeout=TIMEOUT_MS)
+    assert tab.busy_label.text() == "Searching Hugging Face…" and not tab.search_button.isEnabled()
+    release.set()
+    qtbot.waitUntil(lambda: tab.results_table.rowCount() == 4, timeout=TIMEOUT_MS)
+    assert not tab.busy_bar.isVisibleTo(dialog) and not tab.busy_label.isVisibleTo(dialog)
