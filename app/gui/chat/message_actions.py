@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QKeyEvent
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSizePolicy, QToolButton, QVBoxLayout,
+                               QWidget)
 
 ENTER_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+EDIT_LINES = (3, 12)   # the edit box grows with its text between these many lines, then scrolls
 
 
 def link_button(text: str, tip: str) -> QToolButton:
@@ -83,7 +85,8 @@ class MessageEditor(QWidget):
         super().__init__(parent)
         self.box = _EditBox()
         self.box.setTabChangesFocus(True)
-        self.box.setMinimumHeight(72)
+        self.box.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.box.document().documentLayout().documentSizeChanged.connect(lambda _size: self._fit())
         self.send = QPushButton("Send")
         self.send.setObjectName("primary")
         self.send.setToolTip("Answer the edited message; the earlier version stays (‹ ›)")
@@ -101,8 +104,17 @@ class MessageEditor(QWidget):
         layout.addWidget(self.box)
         layout.addLayout(buttons)
 
+    def _fit(self) -> None:
+        """As tall as its text, within EDIT_LINES: left to itself it took the whole chat's height."""
+        least, most = EDIT_LINES
+        lines = min(max(self.box.document().documentLayout().documentSize().height(), least), most)
+        margins = self.box.contentsMargins()
+        self.box.setFixedHeight(int(lines * self.box.fontMetrics().lineSpacing()) + margins.top() + margins.bottom()
+                                + 2 * int(self.box.document().documentMargin()))
+
     def start(self, text: str) -> None:
         self.box.setPlainText(text)
+        self._fit()
         self.box.setFocus(Qt.FocusReason.OtherFocusReason)
         self.box.selectAll()
 

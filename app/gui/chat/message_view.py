@@ -140,10 +140,14 @@ class MessageWidget(QFrame):
         self.editor.start(self.text)
         self.editor.show()
         self.body.hide()
+        for button in (self.edit_button, self.delete_button):   # the editor's Cancel and Send stand in
+            button.hide()
 
     def stop_editing(self) -> None:
         self.editor.hide()
         self.body.show()
+        for button in (self.edit_button, self.delete_button):
+            button.show()
 
     @property
     def editing(self) -> bool:
