@@ -139,6 +139,10 @@ class MainWindow(QMainWindow):
         # goes to the address bar (here: the message box), Ctrl+R reloads (here: answers again)
         self._action(chat, "Stop the answer", lambda: self.controller.stop(), "Esc")
         self._action(chat, "Regenerate", lambda: self.controller.regenerate(), "Ctrl+R")
+        # Alt+Left / Alt+Right go back and forward in browsers: here between the last answer's versions
+        self._action(chat, "Previous version of the last answer", lambda: self.controller.branches.flip_last(-1),
+                     "Alt+Left")
+        self._action(chat, "Next version of the last answer", lambda: self.controller.branches.flip_last(1), "Alt+Right")
         self._action(chat, "Go to the message box", self.composer.focus_input, "Ctrl+L")
         chat.addSeparator()
         self._action(chat, "Next conversation", lambda: self.conversation_list.select_next(1), "Ctrl+Tab", "Ctrl+PgDown")

@@ -86,3 +86,29 @@ def test_escape_cancels_an_edit_and_keeps_the_message(loaded_window, qtbot):
     qtbot.keyClick(question.editor.box, Qt.Key.Key_Escape)
     assert not question.editing and question.text == "hello"
     assert window.controller.store.messages(window.controller.conversation_id)[0].versions == 1
+
+
+def test_alt_left_and_right_flip_the_last_answers_versions_from_the_message_box(loaded_window, qtbot):
+    from PySide6.QtTest import QTest
+
+    window = loaded_window
+    send(window, "hello")
+    wait_idle(qtbot, window)
+    window.settings_panel.set_value("temperature", 1.0)
+    window.controller.regenerate()
+    wait_idle(qtbot, window)
+    box = window.composer.input
+    box.setFocus()
+
+    def press(key) -> str:
+        window.activateWindow()   # shortcuts reach the active window only
+        qtbot.waitUntil(window.isActiveWindow)
+        QTest.keyClick(box, key, Qt.KeyboardModifier.AltModifier)
+        return window.chat_view.messages()[-1].versions.label.text()
+
+    assert press(Qt.Key.Key_Left) == "1/2"
+    assert press(Qt.Key.Key_Left) == "1/2"   # nothing before the first
+    assert press(Qt.Key.Key_Right) == "2/2"
+    assert box.toPlainText() == ""
+    listed = dict(window.shortcut_rows())
+    assert "Alt+Left" in listed and "Alt+Right" in listed and "Ctrl+R" in listed

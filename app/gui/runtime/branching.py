@@ -63,6 +63,12 @@ class Branching:
         self._show_again()
         return True
 
+    def flip_last(self, step: int) -> bool:
+        """‹ or › on the last answer shown (the one Regenerate makes versions of): the keyboard's way."""
+        path = self.c.store.messages(self.c.conversation_id) if self.c.conversation_id is not None else []
+        answers = [m for m in path if m.role == "assistant"]
+        return bool(answers) and self.flip(answers[-1].id, step)
+
     def delete(self, message_id: int) -> bool:
         """Delete a message and what follows it (on every branch)."""
         if not self._may_change() or not self.c.store.delete_message(message_id):
