@@ -70,3 +70,25 @@ def test_delete_takes_what_follows_and_nothing_changes_while_answering(loaded, q
     assert [m.role for m in c.store.messages(c.conversation_id)] == ["user", "assistant"]
     assert c.branches.delete(question.id) and c.store.messages(c.conversation_id) == []
     assert seen("conversation_shown")[-1][0].messages == ()
+
+
+def test_a_new_version_that_fails_before_any_text_gives_its_place_back_to_the_one_before(loaded, qtbot, monkeypatch):
+    from app.core.errors import QuickdraftError
+    from app.gui.runtime.worker import EngineWorker
+
+    c, seen = loaded()
+    c.send_message("hello")
+    wait_idle(qtbot, c)
+    question, first = c.store.messages(c.conversation_id)
+
+    def fail(self, engine, request):
+        raise QuickdraftError("the engine failed")
+
+    monkeypatch.setattr(EngineWorker, "_stream", fail)
+    assert c.regenerate()
+    wait_idle(qtbot, c)
+    assert [m.id for m in c.store.messages(c.conversation_id)] == [question.id, first.id]
+    assert c.store.messages(c.conversation_id)[1].versions == 1   # the failed version is gone
+    shown = seen("conversation_shown")[-1][0]
+    assert [m.id for m in shown.messages] == [question.id, first.id]   # the view shows the first answer again
+    assert seen.notices("error")[-1] == "the engine failed"
