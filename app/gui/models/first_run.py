@@ -115,6 +115,7 @@ class FirstRunPanel(QWidget):
                       f"{format_bytes(pair.download_size)} to download · needs about {pair.expected_memory_gb:.1f} GB: "
                       f"{html.escape(fit.verdict)}{fast}<br>{how}</span>")
         text.setToolTip(fit.detail)
+        text.setWordWrap(True)   # unwrapped, its long line made the panel wider than a 1000 px window's chat
         button = QPushButton("Download")
         button.setObjectName("primary")
         button.clicked.connect(lambda: self.download_pair(pair))

@@ -151,3 +151,14 @@ def test_each_pair_says_the_speed_to_expect_where_the_cores_are_known(qtbot, pat
     qtbot.addWidget(panel)
     texts = [label.text() for label in panel.findChildren(QLabel)]
     assert any("tokens/s here before drafting" in text for text in texts)
+
+
+def test_the_offers_wrap_to_fit_a_1000_px_windows_chat_column(qtbot, paths):
+    """At 1000x700 the chat column is about 400 px: the offers' long lines ran past it, the Download
+    buttons off screen."""
+    from app.models.catalog import load_catalog
+
+    two_cores = MachineMemory(16 * 10**9, 12 * 10**9, False, None, None, cpu_cores=2)
+    panel = FirstRunPanel(paths, machine=two_cores, catalog=load_catalog())
+    qtbot.addWidget(panel)
+    assert panel.download_buttons and panel.minimumSizeHint().width() <= 400
