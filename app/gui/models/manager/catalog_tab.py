@@ -18,7 +18,6 @@ from app.gui.widgets.plain import plain_label
 from app.models.catalog import NEED_PHRASES, CatalogPair
 from app.models.diskspace import format_bytes
 from app.models.download import DownloadJob
-from app.models.recommend import pair_speed
 from app.models.registry import InstalledModel
 
 
@@ -133,7 +132,7 @@ class CatalogTab(QWidget):
         suits = pair.suits_text
         lines.append(f"Expected memory {pair.expected_memory_gb:.1f} GB at {pair.context:,} tokens: "
                      f"{fit.verdict}, {fit.detail}." + (f" {suits[:1].upper()}{suits[1:]}." if suits else ""))
-        speed = pair_speed(pair, self.session.machine)
+        speed = self.session.speed(pair)
         if speed is not None:   # the first-run panel leaves out the pairs too slow here; this list has them all
             lines.append(f"Speed: {speed.describe()} ({speed.verdict}).")
         self.details.setText("\n".join(lines))
