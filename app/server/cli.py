@@ -19,7 +19,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    help=f"require 'Authorization: Bearer KEY' on every route but /health (or set {API_KEY_ENV})")
     p.add_argument("--parallel", "-np", type=int, default=4,
                    help="requests answered at once, each in a slot with its own cache and drafting (4, as LM "
-                        "Studio); a slot's contexts are made when a request first needs it")
+                        "Studio); the slots are made as the server starts, as many as fit")
     p.add_argument("--queue", type=int, default=8,
                    help="requests that may wait while all slots answer; more get 429 with Retry-After (8)")
     p.add_argument("--log-requests", action="store_true", help="print one line per HTTP request")
@@ -59,7 +59,7 @@ def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
     try:
         pair = jobs.start()
         draft = f" drafting with {pair.draft_file}" if pair.draft_file else ""
-        print(f"serving {args.alias or pair.model_id}{draft} (context {pair.n_ctx}, {args.parallel} at once) at "
+        print(f"serving {args.alias or pair.model_id}{draft} (context {pair.n_ctx}, {jobs.parallel} at once) at "
               f"{server.url}/v1 -- Ctrl-C stops",
               file=sys.stderr, flush=True)
         server.run()

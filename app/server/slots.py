@@ -2,7 +2,8 @@
 own thread, ThreadedJobs, or the window's, HostedJobs).
 
 A slot is an engine of its own on the same loaded models (``Engine.another_slot``: its own KV cache and
-drafting contexts, the pair's learned costs shared), opened when a request needs it, up to ``--parallel``.
+drafting contexts, the pair's learned costs shared): ``quickdraft serve`` opens its ``--parallel`` slots
+as it starts, the window's server when a client first needs one.
 The thread takes one step (one event: a round of drafting and verification, a chunk of prompt read) of
 every busy slot in turn, so a short answer is not held behind a long one, and each slot drafts and
 verifies for itself. A request goes to the free slot whose cache it continues, so a client that comes
@@ -110,6 +111,12 @@ class SlotPool:
 
     def next_task(self) -> int:
         return next(self._tasks)
+
+    def open_all(self) -> None:
+        """Open every slot now (as llama-server allocates its slots at start): the first burst of
+        requests does not wait for contexts to be made; those that do not fit are said at once."""
+        while len(self.slots) < self.limit and self._open() is not None:
+            pass
 
     def _open(self) -> Slot | None:
         """A new slot, or None (and no more tried) when its contexts do not fit."""
@@ -262,6 +269,8 @@ class ThreadedJobs(SlotJobs):
             self._ready.set()
             return
         self._pool = SlotPool(self._engine.another_slot, self.parallel, first=self._engine)
+        self._pool.open_all()
+        self.parallel = self._pool.limit   # as many as fit
         self._ready.set()
         try:
             while self._turn():
