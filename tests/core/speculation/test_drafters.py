@@ -125,3 +125,49 @@ def test_a_drafter_names_its_kind():
     assert PromptLookupDrafter.name == DrafterKind.LOOKUP
     assert DraftModelDrafter.name == DrafterKind.MODEL
     assert LookupThenModelDrafter.name == DrafterKind.LOOKUP_MODEL
+
+
+def test_lookup_drafts_the_follower_most_earlier_occurrences_had():
+    """Every occurrence counts, not the latest alone: after 1 2 the text went 3 twice, 4 once."""
+    lookup = PromptLookupDrafter(ngram_max=2)
+    lookup.prepare([1, 2, 3, 1, 2, 3, 1, 2, 4, 1, 2], FIXED)
+    assert lookup.propose([1, 2, 3, 1, 2, 3, 1, 2, 4, 1, 2], 1) == [(3, LookupMatch(2, in_prompt=False))]
+
+
+def test_lookup_breaks_a_tie_of_followers_by_the_prompt_then_the_latest():
+    prompt = [7, 1, 2, 3]
+    lookup = PromptLookupDrafter(ngram_max=2)
+    lookup.prepare(prompt, FIXED)
+    context = prompt + [1, 2, 5, 1, 2]        # 1 2 went on 3 in the prompt, 5 in the answer: the prompt's
+    assert lookup.propose(context, 1) == [(3, LookupMatch(2, in_prompt=True))]
+
+
+def test_lookup_chains_its_draft_through_the_text_past_the_copied_passage():
+    """Each drafted token is looked up again with the ones drafted before it: a copy that holds goes
+    on with a longer match, and one that reaches a passage shown elsewhere follows it."""
+    prompt = [10, 11, 12, 13, 20, 21, 22, 23, 24, 25, 12, 13, 30, 31]
+    lookup = PromptLookupDrafter(ngram_max=4)
+    lookup.prepare(prompt, FIXED)
+    proposed = lookup.propose(prompt + [10, 11], 8)
+    assert [t for t, _ in proposed] == [12, 13, 20, 21, 22, 23, 24, 25]
+    assert [m.length for _, m in proposed][:4] == [2, 3, 4, 4]
+    assert all(m.in_prompt for _, m in proposed)
+
+
+def test_lookup_drafts_what_find_copies_where_the_text_repeats_nothing_else():
+    """Where each n-gram has one follower the chained draft is the contiguous copy of the match."""
+    rng = random.Random(3)
+    prompt = rng.sample(range(1000), 200)            # no token repeats: one occurrence per n-gram
+    lookup = PromptLookupDrafter()
+    lookup.prepare(prompt, FIXED)
+    context = prompt + prompt[50:60]
+    n, copied = lookup.find(context, 16)
+    assert n == 10 and [t for t, _ in lookup.propose(context, 16)] == copied == prompt[60:76]
+
+
+def test_lookup_draft_asks_the_policy_token_by_token():
+    prompt = [1, 2, 3, 4, 5, 6]
+    lookup = PromptLookupDrafter(ngram_max=3)
+    lookup.prepare(prompt, FIXED)
+    draft = lookup.draft(prompt + [1, 2], 3, FIXED, None)
+    assert draft.tokens == [3, 4, 5] and [m.length for m in draft.scores] == [2, 3, 3]
