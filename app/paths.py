@@ -37,6 +37,11 @@ class AppPaths:
     def profiles_dir(self) -> Path:
         return self.cache_dir / "profiles"
 
+    @property
+    def states_dir(self) -> Path:
+        """Cache states kept between conversations (app/core/llama/state_cache.py)."""
+        return self.cache_dir / "states"
+
     def ensure(self) -> "AppPaths":
         for d in (self.config_dir, self.data_dir, self.cache_dir, self.models_dir):
             d.mkdir(parents=True, exist_ok=True)

@@ -51,9 +51,7 @@ def well_behaved(url: str, until: float, latencies: list[float], kinds: Counter)
         while time.perf_counter() < until:
             started = time.perf_counter()
             try:
-                with client.stream("POST", url + "/v1/chat/completions", json=BODY) as response:
-                    for _ in response.iter_lines():
-                        pass
+                response = _streamed(client, url)
                 kinds[f"good {response.status_code}"] += 1
                 if response.status_code == 200:
                     latencies.append(time.perf_counter() - started)
@@ -61,6 +59,41 @@ def well_behaved(url: str, until: float, latencies: list[float], kinds: Counter)
                     time.sleep(0.2)   # 429: the queue is full; back off a little as a client would
             except httpx.HTTPError as exc:
                 kinds[f"good {type(exc).__name__}"] += 1
+
+
+def _streamed(client: httpx.Client, url: str) -> httpx.Response:
+    """One streamed answer read to its end. A keep-alive connection the server closed while it sat idle
+    (its header deadline) is opened again once, as the openai SDK and browsers do. The close can meet the
+    request on the wire two ways: the server shuts the socket before the request lands ("without sending
+    a response") or after, and its kernel answers the request with a reset (a ReadError). Either way no
+    response header came back, so the request never reached the application and sending it again repeats
+    nothing. A failure after the headers is the server's and is counted."""
+    try:
+        return _stream_once(client, url)
+    except _NoResponse:
+        pass
+    try:
+        return _stream_once(client, url)
+    except _NoResponse as again:
+        raise again.__cause__
+
+
+class _NoResponse(Exception):
+    """The connection failed before any response header arrived."""
+
+
+def _stream_once(client: httpx.Client, url: str) -> httpx.Response:
+    context = client.stream("POST", url + "/v1/chat/completions", json=BODY)
+    try:
+        response = context.__enter__()
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+        raise _NoResponse from exc
+    try:
+        for _ in response.iter_lines():
+            pass
+    finally:
+        context.__exit__(None, None, None)
+    return response
 
 
 def dropper(url: str, until: float, kinds: Counter) -> None:

@@ -193,10 +193,10 @@ def _add_serve(sub) -> None:
 
 
 def cmd_serve(args) -> int:
-    from app.server.cli import serve
+    from app.server.cli import serve, states_config
 
     def load():  # on the server's engine thread; the auto policy learns the machine's costs as it answers
-        return load_engine(args)
+        return load_engine(args, states_config(args))
 
     return serve(args, load, _speculation(args), _chosen_drafter(args))
 

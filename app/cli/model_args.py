@@ -6,14 +6,15 @@ from __future__ import annotations
 import sys
 
 
-def load_engine(args):
-    """The pair the arguments name, loaded, with its warnings on stderr (costs kept in the profiles folder)."""
+def load_engine(args, states=None):
+    """The pair the arguments name, loaded, with its warnings on stderr (costs kept in the profiles folder;
+    cache states between conversations in ``states``, a StatesConfig, when given)."""
     from app.core.speculation.costmodel import ProfileStore
     from app.core.engine import Engine
     from app.paths import app_paths
 
     main, draft = model_params(args)
-    engine = Engine.load(main, draft, profile_store=ProfileStore(app_paths().profiles_dir))
+    engine = Engine.load(main, draft, profile_store=ProfileStore(app_paths().profiles_dir), states=states)
     for warning in engine.pair.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if engine.pair.other_vocabulary is not None:

@@ -20,13 +20,16 @@ from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, read_gguf_in
 from app.core.gguf.pair_check import check_pair, vocabulary_differences
 from app.core.gguf.shared_vocab import shared_vocabulary
 from app.core.llama import binding as llama, devices, dflash, eagle3, mtp
+from app.core.llama.special import eog_tokens, fim_tokens, special_piece
+from app.core.lm import FimTokens
 from app.core.llama.placement import footprint, plan_gpu_layers, resolved
+from app.core.llama.state_cache import StateCache
 from app.core.llama.ram import total_memory_bytes
 from app.core.frontdoor import GenerationRequest, LoadedPair
 from app.core.pair_costs import PairCosts
-from app.core.params import AUTO, DrafterKind, ModelParams, PolicyName, SpeculationParams
+from app.core.params import AUTO, DrafterKind, ModelParams, PolicyName, SpeculationParams, StatesConfig
 from app.core.speculation.acceptance import AcceptanceModel
-from app.core.speculation.costmodel import ProfileStore
+from app.core.speculation.costmodel import ProfileStore, model_identity
 from app.core.speculation.crossvocab import CrossVocabDrafter
 from app.core.speculation.drafters import (BlockDrafter, DraftModelDrafter, Drafter, HeadDrafter, LookupThenModelDrafter,
                                           PromptLookupDrafter)
@@ -62,17 +65,21 @@ class Engine:
         # context is made on the main one when it first drafts
         self.drafter_file = drafter_file
         self._heads: dict[DrafterKind, "mtp.ChainingHead | mtp.AssistantHead | dflash.DFlashHead"] = {}   # by kind
+        self.states: StatesConfig | None = None    # cache states kept between conversations (Engine.load)
+        self._state_caches: dict[str, StateCache] = {}
 
     # --- loading -------------------------------------------------------------------------------
 
     @classmethod
     def load(cls, main: ModelParams, draft: ModelParams | None = None,
-             profile_store: ProfileStore | None = None, cancelled: Callable[[], bool] | None = None) -> "Engine":
+             profile_store: ProfileStore | None = None, cancelled: Callable[[], bool] | None = None,
+             states: "StatesConfig | None" = None) -> "Engine":
         """Check the files, then load the main model and the draft. Raises QuickdraftError
         subclasses with a message for the user; nothing stays loaded after a failure.
         ``profile_store`` keeps cost profiles between runs (else they live as long as the engine).
         A main model that carries MTP layers is loaded with them, so that it can draft for itself.
-        ``cancelled``, asked as llama.cpp reads the files, cuts the load short (LoadCancelledError)."""
+        ``cancelled``, asked as llama.cpp reads the files, cuts the load short (LoadCancelledError).
+        ``states``: where cache states are kept between conversations (state_cache.py; None: nowhere)."""
         main_info, draft_info, warnings = read_pair(main.path, draft.path if draft else None)
         if main_info.mtp_layers:
             main = dataclasses.replace(main, load_mtp=True)
@@ -95,8 +102,10 @@ class Engine:
             for obj in reversed(loaded):
                 obj.close()
             raise
-        return cls(main_session, main_info, draft_session, draft_info, warnings, main, draft, profile_store,
-                   drafter_file)
+        engine = cls(main_session, main_info, draft_session, draft_info, warnings, main, draft, profile_store,
+                     drafter_file)
+        engine.states = states
+        return engine
 
     @functools.cached_property
     def pair(self) -> LoadedPair:
@@ -154,8 +163,17 @@ class Engine:
             self._last_prompt = (key, dataclasses.replace(rendered, thinking=self._thinking_after(rendered.tokens)))
         return self._last_prompt[1]
 
-    def tokenize(self, text: str) -> list[int]:
-        return self.main.model.tokenize(text, add_special=True, parse_special=True)
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return self.main.model.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def pieces(self, tokens: Sequence[int]) -> list[bytes]:
+        return [special_piece(self.main.model.vocab, token) for token in tokens]
+
+    def fim_tokens(self) -> FimTokens:
+        return fim_tokens(self.main.model.vocab)
+
+    def eog_tokens(self) -> list[int]:
+        return eog_tokens(self.main.model.vocab)
 
     def generate(self, request: GenerationRequest) -> Iterator[Event]:
         """Generate an answer to the request's messages (or to its raw prompt tokens), yielding a
@@ -164,8 +182,10 @@ class Engine:
         chat = self.prompt(request.messages, request.template_variables) if request.prompt is None else None
         tokens = list(request.prompt) if chat is None else list(chat.tokens)
         thinking = self._thinking_after(tokens) if chat is None else chat.thinking
-        if request.empty_cache:
+        if request.empty_cache:   # the prompt is read from scratch: no state is put back either
             self.forget_cache()
+        else:
+            self._resume(tokens)
         chosen = self._drafter(request.drafter)
         policy = self._policy(request.speculation, chosen)
         spelled = {**(spelled_markers(self.main.model, thinking) if thinking else {}),
@@ -188,6 +208,23 @@ class Engine:
             untimed = uses_model and policy.costs.draft_step_s is None
             events = self.costs.keep_what_is_learned(events, policy.costs, tokens[-1:] if untimed else None)
         return events
+
+    def _resume(self, tokens: list[int]) -> None:
+        """Before the prompt is read: keep the cache of a conversation the prompt leaves, and put back
+        a saved one the prompt continues (state_cache.py), for the main model and a draft of its
+        vocabulary. Not while a head drafts: it needs the main model's hidden states for every
+        position, and a state put back brings none."""
+        if self.states is None or self._heads:
+            return
+        sessions = [("main", self.main, self.main_params)]
+        if self.draft is not None and self.shared_vocab is None:
+            sessions.append(("draft", self.draft, self.draft_params))
+        for name, session, params in sessions:
+            if name not in self._state_caches:
+                identity = {**model_identity(params.path), "n_ctx": session.n_ctx, "n_batch": params.n_batch,
+                            "load_mtp": params.load_mtp}
+                self._state_caches[name] = StateCache(self.states.folder, identity, self.states.max_bytes)
+            self._state_caches[name].switch(session, tokens)
 
     def _threads(self) -> tuple[int, int]:
         """How many threads each model decodes with now (learned unless the user gave the count:

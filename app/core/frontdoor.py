@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from app.core.chat.prompt import Message, Prompt
 from app.core.chat.reasoning import ThinkingFormat
+from app.core.lm import FimTokens
 from app.core.params import DEFAULT_DRAFTER, DrafterKind, SamplingParams, SpeculationParams
 from app.core.speculation.events import Event
 
@@ -107,8 +108,18 @@ class AnswerEngine(Protocol):
         """``messages`` as prompt tokens with the main model's chat template (``prefill``: text that
         begins the answer); raises QuickdraftError where the engine cannot render prompts."""
 
-    def tokenize(self, text: str) -> list[int]:
-        """A raw prompt text as tokens, control-token text read as control tokens."""
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """A raw prompt text as tokens: ``add_special`` adds the model's BOS where it wants one,
+        ``parse_special`` reads control-token text as control tokens."""
+
+    def pieces(self, tokens: Sequence[int]) -> list[bytes]:
+        """Each token's bytes, control tokens rendered as their text (llama-server's /detokenize)."""
+
+    def fim_tokens(self) -> FimTokens:
+        """The main model's fill-in-the-middle tokens (llama-server's /infill)."""
+
+    def eog_tokens(self) -> list[int]:
+        """The main model's end-of-generation tokens (llama-server's ignore_eos bans them)."""
 
     def thinking_format(self, variables: Mapping[str, Any] | None = None) -> ThinkingFormat | None:
         """How the answer's text marks reasoning with these template variables (None: no thinking)."""

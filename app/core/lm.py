@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -54,3 +55,23 @@ def prefill(session: Session, tokens: Sequence[int]) -> np.ndarray:
     keep = min(common_prefix_length(session.cached, tokens), len(tokens) - 1)
     session.truncate(keep)
     return session.eval(tokens[keep:], all_logits=False)[-1]
+
+
+FIM_ROLES = ("prefix", "suffix", "middle")   # the three a model must have to fill in the middle
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    """A model's fill-in-the-middle tokens; ``repo`` and ``sep`` (repository-level FIM, as
+    Qwen2.5-Coder's <|repo_name|> and <|file_sep|>) are None where the model has none."""
+
+    prefix: int | None
+    suffix: int | None
+    middle: int | None
+    repo: int | None = None
+    sep: int | None = None
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """The roles of FIM_ROLES this model has no token for (empty: it can fill in the middle)."""
+        return tuple(role for role in FIM_ROLES if getattr(self, role) is None)

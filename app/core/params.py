@@ -10,6 +10,7 @@ import math
 import numbers
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 
 from app.core.errors import InvalidParameterError
 
@@ -89,6 +90,8 @@ class SamplingParams:
     seed: int | None = None  # None = a fresh random seed each generation
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
+    # (token id, bias) pairs added to the main model's logits before any filter; -inf bans the token
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         _require("temperature", self.temperature, _finite(self.temperature) and self.temperature >= 0,
@@ -100,6 +103,8 @@ class SamplingParams:
                  "must be 0 or more (or left out for a random seed)")
         _require("max_tokens", self.max_tokens, _integer(self.max_tokens) and self.max_tokens >= 1,
                  "must be at least 1")
+        _require("logit_bias", self.logit_bias, all(_integer(t) and t >= 0 and _bias(b) for t, b in self.logit_bias),
+                 "must pair token ids (0 or more) with finite biases or -inf")
 
     @property
     def greedy(self) -> bool:
@@ -195,5 +200,18 @@ def _finite(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _bias(value) -> bool:
+    return _finite(value) or value == -math.inf
+
+
 def _integer(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class StatesConfig:
+    """Where cache states are kept between conversations (app/core/llama/state_cache.py) and how many
+    bytes they may take (0: none kept)."""
+
+    folder: Path
+    max_bytes: int

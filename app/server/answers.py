@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 
 from app.core.chat.messages import check_messages
-from app.core.chat.prompt import needs_template
+from app.core.chat.prompt import Prompt, needs_template
 from app.core.chat.reasoning import REASONING, ThinkingFormat, ReasoningSplitter
 from app.core.chat.toolcalls import CALL, CONTENT, ToolCall, ToolCallStream
 from app.core.chat.tools import (CALL_SPANS, MARKERS, ToolFormat, ToolSupport, call_opening, template_messages,
@@ -47,9 +47,9 @@ class AnswerPlan:
         return self.thinking is None and self.tools is None and not self.prefill
 
 
-def chat_prompt(engine: AnswerEngine, request: ApiRequest) -> tuple[list[int], AnswerPlan]:
-    """The prompt tokens of a chat request and how to read its answer. Raises ApiError (400) for tools
-    the model's template cannot take, QuickdraftError for messages or a template that fail."""
+def chat_prompt(engine: AnswerEngine, request: ApiRequest) -> tuple[Prompt, AnswerPlan]:
+    """The prompt of a chat request (its tokens and text) and how to read its answer. Raises ApiError
+    (400) for tools the model's template cannot take, QuickdraftError for messages or a template that fail."""
     template, model_name = engine.pair.chat_template, engine.pair.model_id
     choice = request.tools
     active = choice is not None and choice.mode != "none"
@@ -63,16 +63,16 @@ def chat_prompt(engine: AnswerEngine, request: ApiRequest) -> tuple[list[int], A
     if active:
         variables["tools"] = [dict(t) for t in choice.tools]
     chat = engine.prompt(messages, variables)
-    tokens, thinking = list(chat.tokens), chat.thinking
+    thinking = chat.thinking
     if not active:
-        return tokens, AnswerPlan(thinking)
+        return chat, AnswerPlan(thinking)
     prefill: list[tuple[str, bool]] = []
     if choice.mode in ("required", "function"):
         if thinking is not None and thinking.starts_open:
             prefill.append((thinking.end + "\n\n", True))
         prefill += call_opening(support.format, template, choice.name)
-        tokens = list(engine.prompt(messages, variables, prefill).tokens)
-    return tokens, AnswerPlan(thinking, support.format, choice.tools, choice.parallel,
+        chat = engine.prompt(messages, variables, prefill)
+    return chat, AnswerPlan(thinking, support.format, choice.tools, choice.parallel,
                               "".join(text for text, _ in prefill), MARKERS[support.format],
                               CALL_SPANS[support.format])
 

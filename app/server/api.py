@@ -13,9 +13,11 @@ from typing import Any
 
 from app.core.errors import InvalidParameterError
 from app.core.params import SamplingParams
+from app.server.errors import ApiError
+from app.server.fields import logit_bias, n_predict, refuse_unsupported, text_biases
 
 # llama-server's defaults for what a request leaves out (the OpenAI API has no top_k or min_p)
-DEFAULT_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
+DEFAULT_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, max_tokens=1 << 30)
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")    # OpenAI's rule, and dots (gpt-oss's built-in tools)
 TOOL_CHOICES = ("auto", "none", "required")
@@ -26,26 +28,7 @@ MAX_STOP_STRINGS = 4
 MAX_TOOLS = 1024                  # OpenAI allows 128; each tool is checked, protected and rendered per request
 RANDOM_SEED = -1                  # llama-server's "seed": -1: a fresh random seed
 MAX_TOKENS_LIMIT = 2**31 - 1      # llama-server's n_predict is a 32-bit integer
-
-
-class ApiError(Exception):
-    """An error a client gets as an OpenAI error object with an HTTP status."""
-
-    def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None, retry_after: int | None = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.param = param
-        self.code = code
-        self.retry_after = retry_after
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
+NO_LIMIT = DEFAULT_SAMPLING.max_tokens   # max_tokens when a request sets none: the context is the limit
 
 
 @dataclass(frozen=True)
@@ -66,56 +49,62 @@ class ToolChoice:
 class ApiRequest:
     """What one request asks the engine for: chat messages, or a completion prompt (text or ids)."""
 
-    kind: str                                  # "chat" | "completion"
+    kind: str                                  # "chat" | "completion" | "infill"
     sampling: SamplingParams
     messages: tuple[dict, ...] = ()
-    prompt_text: str | None = None
-    prompt_ids: tuple[int, ...] | None = None
+    # completion: llama-server's prompt, text parts and token ids in order (a string is one part)
+    prompt: tuple[str | int, ...] = ()
     stream: bool = False
     include_usage: bool = False
     timings_per_token: bool = False
     tools: ToolChoice | None = None                               # chat: tools the model may call
     template_variables: dict = field(default_factory=dict)        # chat: further names for the chat template
+    infill: Any = None                       # infill: the FIM request's parts (native_api.Infill)
+    cache_prompt: bool = True                # False: the prompt is decoded whole, as llama-server's cache_prompt
+    bias_texts: tuple[tuple[str, float], ...] = ()   # logit_bias given as texts: each of their tokens is biased
+    ignore_eos: bool = False                 # llama-server's: end-of-generation tokens are banned
 
 
 def parse_chat(body: Any) -> ApiRequest:
-    body = _object(body)
-    _check_model(body)
+    body = json_object(body)
+    check_model(body)
     messages = _messages(body.get("messages"))
     _check_response_format(body)
-    return ApiRequest("chat", _sampling(body), messages=messages, tools=_tool_choice(body),
-                             template_variables=_template_variables(body), **_delivery(body))
+    return ApiRequest("chat", sampling_from(body), messages=messages, tools=_tool_choice(body),
+                             template_variables=_template_variables(body), **delivery_from(body))
 
 
 def parse_completion(body: Any) -> ApiRequest:
-    body = _object(body)
-    _check_model(body)
-    text, ids = _prompt(body.get("prompt"))
+    body = json_object(body)
+    check_model(body)
+    prompt = prompt_parts(body.get("prompt"))
     _check_response_format(body)
-    return ApiRequest("completion", _sampling(body), prompt_text=text, prompt_ids=ids, **_delivery(body))
+    return ApiRequest("completion", sampling_from(body), prompt=prompt, **delivery_from(body))
 
 
-def _object(body: Any) -> dict:
+def json_object(body: Any) -> dict:
     if not isinstance(body, dict):
         raise ApiError(400, "The request body must be a JSON object.")
     return body
 
 
-def _check_model(body: dict) -> None:
+def check_model(body: dict) -> None:
     """Any name is the loaded pair (see the module docstring); a name that is not a string is a 400."""
-    _field(body, "model", str, "a string")
+    field_value(body, "model", str, "a string")
 
 
-def _sampling(body: dict) -> SamplingParams:
+def sampling_from(body: dict) -> SamplingParams:
+    """The sampling a body asks for; a field Quickdraft does not run is refused (fields.py)."""
     d = DEFAULT_SAMPLING
-    n = _field(body, "n", int, "an integer")
+    refuse_unsupported(body)
+    n = field_value(body, "n", int, "an integer")
     if n is not None and n != 1:
         raise ApiError(400, "Only n = 1 is supported.", param="n")
-    max_tokens = _field(body, "max_completion_tokens", int, "an integer")
-    max_tokens = _field(body, "max_tokens", int, "an integer", max_tokens)
+    max_tokens = field_value(body, "max_completion_tokens", int, "an integer")
+    max_tokens = n_predict(body, field_value(body, "max_tokens", int, "an integer", max_tokens))
     if max_tokens is not None and max_tokens > MAX_TOKENS_LIMIT:
         raise ApiError(400, f"'max_tokens' must be at most {MAX_TOKENS_LIMIT}; got {max_tokens}.", param="max_tokens")
-    seed = _field(body, "seed", int, "an integer")
+    seed = field_value(body, "seed", int, "an integer")
     try:
         return SamplingParams(
             temperature=_ranged(body, "temperature", d.temperature, 0.0, 2.0),
@@ -123,19 +112,24 @@ def _sampling(body: dict) -> SamplingParams:
             min_p=_ranged(body, "min_p", d.min_p, 0.0, 1.0),
             top_k=_counted(body, "top_k", d.top_k, minimum=0),
             seed=None if seed == RANDOM_SEED else seed,
-            max_tokens=_positive(max_tokens, "max_tokens") if max_tokens is not None else 1 << 30,
+            max_tokens=positive(max_tokens, "max_tokens") if max_tokens is not None else NO_LIMIT,
             stop=_stop(body.get("stop")),
+            logit_bias=logit_bias(body),
         )
     except InvalidParameterError as exc:   # a value out of the engine's range is the client's error
         raise ApiError(400, f"'{exc.name}' {exc.problem}.", param=exc.name) from None
 
 
-def _delivery(body: dict) -> dict:
-    options = _field(body, "stream_options", dict, "an object") or {}
+def delivery_from(body: dict) -> dict:
+    """How the answer goes out (streamed or not, usage, timings), and what of the sampling the engine's
+    thread turns into tokens: logit_bias's texts, ignore_eos."""
+    options = field_value(body, "stream_options", dict, "an object") or {}
     return {
-        "stream": bool(_field(body, "stream", bool, "true or false", False)),
-        "include_usage": bool(_field(options, "include_usage", bool, "true or false", False)),
-        "timings_per_token": bool(_field(body, "timings_per_token", bool, "true or false", False)),
+        "bias_texts": text_biases(body),
+        "ignore_eos": bool(field_value(body, "ignore_eos", bool, "true or false", False)),
+        "stream": bool(field_value(body, "stream", bool, "true or false", False)),
+        "include_usage": bool(field_value(options, "include_usage", bool, "true or false", False)),
+        "timings_per_token": bool(field_value(body, "timings_per_token", bool, "true or false", False)),
     }
 
 
@@ -189,10 +183,10 @@ def _tool_call(call: Any, param: str) -> dict:
 
 def _tool_choice(body: dict) -> ToolChoice | None:
     """``tools``, ``tool_choice`` and ``parallel_tool_calls``; None when the request has no tools."""
-    tools = _field(body, "tools", list, "an array of tools") or []
+    tools = field_value(body, "tools", list, "an array of tools") or []
     if len(tools) > MAX_TOOLS:
         raise ApiError(400, f"'tools' may hold at most {MAX_TOOLS} tools; got {len(tools)}.", param="tools")
-    parallel = _field(body, "parallel_tool_calls", bool, "true or false", True)
+    parallel = field_value(body, "parallel_tool_calls", bool, "true or false", True)
     choice = body.get("tool_choice")
     checked = tuple(_tool(tool, f"tools[{i}]") for i, tool in enumerate(tools))
     names = [t["function"]["name"] for t in checked]
@@ -247,18 +241,18 @@ def _tool(tool: Any, param: str) -> dict:
 def _template_variables(body: dict) -> dict:
     """What the request tells the chat template: ``chat_template_kwargs`` (any names), and the
     switches ``enable_thinking`` and ``reasoning_effort`` (gpt-oss's templates read it)."""
-    variables = dict(_field(body, "chat_template_kwargs", dict, "an object") or {})
+    variables = dict(field_value(body, "chat_template_kwargs", dict, "an object") or {})
     reserved = [name for name in RESERVED_TEMPLATE_NAMES if name in variables]
     if reserved:
         raise ApiError(400, f"'chat_template_kwargs' may not set {', '.join(reserved)}: the server sets "
                        f"{'it' if len(reserved) == 1 else 'them'}.", param="chat_template_kwargs")
-    thinking = _field(body, "enable_thinking", bool, "true or false")
+    thinking = field_value(body, "enable_thinking", bool, "true or false")
     if thinking is not None:
         variables["enable_thinking"] = thinking
     if "enable_thinking" in variables and not isinstance(variables["enable_thinking"], bool):
         raise ApiError(400, "'chat_template_kwargs.enable_thinking' must be true or false.",
                        param="chat_template_kwargs")
-    effort = _field(body, "reasoning_effort", str, "a string")
+    effort = field_value(body, "reasoning_effort", str, "a string")
     if effort is not None:
         if effort not in REASONING_EFFORTS:
             raise ApiError(400, f"'reasoning_effort' must be one of {', '.join(REASONING_EFFORTS)}; got {effort!r:.40}.",
@@ -270,7 +264,7 @@ def _template_variables(body: dict) -> dict:
 def _check_response_format(body: dict) -> None:
     """Only plain text: a JSON schema would need a grammar over the main model's distribution while
     drafts are verified (else speculation would no longer give the main model's own answer)."""
-    value = _field(body, "response_format", dict, "an object")
+    value = field_value(body, "response_format", dict, "an object")
     if value is None or value.get("type") == "text":
         return
     raise ApiError(400, f"'response_format' of type {value.get('type')!r:.40} is not supported: Quickdraft answers in "
@@ -286,17 +280,23 @@ def _content(content: Any, param: str) -> str:
     raise ApiError(400, f"'{param}' must be a string or an array of text parts.", param=param)
 
 
-def _prompt(value: Any) -> tuple[str | None, tuple[int, ...] | None]:
+def prompt_parts(value: Any) -> tuple[str | int, ...]:
+    """One prompt as llama-server takes it: a string, token ids, or text and ids mixed in one array
+    (a batch of one prompt is that prompt); its parts in order."""
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
         value = value[0]  # a batch of one prompt
     if isinstance(value, str):
         if not value:
             raise ApiError(400, "'prompt' is empty.", param="prompt")
-        return value, None
-    if isinstance(value, list) and value and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
-        return None, tuple(value)
-    raise ApiError(400, "'prompt' must be a string or an array of token ids (one prompt per request).",
-                   param="prompt")
+        return (value,)
+    if isinstance(value, list) and value and all(_is_part(p) for p in value):
+        return tuple(value)
+    raise ApiError(400, "'prompt' must be a string, an array of token ids, or one array mixing strings and token "
+                   "ids (one prompt per request).", param="prompt")
+
+
+def _is_part(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def _stop(value: Any) -> tuple[str, ...]:
@@ -309,7 +309,7 @@ def _stop(value: Any) -> tuple[str, ...]:
     raise ApiError(400, f"'stop' must be a string or an array of at most {MAX_STOP_STRINGS} strings.", param="stop")
 
 
-def _field(body: dict, name: str, kind: type, described: str, default: Any = None) -> Any:
+def field_value(body: dict, name: str, kind: type, described: str, default: Any = None) -> Any:
     """``body[name]`` if it has the right JSON type (null counts as absent), else a 400."""
     value = body.get(name)
     if value is None:
@@ -321,20 +321,20 @@ def _field(body: dict, name: str, kind: type, described: str, default: Any = Non
 
 
 def _ranged(body: dict, name: str, default: float, low: float, high: float) -> float:
-    value = _field(body, name, (int, float), "a number", default)
+    value = field_value(body, name, (int, float), "a number", default)
     if not low <= value <= high:
         raise ApiError(400, f"'{name}' must be between {low:g} and {high:g}; got {value}.", param=name)
     return float(value)
 
 
 def _counted(body: dict, name: str, default: int, minimum: int) -> int:
-    value = _field(body, name, int, "an integer", default)
+    value = field_value(body, name, int, "an integer", default)
     if value < minimum:
         raise ApiError(400, f"'{name}' must be at least {minimum}; got {value}.", param=name)
     return value
 
 
-def _positive(value: int, name: str) -> int:
+def positive(value: int, name: str) -> int:
     if value < 1:
         raise ApiError(400, f"'{name}' must be at least 1; got {value}.", param=name)
     return value

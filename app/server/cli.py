@@ -19,6 +19,20 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queue", type=int, default=8,
                    help="requests that may wait while one generates; more get 429 with Retry-After (8)")
     p.add_argument("--log-requests", action="store_true", help="print one line per HTTP request")
+    p.add_argument("--state-cache-mb", type=int, default=2048,
+                   help="disk kept for the caches of conversations left, so that a client coming back reads "
+                        "only its new message (2048; 0 = none)")
+    p.add_argument("--alias", help="the model's name in answers and /v1/models (default: the main file's name)")
+    p.add_argument("--cors-origins", help="origins a browser may call from: * (any), localhost, or a comma-separated "
+                   "list (default: * with --api-key, else localhost)")
+
+
+def states_config(args):
+    """Where the server keeps its clients' conversations' cache states, and how much (--state-cache-mb)."""
+    from app.core.params import StatesConfig
+    from app.paths import app_paths
+
+    return StatesConfig(app_paths().states_dir, max(0, args.state_cache_mb) << 20)
 
 
 def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
@@ -34,11 +48,12 @@ def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
         raise QuickdraftError(f"--queue must not be negative, not {args.queue}")
     jobs = ThreadedJobs(load_engine, speculation, drafter, max_waiting=args.queue)
     # bind before loading, so a taken port or a wrong address fails before minutes of loading
-    server = LocalServer(jobs, args.host, args.port, args.api_key, access_log=args.log_requests)
+    server = LocalServer(jobs, args.host, args.port, args.api_key, access_log=args.log_requests, alias=args.alias,
+                         cors_origins=args.cors_origins)
     try:
         pair = jobs.start()
         draft = f" drafting with {pair.draft_file}" if pair.draft_file else ""
-        print(f"serving {pair.model_id}{draft} (context {pair.n_ctx}) at {server.url}/v1 -- Ctrl-C stops",
+        print(f"serving {args.alias or pair.model_id}{draft} (context {pair.n_ctx}) at {server.url}/v1 -- Ctrl-C stops",
               file=sys.stderr, flush=True)
         server.run()
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down: a normal stop

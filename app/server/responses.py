@@ -68,8 +68,10 @@ def live_timings(live: GenerationStats, speculative: bool) -> dict:
 
 
 def usage(s: Summary) -> dict:
+    """OpenAI's usage, with the prompt tokens read from the cache as llama-server reports them."""
     return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.generated_tokens,
-            "total_tokens": s.prompt_tokens + s.generated_tokens}
+            "total_tokens": s.prompt_tokens + s.generated_tokens,
+            "prompt_tokens_details": {"cached_tokens": s.prompt_tokens - s.prompt_tokens_evaluated}}
 
 
 class ResponseShape:
@@ -103,7 +105,8 @@ class ResponseShape:
     def chunk(self, text: str | None, finish_reason: str | None = None, timings: dict | None = None,
               role: bool = False) -> dict:
         if self.chat:
-            delta = ({"role": "assistant"} if role else {}) | ({"content": text} if text is not None else {})
+            # the role chunk's content is null, as llama-server sends it
+            delta = {"role": "assistant", "content": None} if role else ({"content": text} if text is not None else {})
             body = self._envelope("chat.completion.chunk",
                                   [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}])
         else:

@@ -60,13 +60,14 @@ class LocalServer:
     its own (tests, the window), then ``stop()``."""
 
     def __init__(self, jobs: JobQueue, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                 api_key: str | None = None, access_log: bool = False):
+                 api_key: str | None = None, access_log: bool = False, alias: str | None = None,
+                 cors_origins: str | None = None):
         check_exposure(host, api_key)
         self.jobs = jobs
         self.host = host
         self.socket = bind(host, port)
         self.port = self.socket.getsockname()[1]
-        config = uvicorn.Config(create_app(jobs, api_key), log_level="info" if access_log else "warning",
+        config = uvicorn.Config(create_app(jobs, api_key, alias, cors_origins), log_level="info" if access_log else "warning",
                                 access_log=access_log, lifespan="off", timeout_graceful_shutdown=2,
                                 http=HeaderDeadlineProtocol)   # a deadline for request headers (protocol.py)
         self._server = _Server(config)

@@ -5,6 +5,7 @@ posted to the asyncio loop of the request that asked for it. The engine thread i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import sys
 import threading
@@ -16,11 +17,12 @@ from typing import Callable
 
 from app.core.errors import PromptTooLongError, QuickdraftError
 from app.core.frontdoor import AnswerEngine, GenerationRequest, LoadedPair
-from app.core.params import DEFAULT_DRAFTER, DrafterKind, SpeculationParams
-from app.core.speculation.events import Summary, run_to_summary
+from app.core.params import DEFAULT_DRAFTER, DrafterKind, SamplingParams, SpeculationParams
+from app.core.speculation.events import StopReason, Summary, run_to_summary
 from app.core.speculation.loop import check_prompt_fits
 from app.server.answers import AnswerPlan, chat_prompt
 from app.server.api import ApiError, ApiRequest
+from app.server.infill import infill_tokens, mixed_tokens
 from app.server.metrics import ServerMetrics
 
 RECENT_JOBS = 8   # how many recent generations the Retry-After estimate averages
@@ -29,6 +31,13 @@ RECENT_JOBS = 8   # how many recent generations the Retry-After estimate average
 @dataclass(frozen=True)
 class Failed:
     error: ApiError
+
+
+@dataclass(frozen=True)
+class Done:
+    """What an engine call (``JobQueue.call``) returned."""
+
+    value: object
 
 
 @dataclass(eq=False)
@@ -43,6 +52,11 @@ class Job:
     pair: LoadedPair | None = None  # the pair that answers it: set on the engine thread before Started is posted
     drafting: DrafterKind = DrafterKind.NONE   # who really drafts for it (NONE: nobody), set there too
     plan: AnswerPlan | None = None  # chat: how to read its answer (tools, reasoning), set there too
+    # an engine call instead of a generation: run on the engine's thread, its value posted as Done
+    call: Callable[[AnswerEngine], object] | None = None
+    sampling: SamplingParams | None = None   # the request's, logit_bias's texts made tokens, set there too
+    prompt_text: str = ""           # completion, infill: the prompt as text (control tokens shown), set there too
+    stopping_word: str = ""         # the stop string that ended the answer, set there before the Summary is posted
 
     def post(self, item) -> None:
         try:
@@ -90,7 +104,13 @@ class JobQueue:
 
     # --- requests (the HTTP side's thread) -------------------------------------------------------
 
-    def submit(self, request: ApiRequest, loop: asyncio.AbstractEventLoop) -> Job:
+    def call(self, call: Callable[[AnswerEngine], object], loop: asyncio.AbstractEventLoop) -> Job:
+        """Queue ``call(engine)`` (llama-server's /tokenize, /detokenize, /apply-template) on the engine's
+        thread, where llama.cpp's objects live, behind the same queue and limits as a generation."""
+        return self.submit(None, loop, call)
+
+    def submit(self, request: ApiRequest | None, loop: asyncio.AbstractEventLoop,
+               call: Callable[[AnswerEngine], object] | None = None) -> Job:
         """Queue a generation, or refuse it: 503 while unavailable, 429 when the queue is full."""
         with self._cond:
             if not self.available:
@@ -103,7 +123,7 @@ class JobQueue:
                 raise ApiError(429, f"The server is busy: one request is answered and {len(self._waiting)} are "
                                "waiting. Retry later.", type="rate_limit_error", code="queue_full",
                                retry_after=self._retry_after())
-            job = Job(request, loop)
+            job = Job(request, loop, call=call)
             self._waiting.append(job)
             self._cond.notify_all()
         self._job_waiting()
@@ -147,11 +167,12 @@ class JobQueue:
     def _serve(self, job: Job) -> None:
         started = time.perf_counter()
         try:
-            last = self._generate(job)
+            last = self._run_call(job) if job.call is not None else self._generate(job)
         except Exception as exc:  # a defect, not the client's doing: answer 500, keep serving
             traceback.print_exc(file=sys.stderr)
             last = Failed(ApiError(500, f"Internal error: {type(exc).__name__}: {exc}", type="server_error"))
-        self._durations.append(time.perf_counter() - started)
+        if job.call is None:   # only generations: the Retry-After estimate is about them
+            self._durations.append(time.perf_counter() - started)
         with self._cond:
             self._running = None  # before the last item goes out, so the client's next request finds room
         self._send(job, last)
@@ -160,6 +181,17 @@ class JobQueue:
         if self._observe is not None:
             self._observe(job, item)
         job.post(item)
+
+    def _run_call(self, job: Job) -> Done | Failed:
+        job.pair = self.pair
+        if job.cancel.is_set():
+            return Failed(ApiError(499, "The client closed the request."))
+        try:
+            return Done(job.call(self._engine))
+        except ApiError as exc:
+            return Failed(exc)
+        except QuickdraftError as exc:
+            return Failed(ApiError(400, str(exc)))
 
     def _generate(self, job: Job) -> Summary | Failed:
         """Send the events as they come; return the last item (the Summary, or Failed)."""
@@ -170,32 +202,72 @@ class JobQueue:
         try:
             tokens = self._prompt_tokens(job)
             check_prompt_fits(tokens, self.pair.n_ctx)
+            job.sampling = self._sampling(job.request)
         except PromptTooLongError as exc:
-            param = "messages" if job.request.kind == "chat" else "prompt"
-            return Failed(ApiError(400, str(exc), param=param, code="context_length_exceeded"))
+            return Failed(context_error(job.request.kind, exc))
         except QuickdraftError as exc:
             return Failed(ApiError(400, str(exc)))
         except ApiError as exc:
             return Failed(exc)
         plan = job.plan
-        request = GenerationRequest(prompt=tokens, sampling=job.request.sampling, speculation=self.speculation,
+        if job.request.kind != "chat":   # llama-server's native answers show their prompt
+            job.prompt_text = _text(engine.pieces(tokens))
+        request = GenerationRequest(prompt=tokens, sampling=job.sampling, speculation=self.speculation,
                                     drafter=self.drafter, cancel=job.cancel, spell=plan.spell if plan else (),
-                                    tool_spans=plan.call_spans if plan else None)
+                                    tool_spans=plan.call_spans if plan else None,
+                                    empty_cache=not job.request.cache_prompt)
         summary = run_to_summary(engine.generate(request), lambda event: self._send(job, event))
+        if summary.stop_reason is StopReason.STOP_STRING:
+            job.stopping_word = _stopping_word(summary, _text(engine.pieces(summary.token_ids)),
+                                               job.sampling.stop)
         self.metrics.record(summary)
         return summary
 
     def _prompt_tokens(self, job: Job) -> list[int]:
         engine, request = self._engine, job.request
         if request.kind == "chat":
-            tokens, job.plan = chat_prompt(engine, request)
-            return tokens
-        if request.prompt_ids is not None:
-            bad = [t for t in request.prompt_ids if not 0 <= t < self.pair.n_vocab]
-            if bad:
-                raise QuickdraftError(f"Token id {bad[0]} is outside the vocabulary (0..{self.pair.n_vocab - 1}).")
-            return list(request.prompt_ids)
-        return engine.tokenize(request.prompt_text)
+            prompt, job.plan = chat_prompt(engine, request)
+            return list(prompt.tokens)
+        if request.kind == "infill":
+            return infill_tokens(engine, request.infill, self.pair.n_ctx)
+        return mixed_tokens(engine, request.prompt, add_special=True, parse_special=True)
+
+    def _sampling(self, request: ApiRequest) -> SamplingParams:
+        """The request's sampling with logit_bias's texts as their tokens (llama-server's rule: each
+        token of the text, tokenized without BOS) and, for ignore_eos, the end-of-generation tokens
+        banned (llama-server's way too), checked: every biased token is in the vocabulary, and not
+        every token is banned."""
+        bias = dict(request.sampling.logit_bias)
+        for text, value in request.bias_texts:
+            bias.update((token, value) for token in self._engine.tokenize(text, add_special=False, parse_special=False))
+        if request.ignore_eos:
+            bias.update((token, -math.inf) for token in self._engine.eog_tokens())
+        n_vocab = self.pair.n_vocab
+        outside = [token for token in bias if token >= n_vocab]
+        if outside:
+            raise ApiError(400, f"'logit_bias' names token {outside[0]}, outside the vocabulary (0..{n_vocab - 1}).",
+                           param="logit_bias")
+        if sum(1 for b in bias.values() if b == -math.inf) >= n_vocab:
+            raise ApiError(400, "'logit_bias' bans every token of the vocabulary.", param="logit_bias")
+        return dataclasses.replace(request.sampling, logit_bias=tuple(bias.items()))
+
+
+def _text(pieces: list[bytes]) -> str:
+    return b"".join(pieces).decode("utf-8", "replace")
+
+
+def _stopping_word(summary: Summary, generated: str, stops: tuple[str, ...]) -> str:
+    """The stop string that ended the answer: the answer's text ends just before it, so it is the one
+    found first in what was generated after that text."""
+    rest = generated[len(summary.text):]
+    found = [(rest.find(stop), i) for i, stop in enumerate(stops) if stop and stop in rest]
+    return stops[min(found)[1]] if found else ""
+
+
+def context_error(kind: str, exc: PromptTooLongError) -> ApiError:
+    """A prompt over the context, as llama-server types it (exceed_context_size_error, with the counts)."""
+    return ApiError(400, str(exc), type="exceed_context_size_error", param="messages" if kind == "chat" else "prompt",
+                    code="context_length_exceeded", extra={"n_prompt_tokens": exc.n_prompt, "n_ctx": exc.n_ctx})
 
 
 class ThreadedJobs(JobQueue):

@@ -33,6 +33,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "main_gpu_layers": (-1, 999),
     "draft_gpu_layers": (-1, 999),
     "threads": (0, 512),
+    "conversation_cache_mb": (0, 1_048_576),
     "server_port": (1, 65535),
     "conversations_width": (0, 10000),
     "side_panel_width": (0, 10000),
@@ -61,6 +62,7 @@ class Settings:
     draft_gpu_layers: int | str = AUTO
     device: str = AUTO                  # the GPU both models run on: auto, cpu, or a name (CUDA0, Vulkan1)
     threads: int = 0                    # 0 = the engine's default for this machine
+    conversation_cache_mb: int = 2048   # disk for cache states kept between conversations; 0 = none
     colour_tokens: bool = False
     default_system_prompt: str = "You are a helpful assistant."
     server_host: str = "127.0.0.1"      # the window's "Local server"; another address needs an API key

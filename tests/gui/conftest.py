@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -65,6 +66,15 @@ TEST_SETTINGS = Settings(threads=1, n_ctx=2048, temperature=0.0, max_tokens=48, 
 def _style(qapp):
     qapp.setStyle("Fusion")
     qapp.setStyleSheet(STYLE_SHEET)
+
+
+@pytest.fixture(autouse=True)
+def _collect_on_the_gui_thread():
+    """A test's Qt objects left in reference cycles are collected here, on the GUI thread. Left to the
+    cyclic collector they go whenever any thread allocates enough, and a later test's server thread
+    deleting a QObject (a controller's QThread) made Qt abort the whole run."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture

@@ -30,9 +30,9 @@ class Served:
 
 @contextmanager
 def serving(main, draft=None, api_key=None, max_waiting=8, host="127.0.0.1", drafter=None,
-            speculation=SPECULATION):
+            speculation=SPECULATION, **options):
     """A server on ``main`` (and ``draft``) drafting with ``drafter``: by default the draft model
-    when there is one, else none."""
+    when there is one, else none; ``options``: LocalServer's (alias, cors_origins)."""
     def load():
         return Engine.load(ModelParams(str(main), n_ctx=N_CTX, n_threads=1),
                            ModelParams(str(draft), n_ctx=N_CTX, n_threads=1) if draft else None)
@@ -40,7 +40,7 @@ def serving(main, draft=None, api_key=None, max_waiting=8, host="127.0.0.1", dra
     drafter = DrafterKind(drafter or ("model" if draft else "none"))
     jobs = ThreadedJobs(load, speculation, drafter, max_waiting=max_waiting)
     jobs.start()
-    server = LocalServer(jobs, host, 0, api_key)
+    server = LocalServer(jobs, host, 0, api_key, **options)
     server.start()
     try:
         yield Served(server.url, jobs, server)

@@ -168,7 +168,7 @@ def test_a_chunked_body_is_refused_once_it_passes_the_limit_not_after_it_is_all_
     import socket
     from urllib.parse import urlsplit
 
-    from app.server.app import MAX_BODY_BYTES
+    from app.server.bodies import MAX_BODY_BYTES
 
     url = urlsplit(served.url)
     chunk = b"x" * (1 << 20)

@@ -50,6 +50,7 @@ class Prompt:
     tokens: list[int]
     warning: str | None = None
     thinking: ThinkingFormat | None = None   # how the answer to it marks reasoning (the engine reads it)
+    text: str = ""                           # the text the tokens were made of (without the BOS token)
 
 
 def render_prompt(messages: Sequence[Message], template: str | None, bos_token: str = "",
@@ -253,11 +254,11 @@ def prompt_tokens(model, messages: Sequence[Message], variables: Mapping[str, An
         if needs_template(messages, variables):
             raise ChatTemplateError(f"The model's chat template cannot render this conversation with its tools "
                                     f"({rendered.failure}); a plain transcript would lose them.")
-        tokens = model.tokenize(render_plain(messages) + "".join(piece for piece, _ in prefill), add_special=False,
-                                parse_special=False)
+        text = render_plain(messages) + "".join(piece for piece, _ in prefill)
+        tokens = model.tokenize(text, add_special=False, parse_special=False)
     if model.add_bos and tokens[:1] != [model.bos]:
         tokens = [model.bos, *tokens]
-    return Prompt(tokens, rendered.warning)
+    return Prompt(tokens, rendered.warning, text=text)
 
 
 def needs_template(messages: Sequence[Message], variables: Mapping[str, Any] | None) -> bool:

@@ -105,8 +105,8 @@ def _hidden_state_drafter_mismatch(main: GGUFInfo, draft: GGUFInfo) -> list[str]
                        f"the main model is {main.n_embd} wide")
     if main.n_layers is not None and max(draft.target_layers, default=0) > main.n_layers:
         reasons.append(f"it reads layer {max(draft.target_layers)}; the main model has {main.n_layers}")
-    elif max(draft.target_layers, default=0) == main.n_layers and main.architecture not in FINAL_STATE_ARCHITECTURES:
-        reasons.append(final_state_missing(main.n_layers, main.architecture))
+    elif problem := final_state_problem(max(draft.target_layers, default=0), main.n_layers, main.architecture):
+        reasons.append(problem)
     if draft.drafts_as is None:
         reasons.append(f"Quickdraft does not draft with {kind} drafters: choose a draft model, prompt lookup, "
                        f"MTP heads, an EAGLE-3 or a DFlash drafter")
@@ -135,7 +135,10 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
-def final_state_missing(n_layers: int, architecture: str) -> str:
-    """Why a drafter cannot read a main model's final hidden state (its target layer ``n_layers``)."""
+def final_state_problem(deepest: int, n_layers: int | None, architecture: str) -> str | None:
+    """Why a drafter whose deepest target layer is ``deepest`` cannot read it: that layer is the main
+    model's final hidden state, which llama.cpp gives for some architectures only. None when it can."""
+    if deepest != n_layers or architecture in FINAL_STATE_ARCHITECTURES:
+        return None
     return (f"it reads the main model's final hidden state (layer {n_layers}), which llama.cpp gives for some "
             f"architectures only, not for {architecture}")

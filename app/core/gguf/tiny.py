@@ -42,8 +42,8 @@ import numpy as np
 from app.core.gguf.tiny_layout import ARCHITECTURES, Layout, PlanningLayout, lay_out
 from app.core.gguf.tiny_spec import (HYBRID_ATTENTION_INTERVAL, THINKING_SPEC, TinySpec, attention_layers,
                                      sliding_window_layers)
-from app.core.gguf.tiny_vocab import (CHATML_TEMPLATE, THINKING_TEMPLATE, add_bpe_vocabulary, add_vocabulary,
-                                      bpe_vocabulary, vocabulary)
+from app.core.gguf.tiny_vocab import (CHATML_TEMPLATE, THINKING_TEMPLATE, add_bpe_vocabulary, add_fim_keys,
+                                      add_vocabulary, bpe_vocabulary, vocabulary)
 
 __all__ = ["ARCHITECTURES", "CHATML_TEMPLATE", "HYBRID_ATTENTION_INTERVAL", "THINKING_SPEC", "THINKING_TEMPLATE",
            "TinySpec", "attention_layers", "plan_layout", "sliding_window_layers", "vocabulary", "write_tiny_model"]
@@ -58,7 +58,8 @@ def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
     if spec.bpe_vocab:
         tokens, types, merges = bpe_vocabulary(spec.chat_tokens)
     else:
-        tokens, scores, types = vocabulary(spec.other_vocab, spec.chat_tokens, spec.vocab_size, spec.think_tokens)
+        tokens, scores, types = vocabulary(spec.other_vocab, spec.chat_tokens, spec.vocab_size, spec.think_tokens,
+                                           spec.fim_tokens)
     w = gguf.GGUFWriter(str(path), spec.architecture)
     w.add_name(spec.name)
     lay_out(Layout(w, spec, len(tokens)))
@@ -67,6 +68,7 @@ def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
         add_bpe_vocabulary(w, tokens, types, merges)
     else:
         add_vocabulary(w, tokens, scores, types)
+        add_fim_keys(w, tokens)
     if spec.chat_template:
         w.add_chat_template(spec.chat_template)
 

@@ -26,6 +26,7 @@ class TinySpec:
     chat_tokens: bool = False     # add ChatML's <|im_start|> and <|im_end|> as control tokens
     vocab_size: int = 0           # pad the vocabulary with filler words to this many tokens (0: no padding)
     think_tokens: bool = False    # add Qwen3's <think> and </think> (user-defined tokens; see THINKING_SPEC)
+    fim_tokens: bool = False      # add Qwen2.5-Coder's fill-in-the-middle control tokens (named in the tokenizer keys)
     n_expert: int = 4             # qwen3moe: experts in each layer
     n_expert_used: int = 2        # qwen3moe: experts each token is routed to
     n_nextn: int = 1              # qwen35: MTP (nextn) layers after the n_layer trunk ones (llama.cpp drafts

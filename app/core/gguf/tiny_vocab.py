@@ -49,11 +49,15 @@ _OTHER_WORDS = ["\u2581", "\u2581le", "\u2581la", "s", "r", "\u2581est", "\u2581
 
 
 CHAT_TOKENS = ("<|im_start|>", "<|im_end|>")
+# Qwen2.5-Coder's FIM tokens, by the tokenizer key that names each (gguf.Keys.Tokenizer.FIM_*_ID)
+FIM_TOKENS = {"<|fim_prefix|>": "tokenizer.ggml.fim_pre_token_id", "<|fim_suffix|>": "tokenizer.ggml.fim_suf_token_id",
+              "<|fim_middle|>": "tokenizer.ggml.fim_mid_token_id", "<|repo_name|>": "tokenizer.ggml.fim_rep_token_id",
+              "<|file_sep|>": "tokenizer.ggml.fim_sep_token_id"}
 THINK_TOKENS = ("<think>", "</think>")   # Qwen3's: added tokens that are not control tokens (they render)
 
 
-def vocabulary(other: bool = False, chat_tokens: bool = False, size: int = 0,
-               think_tokens: bool = False) -> tuple[list[str], list[float], list[int]]:
+def vocabulary(other: bool = False, chat_tokens: bool = False, size: int = 0, think_tokens: bool = False,
+               fim_tokens: bool = False) -> tuple[list[str], list[float], list[int]]:
     """Token texts, scores and types of the tiny byte-level SentencePiece vocabulary, padded with
     filler words to ``size`` tokens (a real model's vocabulary size, for what costs per token); with
     ``chat_tokens``, ChatML's control tokens follow at the end, then with ``think_tokens`` the
@@ -81,7 +85,18 @@ def vocabulary(other: bool = False, chat_tokens: bool = False, size: int = 0,
         tokens += list(THINK_TOKENS)
         types += [gguf.TokenType.USER_DEFINED] * len(THINK_TOKENS)
         scores += [0.0] * len(THINK_TOKENS)
+    if fim_tokens:
+        tokens += list(FIM_TOKENS)
+        types += [gguf.TokenType.CONTROL] * len(FIM_TOKENS)
+        scores += [0.0] * len(FIM_TOKENS)
     return tokens, scores, [int(t) for t in types]
+
+
+def add_fim_keys(writer, tokens: list[str]) -> None:
+    """Name the FIM tokens of ``tokens`` (those of FIM_TOKENS it holds) in the tokenizer keys."""
+    for text, key in FIM_TOKENS.items():
+        if text in tokens:
+            writer.add_uint32(key, tokens.index(text))
 
 
 def add_vocabulary(writer, tokens: list[str], scores: list[float], types: list[int]) -> None:

@@ -82,6 +82,11 @@ class LlamaModel:
     def name(self) -> str:
         return Path(self.path).name
 
+    @property
+    def vocab(self):
+        """The llama_vocab pointer, for the vocabulary's other readers (special.py)."""
+        return self._vocab
+
     def chat_template(self) -> str | None:
         raw = lib().llama_model_chat_template(self._model, None)
         return raw.decode("utf-8", "replace") if raw else None
@@ -384,6 +389,20 @@ class LlamaSession:
         self.rereads += 1
         if kept:
             self._eval(kept, all_logits=False)
+
+    def load_state(self, tokens: Sequence[int], data: bytes) -> bool:
+        """Put back a whole sequence state saved when the cache held ``tokens`` (state_cache.py). False,
+        with the cache emptied, when llama.cpp does not read all of it back."""
+        self._saved.clear()
+        self._remove_from(0)
+        self._rollback_window = 0
+        self._in_single_run = self._after_prompt = False
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if int(lib().llama_state_seq_set_data(self._ctx, buf, len(data), 0)) != len(data):
+            self._seq_rm(0)
+            return False
+        self._cached = [int(t) for t in tokens]
+        return True
 
     def kv_positions(self) -> tuple[int, int]:
         """(min, max) position llama.cpp holds for the sequence; (-1, -1) when empty. For tests."""

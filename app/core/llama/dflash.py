@@ -42,7 +42,8 @@ class DFlashHead(_DraftContext):
 
     def __init__(self, session, drafter_model):
         check_symbols()
-        if _kind(drafter_model) == "DFlash2":
+        info = read_gguf_info(drafter_model.path)
+        if info.hidden_state_drafter == "DFlash2":
             raise IncompatibleDraftError(f"{drafter_model.name} is a DFlash2 drafter: its selector lattice is read "
                                          f"by llama.cpp's own driver, which Quickdraft does not run.")
         layers = target_layers(drafter_model)
@@ -59,9 +60,8 @@ class DFlashHead(_DraftContext):
         self._memory = lib().llama_get_memory(self._ctx)
         self.n_ubatch = int(lib().llama_n_ubatch(self._ctx))
         block_size = int(metadata(drafter_model, f"{DFLASH_ARCHITECTURE}.block_size") or DEFAULT_BLOCK_SIZE)
-        dspark = _kind(drafter_model) == "DSpark"
-        self.has_confidence = dspark and any(name == "conf_proj.weight" for name, _ in
-                                             read_gguf_info(drafter_model.path).tensor_bytes)
+        dspark = info.hidden_state_drafter == "DSpark"
+        self.has_confidence = dspark and any(name == "conf_proj.weight" for name, _ in info.tensor_bytes)
         # the first block row that predicts a token: the anchor's own (DSpark's anchor-first layout), or the next
         self.first_row = 0 if dspark and metadata(drafter_model, f"{DFLASH_ARCHITECTURE}.sample_from_anchor") != "false" \
             else 1
@@ -156,8 +156,3 @@ class DFlashHead(_DraftContext):
 def _position(p: int):
     """A row's position as llama.cpp's batch takes it (M-RoPE drafters read the first three)."""
     return (lib().llama_pos * 4)(p, p, p, 0)
-
-
-def _kind(drafter_model) -> str | None:
-    """"DFlash", "DSpark" (a Markov head) or "DFlash2" (a selector), as the file's tensors say."""
-    return read_gguf_info(drafter_model.path).hidden_state_drafter

@@ -26,8 +26,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from app.core.errors import DecodeError, IncompatibleDraftError, ModelLoadError
-from app.core.gguf.info import FINAL_STATE_ARCHITECTURES
-from app.core.gguf.pair_check import final_state_missing
+from app.core.gguf.pair_check import final_state_problem
 from app.core.llama.library import lib
 from app.core.llama.mtp import ChainingHead, HiddenStates, _function, check_symbols
 from app.core.lm import common_prefix_length
@@ -183,8 +182,8 @@ def checked_target_layers(session, drafter_model, layers: list[int], width: int 
     reasons = []
     if max(layers) > main_layers:
         reasons.append(f"it reads layer {max(layers)}, {main.name} has {main_layers}")
-    elif max(layers) == main_layers and architecture not in FINAL_STATE_ARCHITECTURES:
-        reasons.append(final_state_missing(main_layers, architecture))
+    elif problem := final_state_problem(max(layers), main_layers, architecture):
+        reasons.append(problem)
     if width != main_width:
         reasons.append(f"it reads hidden states {width} wide, {main.name}'s are {main_width}")
     if drafter_model.n_vocab != session.n_vocab:

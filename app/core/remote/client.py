@@ -14,6 +14,7 @@ CLI read both alike (``RemoteEngine.thinking_format``).
 from __future__ import annotations
 
 import functools
+import math
 import json
 import threading
 import time
@@ -27,6 +28,7 @@ from app.core.chat.prompt import Message, Prompt
 from app.core.chat.reasoning import ThinkingFormat
 from app.core.errors import QuickdraftError
 from app.core.frontdoor import GenerationRequest, LoadedPair
+from app.core.lm import FimTokens
 from app.core.params import SamplingParams
 from app.core.remote.metrics import SpecCounters, spec_counters
 from app.core.speculation.events import Event, Origin, Round, StopReason, Summary, TokenPiece
@@ -87,8 +89,17 @@ class RemoteEngine:
                prefill: Sequence[tuple[str, bool]] = ()) -> Prompt:
         raise RemoteError(f"{self.url} renders its own prompts: it cannot be asked for their tokens.")
 
-    def tokenize(self, text: str) -> list[int]:
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         raise RemoteError(f"{self.url} keeps its tokenizer: send it the text instead.")
+
+    def pieces(self, tokens: Sequence[int]) -> list[bytes]:
+        raise RemoteError(f"{self.url} keeps its tokenizer: it cannot be asked for token texts.")
+
+    def fim_tokens(self) -> FimTokens:
+        raise RemoteError(f"{self.url} keeps its tokenizer: it cannot be asked for fill-in-the-middle tokens.")
+
+    def eog_tokens(self) -> list[int]:
+        raise RemoteError(f"{self.url} keeps its tokenizer: it cannot be asked for its end-of-generation tokens.")
 
     def generate(self, request: GenerationRequest) -> Iterator[Event]:
         """Stream an answer from the server as TokenPiece and Round events and, last, a Summary, each
@@ -316,6 +327,8 @@ def _sampling_body(s: SamplingParams) -> dict:
         body["seed"] = s.seed
     if s.stop:
         body["stop"] = list(s.stop)
+    if s.logit_bias:   # llama-server's form, in which false bans a token (JSON has no -inf)
+        body["logit_bias"] = [[token, bias if math.isfinite(bias) else False] for token, bias in s.logit_bias]
     return body
 
 

@@ -49,11 +49,25 @@ def top_probability(logits: np.ndarray, best: float | None = None) -> float:
 
 
 class Sampler:
-    """Chooses tokens for one generation. Owns the random generator, so a seed replays a run."""
+    """Chooses tokens for one generation. Owns the random generator, so a seed replays a run.
+
+    ``logit_bias`` shapes the main model's distribution only (``sample`` and ``verify``): the target
+    that verification keeps is then the biased one, exactly, whatever the drafter proposed from its own
+    unbiased logits (a draft of another vocabulary has other ids, so biasing it would be wrong)."""
 
     def __init__(self, params: SamplingParams):
         self.params = params
         self.rng = np.random.default_rng(params.seed)
+        self._bias_ids = np.array([t for t, _ in params.logit_bias], dtype=np.int64)
+        self._bias = np.array([b for _, b in params.logit_bias], dtype=np.float32)
+
+    def _biased(self, logits: np.ndarray) -> np.ndarray:
+        """The main model's logits (one row, or rows) with the request's bias added, as a copy."""
+        if not len(self._bias_ids):
+            return logits
+        out = np.array(logits, dtype=np.float32)
+        out[..., self._bias_ids] += self._bias
+        return out
 
     @property
     def greedy(self) -> bool:
@@ -102,6 +116,10 @@ class Sampler:
 
     def sample(self, logits: np.ndarray) -> int:
         """The main model's next token."""
+        return self._choose(self._biased(logits))
+
+    def _choose(self, logits: np.ndarray) -> int:
+        """A token from logits the bias has already shaped."""
         if self.greedy:
             return int(np.argmax(logits))
         ids, p = self._filtered(logits)
@@ -125,6 +143,7 @@ class Sampler:
                draft_q: Sequence[np.ndarray | None]) -> tuple[int, int]:
         """Check a draft against the main model's logits rows (row i predicts the token after
         draft position i-1; there are len(draft)+1 rows). Returns (accepted count, next token)."""
+        rows = self._biased(rows)
         if self.greedy:
             return self._verify_greedy(rows, draft_tokens)
         return self._verify_sampled(rows, draft_tokens, draft_q)
@@ -160,7 +179,7 @@ class Sampler:
             if total <= 0.0:  # p == q: a rejection cannot happen, but guard rounding
                 return i, self._draw_full(p)
             return i, self._draw_full(residual / total)
-        return len(draft_tokens), self.sample(rows[len(draft_tokens)])
+        return len(draft_tokens), self._choose(rows[len(draft_tokens)])
 
     def _draw(self, p: np.ndarray) -> int:
         cdf = np.cumsum(p)

@@ -12,6 +12,8 @@ from pathlib import Path
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QWidget
 
+from app.models.diskspace import format_bytes
+
 MAX_ATTACHMENT_BYTES = 512 * 1024   # a long source file or log; more rarely fits a local model's context
 # the fence's language by extension, for the model's sake (a code block it recognises)
 LANGUAGES = {".py": "python", ".js": "javascript", ".ts": "typescript", ".rs": "rust", ".go": "go", ".c": "c",
@@ -30,8 +32,7 @@ class Attachment:
 
     @property
     def size_label(self) -> str:
-        n = len(self.text.encode("utf-8"))
-        return f"{n:,} B" if n < 1024 else f"{n / 1024:.1f} KiB"
+        return format_bytes(len(self.text.encode("utf-8")))
 
 
 def read_attachment(path: str | Path) -> Attachment:

@@ -29,11 +29,14 @@ FIELDS = [
     ("draft_gpu_layers", "GPU layers (draft)", 1,
      "auto = all if they fit (a draft on the CPU rarely pays); -1 = all (reload to apply)"),
     ("threads", "Threads", 1, "0 = automatic (reload to apply)"),
+    ("conversation_cache_mb", "Conversation cache (MB)", 256,
+     "Disk kept for the caches of conversations left, so that switching back reads only the new message; "
+     "the least recently used go first. 0 = none (reload to apply)"),
 ]
 SECTIONS = {"temperature": "SAMPLING", "draft_max": "SPECULATION", "n_ctx": "LOADING"}
 # shown instead of the minimum value, which means something special
 SPECIAL = {"top_k": "off", "seed": "random", "n_ctx": "model's own", "main_gpu_layers": "auto",
-           "draft_gpu_layers": "auto", "threads": "auto"}
+           "draft_gpu_layers": "auto", "threads": "auto", "conversation_cache_mb": "off"}
 
 
 class SettingsPanel(QWidget):
@@ -64,7 +67,8 @@ class SettingsPanel(QWidget):
                 form.addRow("Draft length", self._policy_editor(settings.draft_policy))
             if name == "draft_gpu_layers":
                 form.addRow("Device", self._device_editor(settings.device))
-        note = QLabel("Context, GPU layers, device and threads apply when models are (re)loaded.")
+        note = QLabel("Context, GPU layers, device, threads and the conversation cache apply when models are "
+                      "(re)loaded.")
         note.setObjectName("statName")
         note.setWordWrap(True)
         form.addRow(note)

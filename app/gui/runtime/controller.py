@@ -15,7 +15,7 @@ from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, QTimer, Signa
 
 from app.core.compare import CompareResult
 from app.core.frontdoor import LoadedPair
-from app.core.params import DrafterKind
+from app.core.params import DrafterKind, StatesConfig
 from app.core.speculation.events import Summary
 from app.gui.runtime.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, answer_parts, answer_request,
                                          compare_notice, feed, generation_problem, keep_partial, prompt_messages,
@@ -362,7 +362,8 @@ class ChatController(QObject):
         if not self.can_change_models():
             return False
         request = LoadRequest(self.settings.main_params(main_path),
-                              self.settings.draft_params(draft_path) if draft_path else None)
+                              self.settings.draft_params(draft_path) if draft_path else None,
+                              StatesConfig(self.paths.states_dir, self.settings.conversation_cache_mb << 20))
         self._load_cancel = request.cancel
         self.loading = True
         self.model_loading.emit(Path(main_path).name)

@@ -54,6 +54,28 @@ def test_remote_engine_on_quickdraft_serve_reports_its_speculation_live(tiny_mod
     assert summary.estimated_speedup is None   # a fixed policy drafting every round cannot estimate it
 
 
+def test_remote_engine_sends_the_logit_bias(tiny_models):
+    """A ban travels as llama-server's false, and the remote answer is the biased one."""
+    from app.core.engine import Engine
+    from app.core.params import DrafterKind, ModelParams
+
+    engine = Engine.load(ModelParams(str(tiny_models.main), n_ctx=2048, n_threads=1))
+    try:
+        plain = list(engine.generate(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=6),
+                                                       drafter=DrafterKind.NONE)))[-1]
+        biased_sampling = SamplingParams(max_tokens=6, logit_bias=((plain.token_ids[0], float("-inf")),))
+        biased = list(engine.generate(GenerationRequest(MESSAGES, sampling=biased_sampling,
+                                                        drafter=DrafterKind.NONE)))[-1]
+    finally:
+        engine.close()
+    assert biased.text != plain.text
+    with serving(tiny_models.main, tiny_models.same) as s:
+        remote = RemoteEngine(s.url + "/v1/")
+        events = list(remote.generate(GenerationRequest(MESSAGES, sampling=biased_sampling)))
+        remote.close()
+    assert events[-1].text == biased.text
+
+
 def test_remote_engine_reads_another_quickdrafts_estimated_speedup():
     chunks = [{"choices": [{"index": 0, "delta": {"content": w}}]} for w in ("Hel", "lo")]
     chunks.append({"choices": [], "timings": {"predicted_n": 2, "draft_n": 4, "draft_n_accepted": 3,
@@ -162,7 +184,7 @@ def test_a_server_error_in_the_stream_ends_with_an_error_summary():
 def test_refusals_and_unreachable_servers_raise_one_clear_error(tiny_models):
     with serving(tiny_models.main, api_key="sesame", host="0.0.0.0") as s:
         url = f"http://127.0.0.1:{s.server.port}"
-        with pytest.raises(RemoteError, match="HTTP 401: Missing or wrong API key"):
+        with pytest.raises(RemoteError, match="HTTP 401: Invalid API Key"):
             list(RemoteEngine(url, api_key="wrong").generate(GenerationRequest(MESSAGES)))
         # a server serving one pair answers whatever model name a client sends, as llama-server does
         assert list(RemoteEngine(url, api_key="sesame", model="gpt-4").generate(GenerationRequest(MESSAGES)))[-1].error is None

@@ -20,7 +20,7 @@ LONGEST_LOAD_S = 60.0   # the stand-in gives up after this, so a broken cancel f
 def test_shutting_down_mid_load_cancels_the_load(qtbot, tmp_path, tiny_models, monkeypatch):
     started, outcome = threading.Event(), []
 
-    def slow_load(main, draft=None, profile_store=None, cancelled=None):
+    def slow_load(main, draft=None, cancelled=None, **_options):
         started.set()
         for _ in range(int(LONGEST_LOAD_S / 0.01)):   # one "tensor" after another, asking as llama.cpp does
             if cancelled is not None and cancelled():
@@ -35,8 +35,11 @@ def test_shutting_down_mid_load_cancels_the_load(qtbot, tmp_path, tiny_models, m
     SettingsStore(paths.settings_file).save(TEST_SETTINGS)
     controller = ChatController(paths, SettingsStore(paths.settings_file))
     controller.start()
-    assert controller.load_pair(str(tiny_models.main))
-    assert started.wait(LONGEST_LOAD_S)
-    controller.shut_down()   # returns once the worker's thread has ended
+    try:
+        assert controller.load_pair(str(tiny_models.main))
+        assert started.wait(LONGEST_LOAD_S)
+    finally:
+        controller.shut_down()   # returns once the worker's thread has ended (a failed test must end it too)
     assert outcome == ["cancelled"]
     assert controller.thread.isFinished()
+    controller.deleteLater()   # on this, the GUI thread

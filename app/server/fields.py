@@ -1,0 +1,108 @@
+"""Fields llama-server takes beside OpenAI's: ``n_predict``, ``logit_bias`` in both of its forms, and
+the table of those Quickdraft does not run, refused with a 400 that names them.
+
+A refused field is one whose value would change the answer: a request that gives its neutral value
+(what llama-server does when it is left out: ``repeat_penalty: 1``, ``logprobs: false``) is answered,
+since clients such as editors send every default; any other value gets the 400, never a silent 200.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from app.server.errors import ApiError
+
+# field -> the values that leave the answer as it is (None, JSON null, is always neutral)
+NEUTRAL: dict[str, tuple] = {
+    "logprobs": (False,), "top_logprobs": (0,), "n_probs": (0,), "post_sampling_probs": (False,),
+    "presence_penalty": (0,), "frequency_penalty": (0,), "repeat_penalty": (1,),
+    "mirostat": (0,), "typical_p": (1,), "dynatemp_range": (0,), "xtc_probability": (0,),
+    "dry_multiplier": (0,), "top_n_sigma": (-1,), "n_keep": (0, -1),
+    "grammar": ("",), "json_schema": ({},), "n_indent": (0,), "t_max_predict_ms": (0,), "t_max_prompt_ms": (0,),
+    "samplers": (), "lora": ([],), "continue_final_message": (False,), "echo": (False,), "best_of": (1,),
+    "suffix": ("",), "add_generation_prompt": (True,),
+}
+WHY = {
+    "logprobs": "token log-probabilities are not reported", "top_logprobs": "token log-probabilities are not reported",
+    "n_probs": "token probabilities are not reported", "post_sampling_probs": "token probabilities are not reported",
+    "grammar": "constrained decoding is not available", "json_schema": "constrained decoding is not available",
+    "samplers": "the sampler chain is fixed (top-k, top-p, min-p, temperature)",
+    "lora": "no LoRA adapters are loaded", "suffix": "use /infill for fill-in-the-middle",
+    "add_generation_prompt": "the prompt always ends where the assistant's answer begins",
+}
+MAX_BIAS = 100.0        # OpenAI's range for a logit_bias value, -100 to 100
+MAX_BIASED_TOKENS = 4096
+
+
+def refuse_unsupported(body: dict) -> None:
+    """A 400 naming the first field of NEUTRAL given with a value that would change the answer."""
+    for name, neutral in NEUTRAL.items():
+        value = body.get(name)
+        if value is None or any(_same(value, n) for n in neutral):
+            continue
+        why = WHY.get(name, "Quickdraft does not run this sampler or option")
+        raise ApiError(400, f"'{name}' is not supported ({why}); leave it out or give its neutral value"
+                       f"{' ' + repr(neutral[0]) if neutral else ''}.", param=name)
+
+
+def _same(value: Any, neutral: Any) -> bool:
+    if isinstance(value, bool) or isinstance(neutral, bool):
+        return value is neutral
+    return value == neutral
+
+
+def n_predict(body: dict, max_tokens: int | None) -> int | None:
+    """llama-server's ``n_predict``, which wins over ``max_tokens`` when both are given: -1 is no limit
+    (None); 0 is one token, as llama-server checks its limit only after a token is out."""
+    value = body.get("n_predict")
+    if value is None:
+        return max_tokens
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise ApiError(400, f"'n_predict' must be -1 (no limit) or a number of tokens; got {value!r:.40}.",
+                       param="n_predict")
+    return None if value == -1 else max(value, 1)
+
+
+def logit_bias(body: dict) -> tuple[tuple[int, float], ...]:
+    """``logit_bias`` as OpenAI gives it ({"token id": bias}) or as llama-server does ([[id, bias], ...],
+    where a bias of false bans the token): (id, bias) pairs, one per token id; -inf bans. Text keys
+    are ``text_biases``'."""
+    return tuple((token, bias) for token, bias in _bias_pairs(body) if isinstance(token, int))
+
+
+def text_biases(body: dict) -> tuple[tuple[str, float], ...]:
+    """The (text, bias) pairs of ``logit_bias``: llama-server biases every token of the text (tokenized
+    without BOS, control-token text as text), on the engine's thread (worker.py)."""
+    return tuple((text, bias) for text, bias in _bias_pairs(body) if isinstance(text, str))
+
+
+def _bias_pairs(body: dict) -> list[tuple[int | str, float]]:
+    value = body.get("logit_bias")
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        pairs = list(value.items())
+    elif isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 for p in value):
+        pairs = [tuple(p) for p in value]
+    else:
+        raise ApiError(400, "'logit_bias' must be an object {\"token id\": bias} or an array [[token id, bias], ...].",
+                       param="logit_bias")
+    if len(pairs) > MAX_BIASED_TOKENS:
+        raise ApiError(400, f"'logit_bias' may bias at most {MAX_BIASED_TOKENS} tokens.", param="logit_bias")
+    return list(dict(_bias_pair(token, bias) for token, bias in pairs).items())
+
+
+def _bias_pair(token: Any, bias: Any) -> tuple[int | str, float]:
+    if isinstance(token, str) and token.lstrip("-").isdigit():
+        token = int(token)
+    if isinstance(token, bool) or not isinstance(token, (int, str)) or token == "" or \
+            (isinstance(token, int) and token < 0):
+        raise ApiError(400, f"'logit_bias' keys must be token ids (0 or more) or texts; got {token!r:.40}.",
+                       param="logit_bias")
+    if bias is False:
+        return token, -math.inf
+    if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -MAX_BIAS <= bias <= MAX_BIAS:
+        raise ApiError(400, f"'logit_bias' values must be numbers from -{MAX_BIAS:g} to {MAX_BIAS:g} (or false to ban "
+                       f"the token); got {bias!r:.40} for token {token}.", param="logit_bias")
+    return token, float(bias)

@@ -1,0 +1,137 @@
+"""llama-server's own endpoints: /completion (and /completions), /infill, /tokenize, /detokenize,
+/apply-template and GET /props. Generations go through the same queue, engine path and checks as
+/v1/chat/completions (app.py's ``generate``); /tokenize, /detokenize and /apply-template are engine
+calls on the same queue, since the vocabulary and the template live on the engine's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import AsyncIterator, Callable
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from app import __version__
+from app.core.frontdoor import AnswerEngine
+from app.core.llama.library import version as llama_cpp_version
+from app.core.params import DrafterKind
+from app.core.speculation.events import Started
+from app.core.speculation.stats import GenerationStats
+from app.server.answers import chat_prompt
+from app.server.api import DEFAULT_SAMPLING, ApiRequest, parse_chat
+from app.server.bodies import body_bytes, json_body
+from app.server.errors import ApiError
+from app.server.infill import mixed_tokens
+from app.server.native_api import NativeOptions, parse_detokenize, parse_infill, parse_native_completion, parse_tokenize
+from app.server.native_responses import NativeAnswer, generation_settings, token_entries
+from app.server.responses import live_timings, sse, summary_timings
+from app.server.streams import bursts, summary_of
+from app.server.worker import Done, Failed, Job, JobQueue
+
+
+class NativeReply:
+    """An answer in llama-server's native shape, whole or as ``data: {...}`` events (no [DONE])."""
+
+    trailer = b""
+
+    def __init__(self, job: Job, options: NativeOptions, alias: str | None, first: Started):
+        self.job = job
+        self.speculative = job.drafting is not DrafterKind.NONE
+        request = job.request
+        self.answer = NativeAnswer(alias or job.pair.model_id, first.prompt_tokens, job.prompt_text, job.sampling,
+                                   request.stream, options, self.speculative)
+
+    async def whole(self) -> dict:
+        summary = await summary_of(self.job)
+        if summary.error is not None:
+            raise ApiError(500, summary.error, type="server_error")
+        return self.answer.final(summary, self.job.stopping_word, summary_timings(summary, self.speculative))
+
+    async def events(self, live: GenerationStats) -> AsyncIterator[bytes]:
+        per_token = self.job.request.timings_per_token
+        answer = self.answer
+        async for pieces, summary in bursts(self.job, live):
+            timings = live_timings(live, self.speculative) if per_token else None
+            if pieces:
+                yield b"".join(sse(answer.chunk(p.text, list(p.token_ids), live.generated_tokens, timings))
+                               for p in pieces)
+            if summary is not None:
+                if summary.error is not None:
+                    raise ApiError(500, summary.error, type="server_error")
+                yield sse(answer.final(summary, self.job.stopping_word, summary_timings(summary, self.speculative)))
+
+
+class NativeRoutes:
+    """The handlers; ``generate`` is app.py's generation path (parse, queue, reply)."""
+
+    def __init__(self, jobs: JobQueue, generate: Callable, alias: str | None):
+        self.jobs = jobs
+        self.generate = generate
+        self.alias = alias
+
+    async def completion(self, request: Request) -> Response:
+        return await self.generate(request, parse_native_completion, NativeReply)
+
+    async def infill(self, request: Request) -> Response:
+        return await self.generate(request, parse_infill, NativeReply)
+
+    async def tokenize(self, request: Request) -> Response:
+        body = await body_bytes(request)
+        asked = await asyncio.to_thread(lambda: parse_tokenize(json_body(body)))   # up to 8 MiB: off the loop
+
+        def run(engine: AnswerEngine) -> dict:
+            tokens = mixed_tokens(engine, asked.content, asked.add_special, asked.parse_special, param="content")
+            return {"tokens": token_entries(tokens, engine.pieces(tokens)) if asked.with_pieces else tokens}
+
+        return await self._call(run)
+
+    async def detokenize(self, request: Request) -> Response:
+        body, n_vocab = await body_bytes(request), self._pair().n_vocab
+        tokens = await asyncio.to_thread(lambda: parse_detokenize(json_body(body), n_vocab))
+        return await self._call(lambda engine: {"content": b"".join(engine.pieces(tokens)).decode("utf-8", "replace")})
+
+    async def apply_template(self, request: Request) -> Response:
+        """The prompt text /v1/chat/completions would give the model for these messages (tools included):
+        the template's output, as llama-server's (the BOS token, added when tokenized, is not in it)."""
+        body = await body_bytes(request)
+        chat: ApiRequest = await asyncio.to_thread(lambda: parse_chat(json_body(body)))
+
+        def run(engine: AnswerEngine) -> dict:
+            return {"prompt": chat_prompt(engine, chat)[0].text}
+
+        return await self._call(run)
+
+    async def props(self, request: Request) -> Response:
+        """GET /props: what llama-server tells of itself, where Quickdraft has it."""
+        pair = self._pair()
+        params = generation_settings(DEFAULT_SAMPLING, False, self.jobs.drafting is not DrafterKind.NONE)
+        return JSONResponse({
+            "default_generation_settings": {"params": params, "n_ctx": pair.n_ctx},
+            "total_slots": 1, "model_alias": self.alias or pair.model_id, "model_path": pair.main_path,
+            "modalities": {"vision": False, "video": False, "audio": False},
+            "endpoint_slots": False, "endpoint_props": False, "endpoint_metrics": True,
+            "chat_template": pair.chat_template or "", "is_sleeping": False,
+            "build_info": f"quickdraft {__version__} (llama-cpp-python {llama_cpp_version()})",
+            "speculative": {"draft_model": pair.draft_path, "drafter": self.jobs.drafting.value},
+        })
+
+    def _pair(self):
+        if self.jobs.pair is None:
+            raise ApiError(503, "The model is not loaded.", type="unavailable_error", retry_after=5)
+        return self.jobs.pair
+
+    async def _call(self, run: Callable[[AnswerEngine], dict]) -> Response:
+        """``run(engine)`` on the engine's thread, through the queue: its dict as JSON, rendered off the
+        event loop (millions of tokens with their pieces take seconds), or its error."""
+        job = self.jobs.call(run, asyncio.get_running_loop())
+        try:
+            item = await job.next()
+        finally:
+            self.jobs.withdraw(job)
+        if isinstance(item, Failed):
+            raise item.error
+        assert isinstance(item, Done)
+        body = await asyncio.to_thread(json.dumps, item.value, ensure_ascii=False, separators=(",", ":"))
+        return Response(body.encode("utf-8"), media_type="application/json")

@@ -1,0 +1,46 @@
+"""Reading a job's posted events on the request's loop: its start, its pieces in bursts, its end."""
+
+from __future__ import annotations
+
+from typing import AsyncIterator
+
+from app.core.speculation.events import Started, Summary, TokenPiece
+from app.core.speculation.stats import GenerationStats
+from app.server.worker import Failed, Job
+
+
+async def started(job: Job) -> Started:
+    item = await job.next()
+    if isinstance(item, Failed):
+        raise item.error
+    return item
+
+
+async def summary_of(job: Job) -> Summary:
+    async for _pieces, summary in bursts(job, None):
+        if summary is not None:
+            return summary
+
+
+async def bursts(job: Job, live: GenerationStats | None) -> AsyncIterator[tuple[list[TokenPiece], Summary | None]]:
+    """The answer's text pieces in bursts, as llama-server sends them: the first token at once, then
+    each round's tokens when the round is over (so their timings carry that round's draft counts);
+    last (the pieces still held, Summary)."""
+    pending: list[TokenPiece] = []
+    while True:
+        item = await job.next()
+        if isinstance(item, Failed):
+            raise item.error
+        event = item
+        if live is not None:
+            live.add(event)
+        if isinstance(event, Summary):
+            yield pending, event
+            return
+        if isinstance(event, TokenPiece):
+            pending += [event] if event.text else []
+            if live is None or live.rounds or live.generated_tokens != len(event.token_ids):
+                continue  # not the first token: its round sends it
+        if pending:
+            yield pending, None
+            pending = []

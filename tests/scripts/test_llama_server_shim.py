@@ -1,0 +1,53 @@
+"""scripts/llama_server_suite/llama-server: started as llama.cpp's server tests start llama-server, it
+serves `quickdraft serve` with the options Quickdraft has (port, key, alias, context, CORS) and the
+model it is given instead of the one the test names."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIM = ROOT / "scripts" / "llama_server_suite" / "llama-server"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_shim_serves_quickdraft_behind_llama_servers_options(tiny_models):
+    port = free_port()
+    args = [str(SHIM), "--port", str(port), "--temp", "0.8", "--seed", "42", "--hf-repo", "ggml-org/models",
+            "--alias", "tinyllama-2", "--ctx-size", "512", "--parallel", "2", "--cors-origins", "localhost",
+            "--api-key", "sk-key", "--jinja", "--no-ui"]
+    env = {**os.environ, "QUICKDRAFT_SUITE_PYTHON": sys.executable, "QUICKDRAFT_SUITE_MAIN": str(tiny_models.main),
+           "QUICKDRAFT_SUITE_DRAFT": ""}
+    server = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            if server.poll() is not None:
+                break
+            try:
+                if httpx.get(url + "/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        auth = {"Authorization": "Bearer sk-key"}
+        assert httpx.get(url + "/v1/models", headers=auth).json()["data"][0]["id"] == "tinyllama-2"
+        assert httpx.get(url + "/props", headers=auth).json()["default_generation_settings"]["n_ctx"] == 512
+        assert httpx.get(url + "/props").status_code == 401
+        preflight = httpx.options(url + "/completion", headers={"Origin": "http://evil.com"})
+        assert "access-control-allow-origin" not in preflight.headers
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=30)
+    assert "--temp 0.8" in err and "--hf-repo ggml-org/models" in err and "--jinja" in err   # named, not passed
