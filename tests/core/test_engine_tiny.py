@@ -272,7 +272,7 @@ COPYING = [{"role": "user", "content": "copy this: the cat is on the mat and the
 @pytest.mark.parametrize("drafter", [DrafterKind.LOOKUP, DrafterKind.LOOKUP_MODEL])
 @pytest.mark.parametrize("spec", [SpeculationParams(policy="fixed", draft_max=8), SpeculationParams(draft_max=16)])
 def test_greedy_output_is_the_main_models_with_chained_lookup(engines, drafter, spec):
-    """Lookup chains its drafts through the text (frequency over every occurrence, several key lengths);
+    """Lookup copies on from its match and looks up again where the copy reaches the end of the text;
     whatever it proposes, on real llama.cpp the greedy answer is the main model's alone."""
     base = list(engines["none"].generate(GenerationRequest(COPYING, sampling=GREEDY, drafter=DrafterKind.NONE)))[-1]
     spec_run = list(engines["same"].generate(GenerationRequest(COPYING, sampling=GREEDY, speculation=spec,

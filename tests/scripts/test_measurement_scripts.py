@@ -138,14 +138,14 @@ def test_trace_rates_count_each_drafted_token_up_to_the_first_wrong_one():
     from app.core.speculation.acceptance import LOOKUP, MODEL, LookupMatch
 
     # answer 5 6 7 1: at 1 token the prompt's "5" proposes 6 7 8 ... (two right), at 2 tokens "5 6"
-    # proposes 7 8 ... (one right), at 3 tokens "5 6 7" proposes 8 ... (none right); the chained
-    # draft's match grows token by token: 6 on a match of 1, 7 on one of 2, 8 on one of 3
+    # proposes 7 8 ... (one right), at 3 tokens "5 6 7" proposes 8 ... (none right); every token of a
+    # copy is scored by the match it copies
     trace = dict(prompt=[5, 6, 7, 8, 9], tokens=[5, 6, 7, 1], draft_tokens=[5, 6, 2, 1], draft_p=[0.95, 0.93, 0.42, 0.47])
     rates = TraceRates([trace])
     assert rates.chance(LOOKUP, 0, LookupMatch(1, in_prompt=True)) == 1.0
-    assert rates.chance(LOOKUP, 1, LookupMatch(2, in_prompt=True)) == 1.0   # 7 right after 6
+    assert rates.chance(LOOKUP, 1, LookupMatch(1, in_prompt=True)) == 0.5   # 7 right after 6, then 8 wrong
     assert rates.chance(LOOKUP, 0, LookupMatch(2, in_prompt=True)) == 1.0
-    assert rates.chance(LOOKUP, 1, LookupMatch(3, in_prompt=True)) == 0.0   # 8 wrong, both times
+    assert rates.chance(LOOKUP, 1, LookupMatch(2, in_prompt=True)) == 0.0   # 8 wrong after 7
     assert rates.chance(LOOKUP, 0, LookupMatch(3, in_prompt=True)) == 0.0
     assert rates.chance(MODEL, 0, 0.94) == 1.0 and rates.chance(MODEL, 3, 0.45) == 0.5
     rates.update(LOOKUP, 0, LookupMatch(3, in_prompt=True), True)   # known from the start, never learned

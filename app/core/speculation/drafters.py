@@ -140,18 +140,19 @@ class PromptLookupDrafter:
     drafts' score, with where it was found: a long match in the prompt means the answer copies the
     user's text verbatim (an edit), one in the answer so far is more often a phrase said twice.
 
-    A draft is chained token by token, as llama.cpp's ngram-mod chains its lookups: each drafted
-    token is looked up again with the tokens drafted before it, at the longest length that occurs
-    (several key lengths, not one). A copy that holds goes on (its match only grows), and one that
-    ran into a passage the text has shown elsewhere follows that passage instead of stopping.
+    A copy runs on from the match's occurrence for as long as the text has it; where it reaches the
+    end of the text, the context's end with the tokens copied so far is looked up again, at the
+    longest length that occurs, and the draft goes on from that match (chained, as llama.cpp's
+    ngram-mod chains its lookups). A copy is not looked up again token by token: the last 16 tokens
+    of a copy also occur wherever the passage repeats, and the other occurrence may go on otherwise
+    (an edit's answer copying the second of two similar methods in the prompt then drafted the
+    first one's line: issue 43, docs/architecture.md section 4).
 
-    Of the tokens that followed the n-gram's earlier occurrences, the most frequent one is drafted
-    (every occurrence counts, not the latest alone: in code a pattern that went one way three
-    times and another way once goes the first way). A tie goes to the latest occurrence in the
-    prompt, else the latest in the answer: an edit's answer holds an edited copy of the prompt, so
-    where it repeats a passage it copied before, the prompt says how the passage goes on and the
-    earlier copy may not (the measurement: docs/architecture.md, section 4). A token drafted
-    against the preferred occurrence's counts as a repeat in the answer, not as the user's text.
+    Of several occurrences the latest in the prompt is copied, else the latest in the answer. An
+    edit's answer holds an edited copy of the prompt, so where it repeats a passage it copied
+    before, the prompt says how the passage goes on and the earlier copy may not (the measurement:
+    docs/architecture.md, section 4). Drafting the follower most earlier occurrences had instead was
+    measured (issue 43): it lost those copies and gained nothing the replays could see.
     """
 
     name = LOOKUP
@@ -165,44 +166,36 @@ class PromptLookupDrafter:
 
     def _new_index(self) -> None:
         # [n]: n-gram -> where its latest occurrence ends, for the occurrences whose continuation
-        # starts in the prompt, and for those in the answer; and how often each token followed it
+        # starts in the prompt, and for those in the answer
         self._prompt_index: list[dict[tuple[int, ...], int]] = [{} for _ in range(self.ngram_max + 1)]
         self._answer_index: list[dict[tuple[int, ...], int]] = [{} for _ in range(self.ngram_max + 1)]
-        self._followers: list[dict[tuple[int, ...], dict[int, int]]] = [{} for _ in range(self.ngram_max + 1)]
 
     def find(self, context: Sequence[int], max_len: int) -> tuple[int, list[int]]:
         """(match length, continuation) of the longest match, copied from its preferred occurrence
-        (the latest in the prompt, else in the answer); (0, []) when there is none."""
+        (the latest in the prompt, else in the answer) up to the end of the text; (0, []) when
+        there is none."""
         self._update_index(context)
         n, end = self._longest_match(context, len(context))
         return n, list(context[end:end + max_len]) if n else []
 
     def propose(self, context: Sequence[int], max_len: int) -> list[tuple[int, LookupMatch]]:
-        """Up to ``max_len`` (token, match) pairs to follow ``context``, chained: each token is looked
-        up with the ones proposed before it; the chain ends where nothing occurs."""
+        """Up to ``max_len`` (token, match) pairs to follow ``context``: the longest match's copy, and
+        where it reaches the end of the text, the copy of the match looked up again with the copied
+        tokens; the chain ends where nothing occurs. Each token is scored by the match it copies."""
         self._update_index(context)
-        # the query needs the last ngram_max tokens at most, with the proposed ones after them
+        # the query needs the last ngram_max tokens at most, with the copied ones after them
         tail, seen = list(context[-(self.ngram_max + 1):]), len(context)
         out: list[tuple[int, LookupMatch]] = []
         while len(out) < max_len:
             n, end = self._longest_match(tail, seen)
             if n == 0:
                 break
-            token, match = self._follower(tuple(tail[-n:]), end)
-            out.append((token, match))
-            tail.append(token)
-            seen += 1
+            match = LookupMatch(n, in_prompt=end < self._prompt_length)
+            run = self._indexed[end:end + max_len - len(out)]   # never empty: end < len(context)
+            out.extend((token, match) for token in run)
+            tail = (tail + run)[-(self.ngram_max + 1):]
+            seen += len(run)
         return out
-
-    def _follower(self, gram: tuple[int, ...], end: int) -> tuple[int, LookupMatch]:
-        """The token drafted after ``gram``, whose preferred occurrence ends at ``end``: the most
-        frequent follower, the preferred occurrence's on a tie."""
-        followers = self._followers[len(gram)][gram]
-        preferred = self._indexed[end]
-        most = max(followers.values())
-        if followers[preferred] == most:
-            return preferred, LookupMatch(len(gram), in_prompt=end < self._prompt_length)
-        return max(followers, key=followers.__getitem__), LookupMatch(len(gram), in_prompt=False)
 
     def _longest_match(self, query: Sequence[int], seen: int) -> tuple[int, int]:
         """(length, end) of the preferred occurrence of the longest n-gram ending ``query``, whose
@@ -262,12 +255,8 @@ class PromptLookupDrafter:
             self._new_index()
         for end in range(max(done, 1), len(context)):
             index = self._prompt_index if end < self._prompt_length else self._answer_index
-            follower = context[end]
             for n in range(1, min(self.ngram_max, end) + 1):
-                gram = tuple(context[end - n:end])
-                index[n][gram] = end
-                counts = self._followers[n].setdefault(gram, {})
-                counts[follower] = counts.get(follower, 0) + 1
+                index[n][tuple(context[end - n:end])] = end
         self._indexed.extend(context[done:])
 
 

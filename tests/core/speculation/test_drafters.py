@@ -127,14 +127,18 @@ def test_a_drafter_names_its_kind():
     assert LookupThenModelDrafter.name == DrafterKind.LOOKUP_MODEL
 
 
-def test_lookup_drafts_the_follower_most_earlier_occurrences_had():
-    """Every occurrence counts, not the latest alone: after 1 2 the text went 3 twice, 4 once."""
-    lookup = PromptLookupDrafter(ngram_max=2)
-    lookup.prepare([1, 2, 3, 1, 2, 3, 1, 2, 4, 1, 2], FIXED)
-    assert lookup.propose([1, 2, 3, 1, 2, 3, 1, 2, 4, 1, 2], 1) == [(3, LookupMatch(2, in_prompt=False))]
+def test_lookup_copies_on_from_its_occurrence_where_another_went_otherwise():
+    """An edit's answer copied the first of two similar passages of the prompt and is at the second:
+    the copy goes on as the second did, though the passage's start went the first one's way twice
+    (in the prompt and in the answer's copy; looked up again token by token, it drafted 9)."""
+    prompt = [1, 2, 3, 4, 9, 5, 1, 2, 3, 4, 8, 6]
+    lookup = PromptLookupDrafter(ngram_max=4)
+    lookup.prepare(prompt, FIXED)
+    context = prompt + [1, 2, 3, 4, 9, 5, 1, 2, 3]
+    assert [t for t, _ in lookup.propose(context, 3)] == [4, 8, 6]
 
 
-def test_lookup_breaks_a_tie_of_followers_by_the_prompt_then_the_latest():
+def test_lookup_copies_the_prompts_occurrence_before_the_answers():
     prompt = [7, 1, 2, 3]
     lookup = PromptLookupDrafter(ngram_max=2)
     lookup.prepare(prompt, FIXED)
@@ -142,20 +146,21 @@ def test_lookup_breaks_a_tie_of_followers_by_the_prompt_then_the_latest():
     assert lookup.propose(context, 1) == [(3, LookupMatch(2, in_prompt=True))]
 
 
-def test_lookup_chains_its_draft_through_the_text_past_the_copied_passage():
-    """Each drafted token is looked up again with the ones drafted before it: a copy that holds goes
-    on with a longer match, and one that reaches a passage shown elsewhere follows it."""
+def test_lookup_copies_to_the_end_of_the_text_then_looks_up_again():
+    """The copy runs on from the match's occurrence, each token scored by that match; where it reaches
+    the end of the text, the end with the copied tokens is looked up again and the draft goes on."""
     prompt = [10, 11, 12, 13, 20, 21, 22, 23, 24, 25, 12, 13, 30, 31]
     lookup = PromptLookupDrafter(ngram_max=4)
     lookup.prepare(prompt, FIXED)
     proposed = lookup.propose(prompt + [10, 11], 8)
-    assert [t for t, _ in proposed] == [12, 13, 20, 21, 22, 23, 24, 25]
-    assert [m.length for _, m in proposed][:4] == [2, 3, 4, 4]
-    assert all(m.in_prompt for _, m in proposed)
+    assert proposed == [(t, LookupMatch(2, in_prompt=True)) for t in [12, 13, 20, 21, 22, 23, 24, 25]]
+    periodic = [1, 2, 3, 4, 1, 2, 3]
+    lookup.prepare(periodic, FIXED)
+    assert [t for t, _ in lookup.propose(periodic, 8)] == [4, 1, 2, 3, 4, 1, 2, 3]
 
 
 def test_lookup_drafts_what_find_copies_where_the_text_repeats_nothing_else():
-    """Where each n-gram has one follower the chained draft is the contiguous copy of the match."""
+    """Where the copy does not reach the end of the text the draft is find's contiguous copy."""
     rng = random.Random(3)
     prompt = rng.sample(range(1000), 200)            # no token repeats: one occurrence per n-gram
     lookup = PromptLookupDrafter()
@@ -170,4 +175,4 @@ def test_lookup_draft_asks_the_policy_token_by_token():
     lookup = PromptLookupDrafter(ngram_max=3)
     lookup.prepare(prompt, FIXED)
     draft = lookup.draft(prompt + [1, 2], 3, FIXED, None)
-    assert draft.tokens == [3, 4, 5] and [m.length for m in draft.scores] == [2, 3, 3]
+    assert draft.tokens == [3, 4, 5] and [m.length for m in draft.scores] == [2, 2, 2]
