@@ -25,6 +25,12 @@ class DrafterStandings:
     failed verification costs, so what a 2-token match lost says nothing of a 16-token copy of the
     prompt; one standing for all of lookup sat it out through the long copies of an edit that
     followed a few losing short matches (issue 43: 9 tokens drafted in a 128-token rewrite).
+
+    Losses within ``forgiven`` main steps of balance do not make a drafter sit out: the policy
+    forgives them where misses are cheap and sitting out gains nothing (policy.py: lookup with no
+    draft model to take its rounds). Where a batch costs about one step, as on a GPU, a wrong draft
+    costs a small part of a step, and its short matches, sat out after every small loss, were lost
+    with the copies that followed them.
     """
 
     MAX_BACKOFF = 64
@@ -48,13 +54,13 @@ class DrafterStandings:
             return True
         return False
 
-    def settle(self, source: Hashable, saved: float, step: float) -> None:
+    def settle(self, source: Hashable, saved: float, step: float, forgiven: float = 0.0) -> None:
         """A round of ``source`` saved ``saved`` seconds (negative: lost) against the main model alone,
-        whose step takes ``step``."""
+        whose step takes ``step``; a balance down by at most ``forgiven`` steps sits nothing out."""
         self._balance[source] = self._balance[source] * self.BALANCE_DECAY + saved
         if source in DRAFT_MODELS and self._balance[source] < -self.PARK_STEPS * step:
             self.park_model()
-        if self._balance[source] >= 0:
+        if self._balance[source] >= -forgiven * step:
             self._backoff[source] = 0
             return
         if saved < 0:

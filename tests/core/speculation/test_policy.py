@@ -173,6 +173,18 @@ def test_losing_short_matches_do_not_sit_out_a_long_copy_of_the_prompt():
     assert _lookup_rounds_drafted(policy, LookupMatch(16, in_prompt=True), 10, accepted=1) == 10
 
 
+def test_lookup_alone_does_not_sit_out_over_cheap_misses():
+    """Where a batch costs about one step (a GPU), a wrong lookup draft costs a small part of a step:
+    lookup alone keeps drafting through its misses. Where a draft model could take the rounds, the
+    losing matches still sit out and leave the rounds to it."""
+    cheap = [STEP * (1 + 0.05 * (n - 1)) for n in range(1, 10)]
+    alone = AutoPolicy(AUTO, profile(cheap))
+    assert _lookup_rounds_drafted(alone, LookupMatch(4), 30) == 30
+    with_model = AutoPolicy(AUTO, profile(cheap, draft_step=0.1 * STEP))
+    assert with_model.may_draft(MODEL) and with_model.wants_main_confidence()  # as a draft model drafter asks
+    assert _lookup_rounds_drafted(with_model, LookupMatch(4), 30) < 15
+
+
 @pytest.mark.parametrize("kind", ["lookup", "lookup+model", "model"])
 def test_auto_policy_output_is_the_main_models(kind):
     main = ReferenceModel(n_vocab=6, seed=4, sharpness=4.0)  # small vocabulary: repeats, so lookup matches
