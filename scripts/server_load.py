@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.core.engine import Engine  # noqa: E402
 from app.core.params import ModelParams, SpeculationParams  # noqa: E402
 from app.server.run import LocalServer  # noqa: E402
-from app.server.worker import ThreadedJobs  # noqa: E402
+from app.server.slots import ThreadedJobs  # noqa: E402
 
 BODY = {"messages": [{"role": "user", "content": "Write one line about the sea."}], "max_tokens": 24,
         "temperature": 0, "stream": True}

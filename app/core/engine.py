@@ -21,7 +21,7 @@ from app.core.gguf.pair_check import check_pair, vocabulary_differences
 from app.core.gguf.shared_vocab import shared_vocabulary
 from app.core.llama import binding as llama, devices, dflash, eagle3, mtp
 from app.core.llama.special import eog_tokens, fim_tokens, special_piece
-from app.core.lm import FimTokens
+from app.core.lm import FimTokens, common_prefix_length
 from app.core.llama.placement import footprint, plan_gpu_layers, resolved
 from app.core.llama.state_cache import StateCache
 from app.core.llama.ram import total_memory_bytes
@@ -67,6 +67,7 @@ class Engine:
         self._heads: dict[DrafterKind, "mtp.ChainingHead | mtp.AssistantHead | dflash.DFlashHead"] = {}   # by kind
         self.states: StatesConfig | None = None    # cache states kept between conversations (Engine.load)
         self._state_caches: dict[str, StateCache] = {}
+        self._owns_models = True   # False for another slot's engine (another_slot): it only borrows them
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -136,10 +137,45 @@ class Engine:
         """How the pair's drafter file drafts (MTP, EAGLE-3); None without one."""
         return self.draft_info.drafts_as if self.drafter_file is not None else None
 
+    def another_slot(self) -> "Engine":
+        """Another engine answering with the same loaded models, with contexts (KV caches, drafting
+        contexts) of its own: a server slot that answers beside this one, each keeping its own prompt
+        cache. What the pair has learned (its batch costs, its acceptance) and its saved states are
+        shared. Raises ModelLoadError when the new contexts do not fit."""
+        opened: list = []
+        try:
+            main = _context(self.main.model, self.main_params, opened, self.main.threads)
+            draft = _context(self.draft.model, self.draft_params, opened, self.draft.threads) \
+                if self.draft is not None else None
+        except BaseException:
+            for session in reversed(opened):
+                session.close()
+            raise
+        slot = Engine(main, self.main_info, draft, self.draft_info, self.warnings, self.main_params, self.draft_params,
+                      drafter_file=self.drafter_file)
+        slot.costs, slot.acceptance = self.costs, self.acceptance
+        slot.states, slot._state_caches, slot._owns_models = self.states, self._state_caches, False
+        return slot
+
+    @property
+    def cached_length(self) -> int:
+        """How many tokens the main model's cache holds."""
+        return len(self.main.cached)
+
+    def cached_prefix(self, tokens: Sequence[int]) -> int:
+        """How many of ``tokens``, from the start, the main model's cache holds already."""
+        return common_prefix_length(self.main.cached, tokens)
+
     def close(self) -> None:
         for head in self._heads.values():
             head.close()
         self._heads = {}
+        if not self._owns_models:
+            for session in (self.draft, self.main):
+                if session is not None:
+                    session.close()
+            self.draft = None
+            return
         if self.drafter_file is not None:
             self.drafter_file.close()
             self.drafter_file = None
@@ -331,8 +367,13 @@ def _open_model(params: ModelParams, loaded: list, cancelled: Callable[[], bool]
 
 
 def _open(params: ModelParams, loaded: list, cancelled: Callable[[], bool] | None) -> "llama.LlamaSession":
-    model = _open_model(params, loaded, cancelled)
-    session = llama.LlamaSession(model, params.n_ctx, params.n_threads, params.n_batch)
+    return _context(_open_model(params, loaded, cancelled), params, loaded)
+
+
+def _context(model: "llama.LlamaModel", params: ModelParams, loaded: list,
+             threads: "llama.ThreadTuner | None" = None) -> "llama.LlamaSession":
+    """A context on ``model``; ``threads``: the thread counts another context of it learns (a slot's)."""
+    session = llama.LlamaSession(model, params.n_ctx, params.n_threads, params.n_batch, threads)
     loaded.append(session)
     return session
 

@@ -92,6 +92,10 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     # (token id, bias) pairs added to the main model's logits before any filter; -inf bans the token
     logit_bias: tuple[tuple[int, float], ...] = ()
+    # llama-server's FIM limits: a line after the first indented less than n_indent ends the answer
+    # there; past max_predict_ms since the first token, the next line break ends it (0: no limit)
+    n_indent: int = 0
+    max_predict_ms: int = 0
 
     def __post_init__(self) -> None:
         _require("temperature", self.temperature, _finite(self.temperature) and self.temperature >= 0,
@@ -103,6 +107,9 @@ class SamplingParams:
                  "must be 0 or more (or left out for a random seed)")
         _require("max_tokens", self.max_tokens, _integer(self.max_tokens) and self.max_tokens >= 1,
                  "must be at least 1")
+        _require("n_indent", self.n_indent, _integer(self.n_indent) and self.n_indent >= 0, "must be 0 (off) or more")
+        _require("max_predict_ms", self.max_predict_ms, _integer(self.max_predict_ms) and self.max_predict_ms >= 0,
+                 "must be 0 (no limit) or more")
         _require("logit_bias", self.logit_bias, all(_integer(t) and t >= 0 and _bias(b) for t, b in self.logit_bias),
                  "must pair token ids (0 or more) with finite biases or -inf")
 

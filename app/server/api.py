@@ -115,6 +115,8 @@ def sampling_from(body: dict) -> SamplingParams:
             max_tokens=positive(max_tokens, "max_tokens") if max_tokens is not None else NO_LIMIT,
             stop=_stop(body.get("stop")),
             logit_bias=logit_bias(body),
+            n_indent=max(0, field_value(body, "n_indent", int, "an integer", 0)),
+            max_predict_ms=max(0, field_value(body, "t_max_predict_ms", int, "an integer", 0)),
         )
     except InvalidParameterError as exc:   # a value out of the engine's range is the client's error
         raise ApiError(400, f"'{exc.name}' {exc.problem}.", param=exc.name) from None

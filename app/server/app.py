@@ -27,7 +27,7 @@ from app.server.access import ApiKey, Cors, default_origins
 from app.server.api import ApiError, parse_chat, parse_completion
 from app.server.bodies import body_bytes, json_body
 from app.server.native_routes import NativeRoutes
-from app.server.streams import bursts, started, summary_of
+from app.server.streams import as_started, bursts, first_item_within, summary_of
 from app.server.responses import ResponseShape, finish_reason, live_timings, sse, summary_timings
 from app.server.worker import Job, JobQueue
 
@@ -53,6 +53,7 @@ def create_app(jobs: JobQueue, api_key: str | None = None, alias: str | None = N
         Route("/detokenize", native.detokenize, methods=["POST"]),
         Route("/apply-template", native.apply_template, methods=["POST"]),
         Route("/props", native.props),
+        Route("/slots", native.slots),
     ]
     app = Starlette(routes=routes, exception_handlers={
         ApiError: _api_error, HTTPException: _http_error, Exception: _server_error})
@@ -73,7 +74,7 @@ class _Handlers:
         return JSONResponse({"status": "ok"})
 
     async def metrics(self, request: Request) -> Response:
-        text = self.jobs.metrics.render(self.jobs.processing, self.jobs.deferred)
+        text = self.jobs.metrics.render(self.jobs.processing, self.jobs.deferred, self.jobs.slots())
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     async def models(self, request: Request) -> Response:
@@ -106,7 +107,12 @@ class _Handlers:
         watcher = asyncio.create_task(_cancel_on_disconnect(request, self.jobs, job))
         streaming = False
         try:
-            first = await started(job)
+            item = await first_item_within(job, ADMIT_GRACE_S) if parsed.stream else await job.next()
+            if item is None:   # every slot is busy: the headers go out now, the stream says it waits
+                streaming = True
+                return StreamingResponse(_stream_once_started(job, reply, (options, self.alias), watcher, self.jobs),
+                                         media_type="text/event-stream", headers=STREAM_HEADERS)
+            first = as_started(item)
             answer = reply(job, options, self.alias, first)
             if not parsed.stream:
                 return JSONResponse(await answer.whole())
@@ -114,10 +120,16 @@ class _Handlers:
             live.add(first)
             streaming = True  # from here on the stream's own cleanup ends the job
             return StreamingResponse(_stream(job, answer, live, watcher, self.jobs), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                                     headers=STREAM_HEADERS)
         finally:
             if not streaming:
                 _finish(watcher, self.jobs, job)
+
+
+STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+ADMIT_GRACE_S = 1.0   # a stream's headers wait this long for its answer to start (a quick refusal keeps its status)
+KEEPALIVE_S = 5.0     # then a comment this often while it waits for a slot
+WAITING = b": waiting for a free slot\n\n"
 
 
 class OpenAIReply:
@@ -187,6 +199,32 @@ async def _stream(job: Job, answer, live: GenerationStats, watcher: asyncio.Task
         _finish(watcher, jobs, job)
     if answer.trailer:
         yield answer.trailer
+
+
+async def _stream_once_started(job: Job, reply: Callable, reply_args: tuple, watcher: asyncio.Task,
+                               jobs: JobQueue) -> AsyncIterator[bytes]:
+    """A stream whose request waits for a slot: an SSE comment at once and every KEEPALIVE_S while it
+    waits (clients with a read timeout of 30 s keep listening; SSE readers skip comments), then the
+    answer as ``_stream`` sends it, or its failure as an error event."""
+    handed_over = False
+    try:
+        yield WAITING
+        while (item := await first_item_within(job, KEEPALIVE_S)) is None:
+            yield WAITING
+        try:
+            first = as_started(item)
+        except ApiError as exc:
+            yield sse(exc.body())
+            return
+        answer = reply(job, reply_args[0], reply_args[1], first)
+        live = GenerationStats()
+        live.add(first)
+        handed_over = True   # from here on _stream's own cleanup ends the job
+        async for data in _stream(job, answer, live, watcher, jobs):
+            yield data
+    finally:
+        if not handed_over:
+            _finish(watcher, jobs, job)
 
 
 def _reads_answer(shape: ResponseShape, job: Job) -> bool:

@@ -8,6 +8,7 @@ import sys
 from typing import Callable
 
 API_KEY_ENV = "QUICKDRAFT_API_KEY"
+MAX_PARALLEL = 64   # slots: each holds a KV cache of the whole context
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
@@ -16,8 +17,11 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8080, help="port to listen on (8080; 0 = any free port)")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                    help=f"require 'Authorization: Bearer KEY' on every route but /health (or set {API_KEY_ENV})")
+    p.add_argument("--parallel", "-np", type=int, default=4,
+                   help="requests answered at once, each in a slot with its own cache and drafting (4, as LM "
+                        "Studio); a slot's contexts are made when a request first needs it")
     p.add_argument("--queue", type=int, default=8,
-                   help="requests that may wait while one generates; more get 429 with Retry-After (8)")
+                   help="requests that may wait while all slots answer; more get 429 with Retry-After (8)")
     p.add_argument("--log-requests", action="store_true", help="print one line per HTTP request")
     p.add_argument("--state-cache-mb", type=int, default=2048,
                    help="disk kept for the caches of conversations left, so that a client coming back reads "
@@ -40,20 +44,23 @@ def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
     from app.core.errors import QuickdraftError
 
     from app.server.run import LocalServer
-    from app.server.worker import ThreadedJobs
+    from app.server.slots import ThreadedJobs
 
     if not 0 <= args.port <= 65535:
         raise QuickdraftError(f"--port must be between 0 and 65535, not {args.port}")
     if args.queue < 0:
         raise QuickdraftError(f"--queue must not be negative, not {args.queue}")
-    jobs = ThreadedJobs(load_engine, speculation, drafter, max_waiting=args.queue)
+    if not 1 <= args.parallel <= MAX_PARALLEL:
+        raise QuickdraftError(f"--parallel must be between 1 and {MAX_PARALLEL}, not {args.parallel}")
+    jobs = ThreadedJobs(load_engine, speculation, drafter, max_waiting=args.queue, parallel=args.parallel)
     # bind before loading, so a taken port or a wrong address fails before minutes of loading
     server = LocalServer(jobs, args.host, args.port, args.api_key, access_log=args.log_requests, alias=args.alias,
                          cors_origins=args.cors_origins)
     try:
         pair = jobs.start()
         draft = f" drafting with {pair.draft_file}" if pair.draft_file else ""
-        print(f"serving {args.alias or pair.model_id}{draft} (context {pair.n_ctx}) at {server.url}/v1 -- Ctrl-C stops",
+        print(f"serving {args.alias or pair.model_id}{draft} (context {pair.n_ctx}, {args.parallel} at once) at "
+              f"{server.url}/v1 -- Ctrl-C stops",
               file=sys.stderr, flush=True)
         server.run()
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down: a normal stop

@@ -1,5 +1,7 @@
 """Fields llama-server takes beside OpenAI's: ``n_predict``, ``logit_bias`` in both of its forms, and
-the table of those Quickdraft does not run, refused with a 400 that names them.
+the table of those Quickdraft does not run, refused with a 400 that names them. (``n_indent`` and
+``t_max_predict_ms`` are sampling's stop rules, api.py; ``t_max_prompt_ms`` is taken and has no effect,
+as in llama-server, which lists it as not implemented: llama.vim sends it with every request.)
 
 A refused field is one whose value would change the answer: a request that gives its neutral value
 (what llama-server does when it is left out: ``repeat_penalty: 1``, ``logprobs: false``) is answered,
@@ -19,7 +21,7 @@ NEUTRAL: dict[str, tuple] = {
     "presence_penalty": (0,), "frequency_penalty": (0,), "repeat_penalty": (1,),
     "mirostat": (0,), "typical_p": (1,), "dynatemp_range": (0,), "xtc_probability": (0,),
     "dry_multiplier": (0,), "top_n_sigma": (-1,), "n_keep": (0, -1),
-    "grammar": ("",), "json_schema": ({},), "n_indent": (0,), "t_max_predict_ms": (0,), "t_max_prompt_ms": (0,),
+    "grammar": ("",), "json_schema": ({},),
     "samplers": (), "lora": ([],), "continue_final_message": (False,), "echo": (False,), "best_of": (1,),
     "suffix": ("",), "add_generation_prompt": (True,),
 }

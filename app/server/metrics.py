@@ -54,7 +54,8 @@ class ServerMetrics:
         with self._lock:
             self.rejected += 1
 
-    def render(self, processing: int, deferred: int) -> str:
+    def render(self, processing: int, deferred: int, slots: list[dict] = ()) -> str:
+        """The counters, and each slot (``/slots``' entries) as gauges labelled by its id."""
         with self._lock:
             counters = [
                 ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens",
@@ -85,6 +86,12 @@ class ServerMetrics:
                                           self.rejected)], OWN_PREFIX)
             lines += _labelled("requests_finished_total", "Finished requests by why they stopped", "reason",
                                dict(sorted(self.stops.items())), OWN_PREFIX)
+        lines += _labelled("slot_processing", "Whether the slot is answering a request (1) or idle (0)", "slot",
+                           {s["id"]: int(s["is_processing"]) for s in slots}, OWN_PREFIX, "gauge")
+        lines += _labelled("slot_decoded_tokens", "Tokens of the slot's current answer so far", "slot",
+                           {s["id"]: s["next_token"]["n_decoded"] for s in slots if "next_token" in s}, OWN_PREFIX, "gauge")
+        lines += _labelled("slot_cached_tokens", "Tokens the slot's cache holds", "slot",
+                           {s["id"]: s["n_cached"] for s in slots if "n_cached" in s}, OWN_PREFIX, "gauge")
         return "\n".join(lines) + "\n"
 
 
@@ -96,10 +103,11 @@ def _family(kind: str, items: list, prefix: str = PREFIX) -> list[str]:
     return lines
 
 
-def _labelled(name: str, help_text: str, label: str, values: dict, prefix: str = PREFIX) -> list[str]:
+def _labelled(name: str, help_text: str, label: str, values: dict, prefix: str = PREFIX,
+              kind: str = "counter") -> list[str]:
     if not values:
         return []
-    lines = [f"# HELP {prefix}{name} {help_text}", f"# TYPE {prefix}{name} counter"]
+    lines = [f"# HELP {prefix}{name} {help_text}", f"# TYPE {prefix}{name} {kind}"]
     return lines + [f'{prefix}{name}{{{label}="{key}"}} {_number(value)}' for key, value in values.items()]
 
 

@@ -109,13 +109,23 @@ class NativeRoutes:
         params = generation_settings(DEFAULT_SAMPLING, False, self.jobs.drafting is not DrafterKind.NONE)
         return JSONResponse({
             "default_generation_settings": {"params": params, "n_ctx": pair.n_ctx},
-            "total_slots": 1, "model_alias": self.alias or pair.model_id, "model_path": pair.main_path,
+            "total_slots": self.jobs.parallel, "model_alias": self.alias or pair.model_id, "model_path": pair.main_path,
             "modalities": {"vision": False, "video": False, "audio": False},
-            "endpoint_slots": False, "endpoint_props": False, "endpoint_metrics": True,
+            "endpoint_slots": True, "endpoint_props": False, "endpoint_metrics": True,
             "chat_template": pair.chat_template or "", "is_sleeping": False,
             "build_info": f"quickdraft {__version__} (llama-cpp-python {llama_cpp_version()})",
             "speculative": {"draft_model": pair.draft_path, "drafter": self.jobs.drafting.value},
         })
+
+    async def slots(self, request: Request) -> Response:
+        """GET /slots: each slot, answering or idle; with ?fail_on_no_slot=1, 503 when none is free (as
+        llama-server)."""
+        self._pair()
+        slots = self.jobs.slots()
+        if request.query_params.get("fail_on_no_slot") in ("1", "true") and \
+                len([s for s in slots if s["is_processing"]]) >= self.jobs.parallel:
+            raise ApiError(503, "No slot is available.", type="unavailable_error", retry_after=1)
+        return JSONResponse(slots)
 
     def _pair(self):
         if self.jobs.pair is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import AsyncIterator
 
 from app.core.speculation.events import Started, Summary, TokenPiece
@@ -10,10 +11,22 @@ from app.server.worker import Failed, Job
 
 
 async def started(job: Job) -> Started:
-    item = await job.next()
+    return as_started(await job.next())
+
+
+def as_started(item) -> Started:
+    """A job's first item: its Started event, or its failure raised."""
     if isinstance(item, Failed):
         raise item.error
     return item
+
+
+async def first_item_within(job: Job, seconds: float):
+    """The job's first item, or None when it has not come in ``seconds`` (it waits for a slot)."""
+    try:
+        return await asyncio.wait_for(job.next(), seconds)
+    except asyncio.TimeoutError:
+        return None
 
 
 async def summary_of(job: Job) -> Summary:

@@ -1,6 +1,7 @@
-"""One generation at a time from a bounded queue, each event stamped on the engine thread's clock and
-posted to the asyncio loop of the request that asked for it. The engine thread is the server's own
-(ThreadedJobs, for ``quickdraft serve``) or the window's (HostedJobs, the window's "Local server")."""
+"""Generations from a bounded queue, each event stamped on the engine thread's clock and posted to the
+asyncio loop of the request that asked for it. The engine thread is the server's own (ThreadedJobs in
+slots.py, for ``quickdraft serve``) or the window's (HostedJobs in slots.py, the window's "Local
+server"); both answer several at once, in slots."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ import time
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Generator
 
 from app.core.errors import PromptTooLongError, QuickdraftError
 from app.core.frontdoor import AnswerEngine, GenerationRequest, LoadedPair
 from app.core.params import DEFAULT_DRAFTER, DrafterKind, SamplingParams, SpeculationParams
-from app.core.speculation.events import StopReason, Summary, run_to_summary
+from app.core.speculation.events import StopReason, Summary, until_summary
 from app.core.speculation.loop import check_prompt_fits
 from app.server.answers import AnswerPlan, chat_prompt
 from app.server.api import ApiError, ApiRequest
@@ -85,7 +86,8 @@ class JobQueue:
         self._observe = observe       # sees every item a job is sent, on the engine's thread
         self._engine: AnswerEngine | None = None
         self._waiting: deque[Job] = deque()
-        self._running: Job | None = None
+        self._answering: list[Job] = []   # the jobs being answered now (one per slot)
+        self.parallel = 1                 # how many are answered at once (ThreadedJobs' slots)
         self._stopping = False
         self._cond = threading.Condition()
         self._durations: deque[float] = deque(maxlen=RECENT_JOBS)
@@ -96,7 +98,14 @@ class JobQueue:
 
     @property
     def processing(self) -> int:
-        return 1 if self._running is not None else 0
+        return len(self._answering)
+
+    def slots(self) -> list[dict]:
+        """The one slot, as llama-server's /slots shows it (ThreadedJobs has several)."""
+        if self.pair is None:
+            return []
+        return [{"id": 0, "id_task": -1, "n_ctx": self.pair.n_ctx, "speculative": self.drafting is not DrafterKind.NONE,
+                 "is_processing": bool(self._answering)}]
 
     @property
     def deferred(self) -> int:
@@ -116,13 +125,13 @@ class JobQueue:
             if not self.available:
                 raise ApiError(503, "The model is not loaded (the server is starting or stopping).",
                                type="unavailable_error", code="unavailable", retry_after=5)
-            # one answering and max_waiting waiting, counted alike in a burst that arrives before the
-            # engine's thread has taken the first job (then none is running yet)
-            if len(self._waiting) + (self._running is not None) > self.max_waiting:
+            # `parallel` answering and max_waiting waiting, counted alike in a burst that arrives before
+            # the engine's thread has taken the first jobs (then none is answered yet)
+            if len(self._waiting) + len(self._answering) >= self.parallel + self.max_waiting:
                 self.metrics.count_rejected()
-                raise ApiError(429, f"The server is busy: one request is answered and {len(self._waiting)} are "
-                               "waiting. Retry later.", type="rate_limit_error", code="queue_full",
-                               retry_after=self._retry_after())
+                raise ApiError(429, f"The server is busy: {len(self._answering)} requests are answered and "
+                               f"{len(self._waiting)} are waiting. Retry later.", type="rate_limit_error",
+                               code="queue_full", retry_after=self._retry_after())
             job = Job(request, loop, call=call)
             self._waiting.append(job)
             self._cond.notify_all()
@@ -148,14 +157,14 @@ class JobQueue:
 
     def _retry_after(self) -> int:
         mean = sum(self._durations) / len(self._durations) if self._durations else 1.0
-        return max(1, math.ceil(mean * (len(self._waiting) + 1)))
+        return max(1, math.ceil(mean * (len(self._waiting) + 1) / self.parallel))
 
     def _refuse_all(self) -> None:
         """Stop taking jobs: cancel the running one and answer the waiting ones 503."""
         with self._cond:
             self._stopping = True
-            if self._running is not None:
-                self._running.cancel.set()
+            for job in self._answering:
+                job.cancel.set()
             for job in self._waiting:
                 job.cancel.set()
                 job.post(Failed(ApiError(503, "The server is stopping.", type="unavailable_error", retry_after=5)))
@@ -164,17 +173,14 @@ class JobQueue:
 
     # --- the engine's thread ---------------------------------------------------------------------
 
-    def _serve(self, job: Job) -> None:
-        started = time.perf_counter()
-        try:
-            last = self._run_call(job) if job.call is not None else self._generate(job)
-        except Exception as exc:  # a defect, not the client's doing: answer 500, keep serving
-            traceback.print_exc(file=sys.stderr)
-            last = Failed(ApiError(500, f"Internal error: {type(exc).__name__}: {exc}", type="server_error"))
-        if job.call is None:   # only generations: the Retry-After estimate is about them
+    def _finish(self, job: Job, last, started: float, counted: bool = True) -> None:
+        """The job's last item (its Summary, Failed, Done) goes out once it no longer counts as answered,
+        so the client's next request finds room."""
+        if counted:   # only generations: the Retry-After estimate is about them
             self._durations.append(time.perf_counter() - started)
         with self._cond:
-            self._running = None  # before the last item goes out, so the client's next request finds room
+            if job in self._answering:
+                self._answering.remove(job)
         self._send(job, last)
 
     def _send(self, job: Job, item) -> None:
@@ -192,10 +198,12 @@ class JobQueue:
             return Failed(exc)
         except QuickdraftError as exc:
             return Failed(ApiError(400, str(exc)))
+        except Exception as exc:
+            return internal_error(exc)
 
-    def _generate(self, job: Job) -> Summary | Failed:
-        """Send the events as they come; return the last item (the Summary, or Failed)."""
-        engine = self._engine
+    def _prepare(self, job: Job) -> list[int] | Failed:
+        """The job's prompt as tokens, its sampling checked (on any slot's engine: they share the models),
+        or why it cannot be answered."""
         job.pair, job.drafting = self.pair, self.drafting   # before anything is posted: the handler names the pair
         if job.cancel.is_set():  # its client left before its turn
             return Failed(ApiError(499, "The client closed the request."))
@@ -209,14 +217,24 @@ class JobQueue:
             return Failed(ApiError(400, str(exc)))
         except ApiError as exc:
             return Failed(exc)
-        plan = job.plan
         if job.request.kind != "chat":   # llama-server's native answers show their prompt
-            job.prompt_text = _text(engine.pieces(tokens))
+            job.prompt_text = _text(self._engine.pieces(tokens))
+        return tokens
+
+    def _answer(self, job: Job, engine: AnswerEngine,
+                tokens: list[int] | Failed | None) -> Generator[object, None, Summary | Failed]:
+        """The job's events, one at a time, answered by ``engine`` (its slot's); its last item (the
+        Summary, or Failed) is the generator's value. ``tokens``: what ``_prepare`` made of it, or None
+        to prepare it here."""
+        tokens = self._prepare(job) if tokens is None else tokens
+        if isinstance(tokens, Failed):
+            return tokens
+        plan = job.plan
         request = GenerationRequest(prompt=tokens, sampling=job.sampling, speculation=self.speculation,
                                     drafter=self.drafter, cancel=job.cancel, spell=plan.spell if plan else (),
                                     tool_spans=plan.call_spans if plan else None,
                                     empty_cache=not job.request.cache_prompt)
-        summary = run_to_summary(engine.generate(request), lambda event: self._send(job, event))
+        summary = yield from until_summary(engine.generate(request))
         if summary.stop_reason is StopReason.STOP_STRING:
             job.stopping_word = _stopping_word(summary, _text(engine.pieces(summary.token_ids)),
                                                job.sampling.stop)
@@ -252,6 +270,12 @@ class JobQueue:
         return dataclasses.replace(request.sampling, logit_bias=tuple(bias.items()))
 
 
+def internal_error(exc: Exception) -> Failed:
+    """A defect, not the client's doing: logged, answered 500; the server keeps serving."""
+    traceback.print_exception(exc, file=sys.stderr)
+    return Failed(ApiError(500, f"Internal error: {type(exc).__name__}: {exc}", type="server_error"))
+
+
 def _text(pieces: list[bytes]) -> str:
     return b"".join(pieces).decode("utf-8", "replace")
 
@@ -268,99 +292,3 @@ def context_error(kind: str, exc: PromptTooLongError) -> ApiError:
     """A prompt over the context, as llama-server types it (exceed_context_size_error, with the counts)."""
     return ApiError(400, str(exc), type="exceed_context_size_error", param="messages" if kind == "chat" else "prompt",
                     code="context_length_exceeded", extra={"n_prompt_tokens": exc.n_prompt, "n_ctx": exc.n_ctx})
-
-
-class ThreadedJobs(JobQueue):
-    """Owns the Engine on a thread of its own. One generation runs; up to ``max_waiting`` more wait."""
-
-    def __init__(self, load_engine: Callable[[], AnswerEngine], speculation: SpeculationParams = SpeculationParams(),
-                 drafter: DrafterKind = DEFAULT_DRAFTER, max_waiting: int = 8, metrics: ServerMetrics | None = None):
-        super().__init__(speculation, drafter, max_waiting, metrics)
-        self._load_engine = load_engine
-        self._ready = threading.Event()
-        self._load_error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="quickdraft-engine", daemon=True)
-
-    def start(self) -> LoadedPair:
-        """Load the engine on its thread; raises the loader's error (a QuickdraftError) here."""
-        self._thread.start()
-        self._ready.wait()
-        if self._load_error is not None:
-            raise self._load_error
-        return self.pair
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """Cancel what runs and waits, then unload the engine on its thread."""
-        self._refuse_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-    @property
-    def available(self) -> bool:
-        return self._thread.is_alive() and super().available
-
-    def _run(self) -> None:
-        try:
-            self._use(self._load_engine())
-        except BaseException as exc:  # reported by start() on the caller's thread
-            self._load_error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        try:
-            while (job := self._next_job()) is not None:
-                self._serve(job)
-        finally:
-            self._engine.close()
-
-    def _next_job(self) -> Job | None:
-        with self._cond:
-            while not self._waiting and not self._stopping:
-                self._cond.wait()
-            if self._stopping:
-                return None
-            self._running = self._waiting.popleft()
-            return self._running
-
-
-class HostedJobs(JobQueue):
-    """The server's jobs served on a thread that someone else owns, with an engine it lends: the
-    window's engine thread, which also runs the window's own chat. ``wake`` is called (from the HTTP
-    side's thread) when a job is queued; the host then calls ``serve_next()`` on its thread, one job
-    a call, so the window's requests queued meanwhile take their turn between the server's."""
-
-    def __init__(self, engine: AnswerEngine, wake: Callable[[], None],
-                 speculation: SpeculationParams = SpeculationParams(), drafter: DrafterKind = DEFAULT_DRAFTER,
-                 max_waiting: int = 8, metrics: ServerMetrics | None = None,
-                 observe: Callable[[Job, object], None] | None = None):
-        super().__init__(speculation, drafter, max_waiting, metrics, observe)
-        self._wake = wake
-        self.lend(engine)
-
-    def lend(self, engine: AnswerEngine) -> None:
-        """Serve with ``engine`` from now on (the host loaded another pair); call on the host's thread."""
-        self._use(engine)
-
-    def serve_next(self) -> bool:
-        """Serve the oldest waiting job, if any, on the calling (the host's) thread. Returns whether
-        more are waiting; the host is woken again for them."""
-        with self._cond:
-            if self._stopping or not self._waiting:
-                return False
-            self._running = self._waiting.popleft()
-            job = self._running
-        self._serve(job)
-        with self._cond:
-            more = bool(self._waiting) and not self._stopping
-        if more:
-            self._wake()
-        return more
-
-    def stop(self) -> None:
-        """Refuse new jobs, cancel the running one, answer the waiting ones 503. The engine stays
-        with its owner."""
-        self._refuse_all()
-
-    def _job_waiting(self) -> None:
-        self._wake()
-

@@ -39,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts" / "gpu"))   # make_shapes, beside this script
 STAGES = ("probe", "build", "doctor", "info", "plain", "race", "profiles", "replay", "overhead", "mtp", "eagle3",
-          "dflash")
+          "dflash", "slots")
 PROMPT = "Write a Python function that parses an ISO 8601 date and returns the weekday, with tests."
 # llama.cpp's own tools, and what the product's build adds to build them from the same tree
 TOOLS = ("llama-bench", "llama-speculative-simple")
@@ -436,6 +436,30 @@ def stage_overhead(r: Run) -> None:
     r.record("overhead", rows)
 
 
+def stage_slots(r: Run) -> None:
+    """`quickdraft serve` with one long and three short streaming clients at once, four slots against one
+    (scripts/parallel_bench.py), the first main model drafting with the draft model, answers run to
+    their length (random weights)."""
+    out = r.out / "parallel-bench.json"
+    long, short = (64, 8) if r.plan.cpu else (300, 16)
+    r.run("slots", [r.python, "scripts/parallel_bench.py", "-m", str(r.model(r.plan.mains[0])), "-md",
+                    str(r.model(r.plan.draft)), "-ngl", r.plan.gpu_layers, "--long", str(long), "--short", str(short),
+                    "--ignore-eos", "--data-dir", str(r.work / "data"), "--json", str(out)], timeout=600)
+    runs = json.loads(out.read_text())["runs"]
+    rows = []
+    for name, clients in runs.items():
+        shorts = [c for c in clients if c["client"] != "long"]
+        if any(c["first_token_s"] is None or not c["tokens"] for c in clients):
+            raise StageError(f"slots: a client got no answer ({out})")
+        rows.append({"server": name, "long_first_s": clients[0]["first_token_s"], "long_total_s": clients[0]["total_s"],
+                     "short_first_s": statistics.median(c["first_token_s"] for c in shorts),
+                     "short_total_s": statistics.median(c["total_s"] for c in shorts),
+                     "tokens_per_s": sum(c["tokens"] for c in clients) / max(c["total_s"] for c in clients)})
+        print(f"  {name}: short clients' first token {rows[-1]['short_first_s']:.2f} s (median), long answer "
+              f"{rows[-1]['long_total_s']:.2f} s, {rows[-1]['tokens_per_s']:.1f} t/s over all")
+    r.record("slots", rows)
+
+
 def stage_mtp(r: Run) -> None:
     """One step of the MTP head against one step of its main model, on a Qwen3.5-shaped main."""
     main = r.model(r.plan.mtp_main)
@@ -555,6 +579,12 @@ def summary_markdown(results: dict, device: str) -> str:
                             "decoded token taken in ms", "block / main step"],
                            [[x["model"], f"{x['main_ms']:.2f}", f"{x['verify_ms']:.2f}",
                              f"{x['block_ms']:.2f}", f"{x['start_ms']:.2f}", f"{x['block_over_main']:.2f}"]]))
+    if "slots" in results:
+        parts.append(table(["four clients at once (1 long, 3 short)", "long: first token s", "long: total s",
+                            "short: first token s (median)", "short: total s (median)", "t/s over all"],
+                           [[x["server"], f"{x['long_first_s']:.2f}", f"{x['long_total_s']:.2f}",
+                             f"{x['short_first_s']:.2f}", f"{x['short_total_s']:.2f}", f"{x['tokens_per_s']:.1f}"]
+                            for x in results["slots"]]))
     races = [results[key] for key in ("eagle3_race", "dflash_race") if key in results]
     if races:
         parts.append(table(["drafter, K tokens every round, none accepted", "ours t/s", "drafted",

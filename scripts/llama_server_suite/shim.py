@@ -5,7 +5,7 @@ The suite names tiny Hugging Face models (stories260K and the like) that this ma
 download; every model it asks for is served as the Qwen2.5-Coder pair instead
 ($QUICKDRAFT_SUITE_MAIN, $QUICKDRAFT_SUITE_DRAFT: by default the 1.5B main and the 0.5B draft in
 ~/.cache/quickdraft-bench). Options Quickdraft has are passed on (port, host, api key, context,
-threads, alias, CORS origins); the others are llama-server features the run names in its log, so a
+threads, alias, CORS origins, slots); the others are llama-server features the run names in its log, so a
 test that depends on one fails for that reason, visibly, not silently.
 """
 
@@ -22,10 +22,11 @@ DRAFT = os.environ.get("QUICKDRAFT_SUITE_DRAFT", str(MODELS / "qwen2.5-coder-0.5
 
 # llama-server options with a value that Quickdraft's serve takes under its own name
 PASSED = {"--port": "--port", "--host": "--host", "--api-key": "--api-key", "--ctx-size": "--ctx",
-          "--threads": "--threads", "--alias": "--alias", "--cors-origins": "--cors-origins"}
+          "--threads": "--threads", "--alias": "--alias", "--cors-origins": "--cors-origins",
+          "--parallel": "--parallel", "-np": "--parallel"}
 # llama-server options with a value that only choose a model or tune llama-server's own machinery
 DROPPED_WITH_VALUE = {"--temp", "--seed", "--hf-repo", "--hf-file", "--model", "--model-url", "--model-draft",
-                      "--batch-size", "--ubatch-size", "--n-gpu-layers", "--parallel", "--n-predict",
+                      "--batch-size", "--ubatch-size", "--n-gpu-layers", "--n-predict",
                       "-ctk", "-ctv", "-fa", "--pooling", "--reasoning-format", "--reasoning",
                       "--chat-template", "--chat-template-file", "--spec-type", "--spec-draft-n-max",
                       "--spec-draft-n-min", "--tags", "--models-dir", "--models-max", "--models-preset",

@@ -92,7 +92,8 @@ def test_one_default_drafter_for_every_front_end():
 
     from app.core.frontdoor import GenerationRequest
     from app.core.params import DEFAULT_DRAFTER, DrafterKind
-    from app.server.worker import HostedJobs, JobQueue, ThreadedJobs
+    from app.server.slots import HostedJobs, ThreadedJobs
+    from app.server.worker import JobQueue
     from app.storage.settings import Settings
 
     assert DEFAULT_DRAFTER is DrafterKind.LOOKUP_MODEL

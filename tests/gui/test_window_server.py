@@ -12,7 +12,7 @@ import httpx
 from app.core.engine import Engine
 from app.core.params import DrafterKind, ModelParams, SpeculationParams
 from app.server.run import LocalServer
-from app.server.worker import ThreadedJobs
+from app.server.slots import ThreadedJobs
 from tests.gui.conftest import ANSWER_TIMEOUT_MS, send, wait_idle, wait_loaded
 
 CHAT = {"messages": [{"role": "user", "content": "the cat is on the mat"}], "temperature": 0, "max_tokens": 12}

@@ -43,7 +43,8 @@ def test_the_shim_serves_quickdraft_behind_llama_servers_options(tiny_models):
                 time.sleep(0.1)
         auth = {"Authorization": "Bearer sk-key"}
         assert httpx.get(url + "/v1/models", headers=auth).json()["data"][0]["id"] == "tinyllama-2"
-        assert httpx.get(url + "/props", headers=auth).json()["default_generation_settings"]["n_ctx"] == 512
+        props = httpx.get(url + "/props", headers=auth).json()
+        assert props["default_generation_settings"]["n_ctx"] == 512 and props["total_slots"] == 2
         assert httpx.get(url + "/props").status_code == 401
         preflight = httpx.options(url + "/completion", headers={"Origin": "http://evil.com"})
         assert "access-control-allow-origin" not in preflight.headers

@@ -11,7 +11,7 @@ from app.core.engine import Engine
 from app.core.frontdoor import GenerationRequest
 from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
 from app.server.run import LocalServer
-from app.server.worker import ThreadedJobs
+from app.server.slots import DEFAULT_PARALLEL, ThreadedJobs
 
 N_CTX = 2048
 SPECULATION = SpeculationParams(policy="fixed", draft_max=4)
@@ -30,7 +30,7 @@ class Served:
 
 @contextmanager
 def serving(main, draft=None, api_key=None, max_waiting=8, host="127.0.0.1", drafter=None,
-            speculation=SPECULATION, **options):
+            speculation=SPECULATION, parallel=DEFAULT_PARALLEL, **options):
     """A server on ``main`` (and ``draft``) drafting with ``drafter``: by default the draft model
     when there is one, else none; ``options``: LocalServer's (alias, cors_origins)."""
     def load():
@@ -38,7 +38,7 @@ def serving(main, draft=None, api_key=None, max_waiting=8, host="127.0.0.1", dra
                            ModelParams(str(draft), n_ctx=N_CTX, n_threads=1) if draft else None)
 
     drafter = DrafterKind(drafter or ("model" if draft else "none"))
-    jobs = ThreadedJobs(load, speculation, drafter, max_waiting=max_waiting)
+    jobs = ThreadedJobs(load, speculation, drafter, max_waiting=max_waiting, parallel=parallel)
     jobs.start()
     server = LocalServer(jobs, host, 0, api_key, **options)
     server.start()

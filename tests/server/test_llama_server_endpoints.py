@@ -13,6 +13,7 @@ from app.core.engine import Engine
 from app.core.frontdoor import GenerationRequest
 from app.core.gguf.tiny import TinySpec, write_tiny_model
 from app.core.params import DrafterKind, ModelParams, SamplingParams
+from app.server.slots import DEFAULT_PARALLEL
 from tests.server.conftest import N_CTX, serving
 
 PROMPT = "the cat is on the mat and the dog is in the house"
@@ -121,7 +122,7 @@ def test_apply_template_gives_the_prompt_chat_would_use(coder):
 
 def test_props_tells_what_the_server_has(coder, fim_models):
     props = httpx.get(coder.url + "/props", timeout=30).json()
-    assert props["model_path"] == str(fim_models[0]) and props["total_slots"] == 1
+    assert props["model_path"] == str(fim_models[0]) and props["total_slots"] == DEFAULT_PARALLEL and props["endpoint_slots"]
     assert props["default_generation_settings"]["n_ctx"] == N_CTX
     params = props["default_generation_settings"]["params"]
     assert (params["temperature"], params["top_k"], params["top_p"], params["min_p"]) == (0.8, 40, 0.95, 0.05)
@@ -267,6 +268,20 @@ def test_infill_streams_like_completion(coder):
     assert "".join(c["content"] for c in pieces) == whole["content"] and last["stop"] is True
 
 
+def test_infill_takes_what_an_editor_sends_and_ends_at_a_line_indented_less(coder):
+    """llama.vim's FIM request: n_indent ends the suggestion at a line indented less than the code it
+    completes; t_max_predict_ms ends it at a line break once out of time; t_max_prompt_ms has no effect,
+    as in llama-server."""
+    body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": [], "prompt": "", "n_predict": 48,
+            "n_indent": 4, "top_k": 40, "top_p": 0.99, "stream": False, "cache_prompt": True,
+            "t_max_prompt_ms": 500, "t_max_predict_ms": 1000, "temperature": 0,
+            "response_fields": ["content", "timings/predicted_n", "truncated", "tokens_cached"]}
+    answer = post(coder.url, "/infill", body)
+    assert set(answer) >= {"content", "timings/predicted_n", "truncated", "tokens_cached"}
+    for line in answer["content"].split("\n")[1:]:
+        assert not line.strip() or len(line) - len(line.lstrip(" \t")) >= 4, answer["content"]
+
+
 @pytest.mark.parametrize("body, param", [
     ({"input_suffix": SUFFIX}, "input_prefix"),
     ({"input_prefix": PREFIX}, "input_suffix"),
@@ -275,7 +290,8 @@ def test_infill_streams_like_completion(coder):
     ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": [{"filename": "a"}]}, "input_extra"),
     ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": [{"text": "x", "filename": 3}]}, "input_extra"),
     ({"input_prefix": 5, "input_suffix": SUFFIX}, "input_prefix"),
-    ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_indent": 4}, "n_indent"),
+    ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_indent": "four"}, "n_indent"),
+    ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "t_max_predict_ms": 0.5}, "t_max_predict_ms"),
 ])
 def test_infill_refuses_bad_input_with_400(coder, body, param):
     response = httpx.post(coder.url + "/infill", json=body, timeout=30)

@@ -1,4 +1,4 @@
-"""One generation at a time: the bounded queue, 429 with Retry-After, disconnects that cancel at
+"""Slots and the bounded queue, 429 with Retry-After, disconnects that cancel at
 once, and a bounded load test with concurrent streaming openai clients."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def post_quietly(url: str, timeout: float) -> None:
 
 
 def test_a_waiting_client_that_leaves_frees_its_place(tiny_models, held):
-    with serving(tiny_models.main, max_waiting=1) as s:
+    with serving(tiny_models.main, max_waiting=1, parallel=1) as s:
         with one_running_one_waiting(s, waiter_timeout=0.5) as waiter:
             waiter.join()  # its client gave up while it waited
             wait_until(lambda: s.jobs.deferred == 0, timeout=2)
@@ -97,7 +97,7 @@ def test_a_waiting_client_that_leaves_frees_its_place(tiny_models, held):
 
 
 def test_a_full_queue_answers_429_with_retry_after(tiny_models, held):
-    with serving(tiny_models.main, max_waiting=1) as s:
+    with serving(tiny_models.main, max_waiting=1, parallel=1) as s:
         with one_running_one_waiting(s, waiter_timeout=5):
             refused = httpx.post(s.url + "/v1/chat/completions", json=LONG)
             assert refused.status_code == 429
@@ -192,9 +192,9 @@ def test_an_api_key_guards_every_route_but_health(tiny_models):
 
 
 def test_a_burst_is_held_to_the_queue_before_the_first_job_has_started():
-    """`serve --queue 2` and 20 requests at once: one to answer and two to wait are taken, the other 17
-    refused, also while the engine's thread has not yet taken the first job (a burst once got 10 or
-    all 20 accepted: refusal only began once a job was running)."""
+    """`serve --queue 2` and 20 requests at once: as many as there are slots to answer and two to wait
+    are taken, the others refused, also while the engine's thread has not yet taken the first job (a
+    burst once got 10 or all 20 accepted: refusal only began once a job was running)."""
     import asyncio
 
     from app.core.frontdoor import LoadedPair
@@ -202,22 +202,24 @@ def test_a_burst_is_held_to_the_queue_before_the_first_job_has_started():
     from app.server.worker import JobQueue
     from app.core.params import SamplingParams
 
-    queue = JobQueue(max_waiting=2)
-    queue.pair = LoadedPair("tiny", "tiny.gguf", n_ctx=256, n_vocab=270)
     request = ApiRequest("chat", SamplingParams(max_tokens=4), messages=({"role": "user", "content": "hi"},))
-    loop = asyncio.new_event_loop()
-    accepted = refused = 0
-    try:
-        for _ in range(20):
-            try:
-                queue.submit(request, loop)
-                accepted += 1
-            except ApiError as exc:
-                assert exc.status == 429 and exc.code == "queue_full"
-                refused += 1
-    finally:
-        loop.close()
-    assert (accepted, refused) == (3, 17)
+    for parallel in (1, 4):
+        queue = JobQueue(max_waiting=2)
+        queue.parallel = parallel
+        queue.pair = LoadedPair("tiny", "tiny.gguf", n_ctx=256, n_vocab=270)
+        loop = asyncio.new_event_loop()
+        accepted = refused = 0
+        try:
+            for _ in range(20):
+                try:
+                    queue.submit(request, loop)
+                    accepted += 1
+                except ApiError as exc:
+                    assert exc.status == 429 and exc.code == "queue_full"
+                    refused += 1
+        finally:
+            loop.close()
+        assert (accepted, refused) == (parallel + 2, 18 - parallel)
 
 
 def test_a_client_that_trickles_its_headers_is_disconnected_and_others_are_served(tiny_models, monkeypatch):
@@ -351,3 +353,29 @@ def test_under_a_crowd_with_misbehaving_clients_the_server_stays_responsive(tiny
     assert {k for k in outcomes if k.startswith("slow body ")} <= {"slow body 408", "slow body still open at the end"}
     assert {k for k in outcomes if k.startswith("many tools ")} == {"many tools 400"}, outcomes
     assert result["served"] >= result["served_well_behaved"] and result["refused"] > 0 and result["peak_fds"] > 0
+
+
+def test_a_stream_that_waits_for_a_slot_gets_its_headers_and_a_comment_at_once(tiny_models, held, monkeypatch):
+    """Clients with a 30 s read timeout gave up on a stream queued behind a long answer: nothing came
+    until it started. Now its headers and an SSE comment go out after ADMIT_GRACE_S, and a comment every
+    KEEPALIVE_S, then its answer; a stream answered at once has no comment."""
+    from app.server import app as server_app
+
+    monkeypatch.setattr(server_app, "ADMIT_GRACE_S", 0.05)
+    monkeypatch.setattr(server_app, "KEEPALIVE_S", 0.05)
+    with serving(tiny_models.main, parallel=1) as s:
+        with httpx.stream("POST", s.url + "/v1/chat/completions", json=LONG) as running:
+            lines = running.iter_lines()
+            next(lines)
+            with httpx.stream("POST", s.url + "/v1/chat/completions", json={**SHORT, "stream": True},
+                              timeout=30) as waiting:
+                assert waiting.status_code == 200 and s.jobs.deferred == 1
+                waiting_lines = waiting.iter_lines()
+                comments = [next(waiting_lines), next(waiting_lines), next(waiting_lines)]
+                assert comments == [": waiting for a free slot", "", ": waiting for a free slot"]
+                running.close()   # the long answer's client leaves: the short one starts
+                rest = [line for line in waiting_lines if line.startswith("data:")]
+        assert rest[-1] == "data: [DONE]" and any('"finish_reason":"length"' in line.replace(" ", "") for line in rest)
+        monkeypatch.setattr(server_app, "ADMIT_GRACE_S", 60.0)   # the slot is free: it starts well within
+        with httpx.stream("POST", s.url + "/v1/chat/completions", json={**SHORT, "stream": True}) as alone:
+            assert not [line for line in alone.iter_lines() if line.startswith(":")]

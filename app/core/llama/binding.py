@@ -184,12 +184,15 @@ def context_params(n_ctx: int, n_batch: int, n_threads: int):
 class LlamaSession:
     """A llama.cpp context (one sequence) whose KV cache holds ``cached``."""
 
-    def __init__(self, model: LlamaModel, n_ctx: int, n_threads: int | None = None, n_batch: int = 512):
+    def __init__(self, model: LlamaModel, n_ctx: int, n_threads: int | None = None, n_batch: int = 512,
+                 threads: ThreadTuner | None = None):
         llama_cpp = lib()
         self.model = model
         self.n_vocab = model.n_vocab
-        # a count the user gave is kept; otherwise it is learned as the context decodes (threads.py)
-        self.threads = ThreadTuner(n_threads or default_threads(), fixed=n_threads is not None)
+        # a count the user gave is kept; otherwise it is learned as the context decodes (threads.py);
+        # ``threads``: another context's of the same model (a server slot), which learns for both
+        self.threads = threads or ThreadTuner(n_threads or default_threads(), fixed=n_threads is not None)
+        shared_tuner = threads is not None
         self._threads_set = self.threads.current
         cparams = context_params(n_ctx if n_ctx > 0 else model.n_ctx_train, n_batch, self._threads_set)
         if model.memory != ATTENTION:
@@ -223,7 +226,8 @@ class LlamaSession:
         self.rereads = 0                 # times the cache was read again from the start (for tests)
         # called with (start, n) after each batch decoded (app/core/llama/mtp.py reads hidden states)
         self.decode_hooks: list[Callable[[int, int], None]] = []
-        self._choose_threads()
+        if not shared_tuner:
+            self._choose_threads()
 
     @property
     def raw_context(self):

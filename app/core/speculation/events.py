@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Iterable
+from typing import Callable, Generator, Iterable
 
 from app.core.errors import QuickdraftError
 from app.core.speculation import rates
@@ -181,10 +181,22 @@ Event = Started | Reading | TokenPiece | Round | Summary
 def run_to_summary(events: Iterable[Event], on_event: Callable[[Event], None] | None = None) -> Summary:
     """Run a generation's events to its end: each event before the Summary goes to ``on_event``, the
     Summary is returned. Every consumer (the CLI, the window's and the server's workers, compare, the
-    benchmarks) runs a generation through here; a stream that ends without a Summary is an error."""
+    benchmarks) runs a generation through here or ``until_summary``."""
+    steps = until_summary(events)
+    while True:
+        try:
+            event = next(steps)
+        except StopIteration as end:
+            return end.value
+        if on_event is not None:
+            on_event(event)
+
+
+def until_summary(events: Iterable[Event]) -> Generator[Event, None, Summary]:
+    """A generation's events before its Summary, one at a time (a server slot steps through them beside
+    others'); the Summary is the generator's value. A stream that ends without one is an error."""
     for event in events:
         if isinstance(event, Summary):
             return event
-        if on_event is not None:
-            on_event(event)
+        yield event
     raise QuickdraftError("The generation ended without a summary.")

@@ -70,7 +70,8 @@ class SpeculativeGeneration:
         self.cancel = cancel or threading.Event()
         self.stats = GenerationStats()
         self._start = 0.0
-        self.text = TextAssembler(sampling.stop)
+        self.text = TextAssembler(sampling.stop, sampling.n_indent)
+        self._first_token_s = 0.0
         self.context: list[int] = []
         self.generated: list[int] = []
         self.ended_by_eog = False
@@ -102,7 +103,8 @@ class SpeculativeGeneration:
             first = self.sampler.sample((yield from self._read_prompt(prompt)))
             if self.drafter is not None:  # the prompt phase covers both models, as in llama.cpp
                 self.drafter.prepare(prompt, self.policy)
-            self.stats.first_token(self._now())
+            self._first_token_s = self._now()
+            self.stats.first_token(self._first_token_s)
             yield from self._emit([first], n_from_draft=0)
             stop = self._stop_reason()
             while stop is None:
@@ -190,12 +192,20 @@ class SpeculativeGeneration:
             piece = self.text.push(token, self.vocab.piece(token), origin)
             if piece is not None:
                 yield self._record(piece)
+                self._check_time_limit(piece.text)
+
+    def _check_time_limit(self, text: str) -> None:
+        """llama-server's t_max_predict_ms: once the answer has taken longer than the limit since its first
+        token, it ends at the next line break (an editor wants a suggestion in time, in whole lines)."""
+        limit = self.params.max_predict_ms
+        if limit and "\n" in text and (self._now() - self._first_token_s) * 1000 > limit:
+            self.text.end_here()
 
     def _stop_reason(self) -> StopReason | None:
         if self.ended_by_eog:
             return StopReason.EOG
         if self.text.stopped:
-            return StopReason.STOP_STRING
+            return StopReason.LENGTH if self.text.limited else StopReason.STOP_STRING
         if len(self.generated) >= self.params.max_tokens:
             return StopReason.LENGTH
         if len(self.context) >= self.main.n_ctx:

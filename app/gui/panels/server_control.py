@@ -1,8 +1,9 @@
 """The window's side of the local server: asks the engine's thread to serve or stop, and turns what
 the server's clients are answered into live numbers for the speculation panel. No widgets.
 
-The engine thread serves the window's chat and the server's clients alike, one answer at a time
-(app/server/worker.HostedJobs), so a client's request is just another answer the panel can show.
+The engine thread serves the window's chat and the server's clients alike (app/server/slots.HostedJobs:
+the clients in slots of their own, a round of each in turn, the window's answers between two turns), so
+a client's request is just another answer the panel can show, one client's at a time.
 """
 
 from __future__ import annotations

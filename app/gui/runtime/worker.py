@@ -22,7 +22,8 @@ from app.core.params import DrafterKind, ModelParams, SpeculationParams, StatesC
 from app.core.remote.client import RemoteEngine
 from app.core.speculation.costmodel import ProfileStore
 from app.core.speculation.events import Round, Started, Summary, TokenPiece, run_to_summary
-from app.server.worker import Failed, HostedJobs, Job
+from app.server.slots import HostedJobs
+from app.server.worker import Failed, Job
 
 log = logging.getLogger(__name__)
 BATCH_S = 0.05
@@ -110,6 +111,7 @@ class EngineWorker(QObject):
         self._hosted: HostedJobs | None = None
         self._server = None                # app.server.run.LocalServer while serving
         self._served: _Batcher | None = None
+        self._shown: Job | None = None     # the client's answer the window shows (one at a time)
         self._jobs_waiting.connect(self._serve_jobs, Qt.ConnectionType.QueuedConnection)
 
     @Slot(object)
@@ -229,19 +231,25 @@ class EngineWorker(QObject):
             self._hosted.serve_next()
 
     def _observe_served(self, job: Job, item: object) -> None:
-        """Every item the server's jobs are sent, on this thread: passed on to the window in batches."""
-        if isinstance(item, Started):
+        """Every item the server's jobs are sent, on this thread: one client's answer at a time (the first
+        to start while none is shown) passed on to the window in batches."""
+        if isinstance(item, Started) and self._shown is None:
+            self._shown = job
             self._served = _Batcher(lambda batch: self.served.emit(ServedEvents(batch=batch)))
             self.served.emit(ServedEvents(started=item))
-        elif self._served is not None and isinstance(item, (Summary, Failed)):
+        elif job is not self._shown:
+            return
+        elif isinstance(item, (Summary, Failed)):
             self._served.flush()
-            self._served = None
+            self._served = self._shown = None
             self.served.emit(ServedEvents(summary=item) if isinstance(item, Summary)
                              else ServedEvents(error=item.error.message))
-        elif self._served is not None:
+        elif not isinstance(item, Started):
             self._served.add(item)
 
     def _close_engine(self) -> None:
+        if self._hosted is not None:   # the clients' slots borrow the engine's models: closed first
+            self._hosted.release()
         if self._engine is not None:
             self._engine.close()
             self._engine = None

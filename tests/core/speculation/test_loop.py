@@ -327,3 +327,30 @@ def test_the_distribution_test_detects_a_broken_acceptance_rule():
     dist = exact_distribution(SMALL, [0, 1], 4, SamplingParams(**SAMPLING))
     counts = sample_many(lambda: DraftModelDrafter(ReferenceSession(DRAFT_SMALL)), n_runs, AcceptEverything)
     assert chi2(counts, dist, n_runs) > chi2_critical(len(dist) - 1)
+
+
+class _Lines(ReferenceModel):
+    """The reference model with token 0 written as a line break and token 1 as a space."""
+
+    def piece(self, token: int) -> bytes:
+        return {0: b"\n", 1: b" "}.get(token, super().piece(token))
+
+
+def test_n_indent_and_the_time_limit_end_the_answer_where_llama_server_does(monkeypatch):
+    import app.core.speculation.loop as loop_module
+
+    model = _Lines(n_vocab=12, seed=7)   # its second line starts with a space
+    full = run(DraftModelDrafter(ReferenceSession(model)), main_model=model,
+               sampling=SamplingParams(max_tokens=60))[0][-1].text
+    line = full.index("\n") + 1            # the second line starts here
+    assert line < len(full.rstrip("\n ")), full   # the model writes a second line: the test can see the cut
+    indented = run(DraftModelDrafter(ReferenceSession(model)), main_model=model,
+                   sampling=SamplingParams(max_tokens=60, n_indent=8))[0][-1]
+    spaces = len(full[line:]) - len(full[line:].lstrip(" "))
+    assert indented.text == full[:line + spaces] and indented.stop_reason is StopReason.LENGTH
+
+    clock = itertools.count()   # every reading of the clock is a second later: the limit is always past
+    monkeypatch.setattr(loop_module.time, "perf_counter", lambda: float(next(clock)))
+    timed = run(DraftModelDrafter(ReferenceSession(model)), main_model=model,
+                sampling=SamplingParams(max_tokens=60, max_predict_ms=1))[0][-1]
+    assert timed.text == full[:line] and timed.stop_reason is StopReason.LENGTH

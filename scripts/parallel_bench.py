@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Several streaming clients at once against `quickdraft serve`: each client's time to first token and
+total, with `--parallel N` slots and with one slot (the control), same pair, same machine, one run.
+
+    python scripts/parallel_bench.py -m MAIN.gguf -md DRAFT.gguf --long 300 --short 16 --clients 4 \
+        --parallel 4 --json out.json
+
+The workload is issue 39's: one long answer and the others short, all sent at once (the long one a
+moment first), greedily. Each server configuration is started on its own, warmed up, then the clients
+go. The table gives per client the first token's and the last token's time from its request, and the
+tokens it got; the JSON keeps every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+LONG_PROMPT = "Write a detailed, step-by-step explanation of how a hash map works, with Python code."
+SHORT_PROMPT = "Name one colour."
+
+
+def main() -> int:
+    args = parse_args()
+    runs = {}
+    for parallel in dict.fromkeys([args.parallel, 1]):   # the slots asked for, then one slot: the control
+        runs[f"--parallel {parallel}"] = run_server(args, parallel)
+    print(format_table(runs))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"settings": vars(args), "runs": runs}, indent=2))
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("-m", "--main", required=True)
+    p.add_argument("-md", "--draft")
+    p.add_argument("--clients", type=int, default=4, help="clients at once: one long, the others short (4)")
+    p.add_argument("--long", type=int, default=300, help="the long answer's max tokens (300)")
+    p.add_argument("--short", type=int, default=16, help="the short answers' max tokens (16)")
+    p.add_argument("--parallel", type=int, default=4, help="slots of the run measured (4; also run: 1)")
+    p.add_argument("-t", "--threads", type=int, default=2)
+    p.add_argument("-c", "--ctx", type=int, default=4096)
+    p.add_argument("-ngl", "--gpu-layers", default="auto", help="layers on the GPU (auto; 0: none; 99: all)")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="answers run to their max tokens (models with random weights end anywhere)")
+    p.add_argument("--data-dir", help="the server's data folder (default: the user's)")
+    p.add_argument("--port", type=int, help="the server's port (default: a free one)")
+    p.add_argument("--json")
+    return p.parse_args()
+
+
+def run_server(args, parallel: int) -> list[dict]:
+    port = args.port or free_port()
+    command = [sys.executable, "-m", "app.cli", *(["--data-dir", args.data_dir] if args.data_dir else []), "serve",
+               "-m", args.main, *(["-md", args.draft, "-ngld", args.gpu_layers] if args.draft else []),
+               "-ngl", args.gpu_layers, "-c", str(args.ctx), "-t", str(args.threads), "--port", str(port),
+               "--parallel", str(parallel), "--state-cache-mb", "0"]
+    print(f"starting quickdraft serve --parallel {parallel} ...", file=sys.stderr, flush=True)
+    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=sys.stderr)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, server)
+        stream(url, SHORT_PROMPT, 4, time.perf_counter(), args.ignore_eos)   # warm-up
+        results = clients_at_once(url, args)
+        peak = peak_memory_mb(server.pid)
+        return [dict(r, server_peak_mb=peak) for r in results]
+    finally:
+        server.terminate()
+        server.wait(60)
+
+
+def clients_at_once(url: str, args) -> list[dict]:
+    results: list[dict | None] = [None] * args.clients
+    start = time.perf_counter()
+
+    def client(i: int) -> None:
+        prompt, n = (LONG_PROMPT, args.long) if i == 0 else (SHORT_PROMPT, args.short)
+        results[i] = {"client": "long" if i == 0 else f"short {i}", **stream(url, prompt, n, start, args.ignore_eos)}
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+    for i, thread in enumerate(threads):
+        thread.start()
+        if i == 0:
+            time.sleep(0.5)   # the long answer is asked first, as in the issue
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def stream(url: str, prompt: str, n: int, start: float, ignore_eos: bool = False) -> dict:
+    """One streamed chat answer: seconds from ``start`` to the first content and to the end, tokens."""
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": n, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}, "ignore_eos": ignore_eos}
+    first = None
+    tokens = 0
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=1800) as response:
+        for line in response.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if first is None and chunk.get("choices") and chunk["choices"][0]["delta"].get("content") is not None:
+                first = time.perf_counter() - start
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    return {"first_token_s": first, "total_s": time.perf_counter() - start, "tokens": tokens}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def peak_memory_mb(pid: int) -> float | None:
+    """The server's peak resident memory (Linux's VmHWM), in MB; None elsewhere."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def wait_healthy(url: str, server: subprocess.Popen, timeout: float = 900) -> None:
+    started = time.time()
+    while time.time() - started < timeout:
+        if server.poll() is not None:
+            raise SystemExit(f"the server exited with {server.returncode} before it was healthy")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit("the server did not become healthy")
+
+
+def format_table(runs: dict[str, list[dict]]) -> str:
+    lines = ["| server | client | tokens | first token (s) | total (s) | server's peak memory (MB) |",
+             "|---|---|---|---|---|---|"]
+    for name, results in runs.items():
+        for r in results:
+            first = f"{r['first_token_s']:.1f}" if r["first_token_s"] is not None else "-"
+            peak = f"{r['server_peak_mb']:.0f}" if r.get("server_peak_mb") is not None else "-"
+            lines.append(f"| {name} | {r['client']} | {r['tokens']} | {first} | {r['total_s']:.1f} | {peak} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
