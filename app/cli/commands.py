@@ -1,6 +1,6 @@
 """quickdraft: the headless command line, on the same engine as the app.
 
-    quickdraft generate --main M [--draft D] -p PROMPT [--reasoning show|hide] [--think|--no-think]
+    quickdraft generate --main M [--draft D] -p PROMPT [--grammar FILE | --json-schema FILE] [--think|--no-think]
     quickdraft generate --remote URL [--api-key K] [--remote-model NAME] -p PROMPT
     quickdraft serve --main M [--draft D] [--host 127.0.0.1] [--port 8080] [--api-key K]
     quickdraft bench --main M --draft D --prompts FILE...
@@ -97,9 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None, help="random seed; -1 or left out = a fresh one each run")
     gen.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     gen.add_argument("--json", action="store_true", help="print one JSON summary instead of the stream")
-    from app.cli.thinking import add_thinking_args
+    from app.cli import structured, thinking
 
-    add_thinking_args(gen)
+    thinking.add_thinking_args(gen)
+    structured.add_structured_args(gen)
     gen.set_defaults(handler=cmd_generate)
 
     bench = sub.add_parser("bench", help="main model alone vs speculative, greedy, per prompt, same process")
@@ -263,6 +264,7 @@ def _messages(args) -> list[dict]:
 
 
 def cmd_generate(args) -> int:
+    from app.cli.structured import constrained, read_grammar
     from app.cli.thinking import ReasoningPrinter, thinking_setup
     from app.core.chat.reasoning import split_reasoning
     from app.core.frontdoor import GenerationRequest
@@ -272,7 +274,7 @@ def cmd_generate(args) -> int:
     sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                               seed=None if args.seed == -1 else args.seed, max_tokens=args.n_predict,
                               stop=tuple(args.stop))
-    speculation, messages = _speculation(args), _messages(args)
+    speculation, messages, grammar = _speculation(args), _messages(args), read_grammar(args)
     if not args.remote:
         model_params(args)   # every value is checked before a model loads
     engine = _generation_engine(args)
@@ -282,16 +284,16 @@ def cmd_generate(args) -> int:
         placement = {} if pair.remote_url else dict(pair.placement)
         drafter = pair.who_drafts(_chosen_drafter(args))
         thinking, variables, note = thinking_setup(engine, args.think)
-        printer = ReasoningPrinter(thinking, args.reasoning)
         if note:
             print(f"warning: {note}", file=sys.stderr)
+        request, thinking = constrained(engine, GenerationRequest(messages, sampling=sampling, speculation=speculation,
+                                        drafter=drafter, cancel=cancel, template_variables=variables), grammar, thinking)
+        printer = ReasoningPrinter(thinking, args.reasoning)
 
         def show(event) -> None:
             if isinstance(event, TokenPiece) and not args.json:
                 printer.feed(event.text)
 
-        request = GenerationRequest(messages, sampling=sampling, speculation=speculation, drafter=drafter,
-                                    cancel=cancel, template_variables=variables)
         summary = run_to_summary(engine.generate(request), show)
     except KeyboardInterrupt:
         cancel.set()

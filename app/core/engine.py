@@ -19,7 +19,8 @@ from app.core.errors import DrafterUnavailableError, IncompatibleDraftError, Mod
 from app.core.gguf.info import MTP_DRAFTER_ARCHITECTURES, GGUFInfo, read_gguf_info
 from app.core.gguf.pair_check import check_pair, vocabulary_differences
 from app.core.gguf.shared_vocab import shared_vocabulary
-from app.core.llama import binding as llama, devices, dflash, eagle3, mtp
+from app.core.llama import binding as llama, devices, dflash, eagle3, infill, mtp
+from app.core.llama.grammar import TokenGrammar
 from app.core.llama.special import eog_tokens, fim_tokens, special_piece
 from app.core.lm import FimTokens, common_prefix_length
 from app.core.llama.placement import footprint, plan_gpu_layers, resolved
@@ -29,6 +30,7 @@ from app.core.frontdoor import GenerationRequest, LoadedPair
 from app.core.pair_costs import PairCosts
 from app.core.params import AUTO, DrafterKind, ModelParams, PolicyName, SpeculationParams, StatesConfig
 from app.core.speculation.acceptance import AcceptanceModel
+from app.core.speculation.constraint import GrammarConstraint
 from app.core.speculation.costmodel import ProfileStore, model_identity
 from app.core.speculation.crossvocab import CrossVocabDrafter
 from app.core.speculation.drafters import (BlockDrafter, DraftModelDrafter, Drafter, HeadDrafter, LookupThenModelDrafter,
@@ -68,6 +70,7 @@ class Engine:
         self.states: StatesConfig | None = None    # cache states kept between conversations (Engine.load)
         self._state_caches: dict[str, StateCache] = {}
         self._owns_models = True   # False for another slot's engine (another_slot): it only borrows them
+        self._infill: "infill.InfillFilter | None" = None   # llama-server's "infill" sampler, once asked for
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -170,6 +173,9 @@ class Engine:
         for head in self._heads.values():
             head.close()
         self._heads = {}
+        if self._infill is not None:
+            self._infill.close()
+            self._infill = None
         if not self._owns_models:
             for session in (self.draft, self.main):
                 if session is not None:
@@ -214,7 +220,9 @@ class Engine:
     def generate(self, request: GenerationRequest) -> Iterator[Event]:
         """Generate an answer to the request's messages (or to its raw prompt tokens), yielding a
         Started event, TokenPiece and Round events and, last, a Summary, each stamped on the
-        generation's clock. Raises PromptTooLongError before decoding anything."""
+        generation's clock. Raises GrammarError for a grammar llama.cpp refuses, before anything."""
+        constraint = GrammarConstraint(TokenGrammar(self.main.model, request.grammar), self.main.model) \
+            if request.grammar is not None else None
         chat = self.prompt(request.messages, request.template_variables) if request.prompt is None else None
         tokens = list(request.prompt) if chat is None else list(chat.tokens)
         thinking = self._thinking_after(tokens) if chat is None else chat.thinking
@@ -237,6 +245,8 @@ class Engine:
             warnings=(chat.warning,) if chat is not None and chat.warning else (),
             parts=PartTracker(thinking, request.tool_spans or TOOL_CALL_MARKERS),
             threads=self._threads,
+            infill=self._infill_filter() if "infill" in (request.sampling.samplers or ()) else None,
+            constraint=constraint,
         )
         events = generation.run(tokens)
         if isinstance(policy, AutoPolicy):
@@ -261,6 +271,12 @@ class Engine:
                             "load_mtp": params.load_mtp}
                 self._state_caches[name] = StateCache(self.states.folder, identity, self.states.max_bytes)
             self._state_caches[name].switch(session, tokens)
+
+    def _infill_filter(self) -> "infill.InfillFilter":
+        """llama.cpp's infill sampler on the main model's vocabulary, made when a request first names it."""
+        if self._infill is None:
+            self._infill = infill.InfillFilter(self.main.model)
+        return self._infill
 
     def _threads(self) -> tuple[int, int]:
         """How many threads each model decodes with now (learned unless the user gave the count:

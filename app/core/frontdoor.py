@@ -42,6 +42,9 @@ class GenerationRequest:
     tool_spans: Sequence[tuple[str, str]] | None = None
     # start from empty caches, so that no run of a comparison gets a head start from the one before
     empty_cache: bool = False
+    # a GBNF grammar the answer must follow (llama.cpp's syntax, start rule "root"), enforced on the main
+    # model's distribution at every verified position (app/core/speculation/constraint.py); None: free text
+    grammar: str | None = None
 
     def __post_init__(self) -> None:
         # a name is parsed where it is typed (argparse, settings, HTTP): the core takes only the kind

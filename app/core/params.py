@@ -79,6 +79,14 @@ class PolicyName(Choice):
     PMIN = "pmin", "fixed, until draft p < p-min"      # fixed, with p_min set (any policy stops below p_min)
 
 
+# the samplers a chain may name: those Sampler runs, and those that leave the distribution as it is with
+# the neutral settings Quickdraft runs (their own settings are refused otherwise: app/server/fields.py)
+SAMPLERS_RUN = ("top_k", "top_p", "min_p", "temperature", "infill")
+SAMPLERS_NEUTRAL = ("penalties", "dry", "top_n_sigma", "typ_p", "xtc")
+SAMPLER_NAMES = SAMPLERS_RUN + SAMPLERS_NEUTRAL
+DEFAULT_CHAIN = ("top_k", "top_p", "min_p", "temperature")   # SamplingParams.samplers None runs this
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How the main model's next token is chosen. ``temperature == 0`` means greedy."""
@@ -96,6 +104,9 @@ class SamplingParams:
     # there; past max_predict_ms since the first token, the next line break ends it (0: no limit)
     n_indent: int = 0
     max_predict_ms: int = 0
+    # llama-server's sampler chain, in order (SAMPLER_NAMES); None: top-k, top-p, min-p, temperature.
+    # A chain without "temperature" samples at temperature 1 and is never greedy, as llama.cpp's.
+    samplers: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         _require("temperature", self.temperature, _finite(self.temperature) and self.temperature >= 0,
@@ -110,12 +121,14 @@ class SamplingParams:
         _require("n_indent", self.n_indent, _integer(self.n_indent) and self.n_indent >= 0, "must be 0 (off) or more")
         _require("max_predict_ms", self.max_predict_ms, _integer(self.max_predict_ms) and self.max_predict_ms >= 0,
                  "must be 0 (no limit) or more")
+        _require("samplers", self.samplers, self.samplers is None or all(n in SAMPLER_NAMES for n in self.samplers),
+                 f"must name samplers among {', '.join(SAMPLER_NAMES)}")
         _require("logit_bias", self.logit_bias, all(_integer(t) and t >= 0 and _bias(b) for t, b in self.logit_bias),
                  "must pair token ids (0 or more) with finite biases or -inf")
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0
+        return self.temperature <= 0.0 and (self.samplers is None or "temperature" in self.samplers)
 
 
 @dataclass(frozen=True)

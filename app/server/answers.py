@@ -2,13 +2,15 @@
 (built on the engine's thread), and the answer's text cut into reasoning, content and tool calls, in
 the shapes of OpenAI's messages and stream deltas (``reasoning_content`` as llama-server sends it).
 
-A forced call is a prefill. ``tool_choice`` "required", or a named function, must make the answer a
-call: the call's opening (Qwen2.5's ``<tool_call>\\n``; with a name, ``<tool_call>\\n{"name":
-"get_weather", "arguments": ``) is written after the generation prompt, as if the model had begun so,
-and the model goes on from there with its own distribution. Nothing is masked or resampled, so the
-draft is verified against the main model's distribution as for any prompt and the answer stays the
-main model's own (token for token when greedy). A grammar instead would have to constrain the main
-model's distribution while drafts are verified. The parsers read the prefill as the answer's start.
+A forced call is a prefill and a grammar. ``tool_choice`` "required", or a named function, must make
+the answer a call: the call's opening (Qwen2.5's ``<tool_call>\\n{"name": "``; with a name, up to
+``"arguments": ``) is written after the generation prompt, as if the model had begun so, and a
+grammar (app/core/chat/toolgrammar.py) holds the rest to a declared function's name and arguments
+that match its schema, on the main model's distribution at every verified position (the engine's
+loop: app/core/speculation/constraint.py), so the answer is the constrained main model's own. The
+parsers read the prefill as the answer's start. A grammar the request gives (``grammar``,
+``json_schema``, ``response_format``) starts after the reasoning: a thinking model's open block is
+closed by the prefill first, as for a forced call.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from app.core.chat.messages import check_messages
 from app.core.chat.prompt import Prompt, needs_template
 from app.core.chat.reasoning import REASONING, ThinkingFormat, ReasoningSplitter
 from app.core.chat.toolcalls import CALL, CONTENT, ToolCall, ToolCallStream
+from app.core.chat.toolgrammar import call_grammar
 from app.core.chat.tools import (CALL_SPANS, MARKERS, ToolFormat, ToolSupport, call_opening, template_messages,
                                  tool_support)
 from app.core.frontdoor import AnswerEngine
@@ -40,6 +43,7 @@ class AnswerPlan:
     prefill: str = ""                        # the answer's start written into the prompt (a forced call)
     spell: tuple[str, ...] = ()              # marker texts whose control tokens the answer must spell
     call_spans: tuple[tuple[str, str], ...] = ()   # around a call in the answer, for its parts' statistics
+    grammar: str | None = None               # GBNF the answer after the prefill follows (None: free text)
 
     @property
     def plain(self) -> bool:
@@ -64,17 +68,24 @@ def chat_prompt(engine: AnswerEngine, request: ApiRequest) -> tuple[Prompt, Answ
         variables["tools"] = [dict(t) for t in choice.tools]
     chat = engine.prompt(messages, variables)
     thinking = chat.thinking
-    if not active:
-        return chat, AnswerPlan(thinking)
+    forced = active and choice.mode in ("required", "function")
+    grammar = request.grammar
+    if forced and grammar is not None:
+        raise ApiError(400, "A forced tool call ('tool_choice') and a grammar or JSON schema ('grammar', "
+                       "'json_schema', 'response_format') cannot both shape the answer: give one.", param="tool_choice")
     prefill: list[tuple[str, bool]] = []
-    if choice.mode in ("required", "function"):
-        if thinking is not None and thinking.starts_open:
-            prefill.append((thinking.end + "\n\n", True))
+    if (forced or grammar is not None) and thinking is not None and thinking.starts_open:
+        prefill.append((thinking.end + "\n\n", True))   # the grammar shapes the answer, not the reasoning
+    if forced:
         prefill += call_opening(support.format, template, choice.name)
+        grammar = call_grammar(support.format, template, choice.tools, choice.name, choice.parallel)
+    if prefill:
         chat = engine.prompt(messages, variables, prefill)
-    return chat, AnswerPlan(thinking, support.format, choice.tools, choice.parallel,
-                              "".join(text for text, _ in prefill), MARKERS[support.format],
-                              CALL_SPANS[support.format])
+    opening = "".join(text for text, _ in prefill)
+    if not active:
+        return chat, AnswerPlan(thinking, prefill=opening, grammar=grammar)
+    return chat, AnswerPlan(thinking, support.format, choice.tools, choice.parallel, opening, MARKERS[support.format],
+                            CALL_SPANS[support.format], grammar)
 
 
 def _check_support(support: ToolSupport, template: str | None, active: bool, messages: Sequence[dict],

@@ -14,7 +14,8 @@ from typing import Any
 from app.core.errors import InvalidParameterError
 from app.core.params import SamplingParams
 from app.server.errors import ApiError
-from app.server.fields import logit_bias, n_predict, refuse_unsupported, text_biases
+from app.server.fields import logit_bias, n_predict, refuse_unsupported, samplers, text_biases
+from app.server.structured import grammar_from
 
 # llama-server's defaults for what a request leaves out (the OpenAI API has no top_k or min_p)
 DEFAULT_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, max_tokens=1 << 30)
@@ -63,13 +64,13 @@ class ApiRequest:
     cache_prompt: bool = True                # False: the prompt is decoded whole, as llama-server's cache_prompt
     bias_texts: tuple[tuple[str, float], ...] = ()   # logit_bias given as texts: each of their tokens is biased
     ignore_eos: bool = False                 # llama-server's: end-of-generation tokens are banned
+    grammar: str | None = None               # GBNF the answer follows (grammar, json_schema, response_format)
 
 
 def parse_chat(body: Any) -> ApiRequest:
     body = json_object(body)
     check_model(body)
     messages = _messages(body.get("messages"))
-    _check_response_format(body)
     return ApiRequest("chat", sampling_from(body), messages=messages, tools=_tool_choice(body),
                              template_variables=_template_variables(body), **delivery_from(body))
 
@@ -78,7 +79,6 @@ def parse_completion(body: Any) -> ApiRequest:
     body = json_object(body)
     check_model(body)
     prompt = prompt_parts(body.get("prompt"))
-    _check_response_format(body)
     return ApiRequest("completion", sampling_from(body), prompt=prompt, **delivery_from(body))
 
 
@@ -117,6 +117,7 @@ def sampling_from(body: dict) -> SamplingParams:
             logit_bias=logit_bias(body),
             n_indent=max(0, field_value(body, "n_indent", int, "an integer", 0)),
             max_predict_ms=max(0, field_value(body, "t_max_predict_ms", int, "an integer", 0)),
+            samplers=samplers(body),
         )
     except InvalidParameterError as exc:   # a value out of the engine's range is the client's error
         raise ApiError(400, f"'{exc.name}' {exc.problem}.", param=exc.name) from None
@@ -124,9 +125,10 @@ def sampling_from(body: dict) -> SamplingParams:
 
 def delivery_from(body: dict) -> dict:
     """How the answer goes out (streamed or not, usage, timings), and what of the sampling the engine's
-    thread turns into tokens: logit_bias's texts, ignore_eos."""
+    thread turns into tokens: logit_bias's texts, ignore_eos, the grammar (structured.py)."""
     options = field_value(body, "stream_options", dict, "an object") or {}
     return {
+        "grammar": grammar_from(body),
         "bias_texts": text_biases(body),
         "ignore_eos": bool(field_value(body, "ignore_eos", bool, "true or false", False)),
         "stream": bool(field_value(body, "stream", bool, "true or false", False)),
@@ -261,16 +263,6 @@ def _template_variables(body: dict) -> dict:
                            param="reasoning_effort")
         variables["reasoning_effort"] = effort
     return variables
-
-
-def _check_response_format(body: dict) -> None:
-    """Only plain text: a JSON schema would need a grammar over the main model's distribution while
-    drafts are verified (else speculation would no longer give the main model's own answer)."""
-    value = field_value(body, "response_format", dict, "an object")
-    if value is None or value.get("type") == "text":
-        return
-    raise ApiError(400, f"'response_format' of type {value.get('type')!r:.40} is not supported: Quickdraft answers in "
-                   "plain text only (ask for JSON in the prompt, or use tools).", param="response_format")
 
 
 def _content(content: Any, param: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from app.core.params import SAMPLER_NAMES
 from app.server.errors import ApiError
 
 # field -> the values that leave the answer as it is (None, JSON null, is always neutral)
@@ -21,15 +22,12 @@ NEUTRAL: dict[str, tuple] = {
     "presence_penalty": (0,), "frequency_penalty": (0,), "repeat_penalty": (1,),
     "mirostat": (0,), "typical_p": (1,), "dynatemp_range": (0,), "xtc_probability": (0,),
     "dry_multiplier": (0,), "top_n_sigma": (-1,), "n_keep": (0, -1),
-    "grammar": ("",), "json_schema": ({},),
-    "samplers": (), "lora": ([],), "continue_final_message": (False,), "echo": (False,), "best_of": (1,),
+    "lora": ([],), "continue_final_message": (False,), "echo": (False,), "best_of": (1,),
     "suffix": ("",), "add_generation_prompt": (True,),
 }
 WHY = {
     "logprobs": "token log-probabilities are not reported", "top_logprobs": "token log-probabilities are not reported",
     "n_probs": "token probabilities are not reported", "post_sampling_probs": "token probabilities are not reported",
-    "grammar": "constrained decoding is not available", "json_schema": "constrained decoding is not available",
-    "samplers": "the sampler chain is fixed (top-k, top-p, min-p, temperature)",
     "lora": "no LoRA adapters are loaded", "suffix": "use /infill for fill-in-the-middle",
     "add_generation_prompt": "the prompt always ends where the assistant's answer begins",
 }
@@ -64,6 +62,40 @@ def n_predict(body: dict, max_tokens: int | None) -> int | None:
         raise ApiError(400, f"'n_predict' must be -1 (no limit) or a number of tokens; got {value!r:.40}.",
                        param="n_predict")
     return None if value == -1 else max(value, 1)
+
+
+# llama.cpp's other names for its samplers (common_sampler_types_from_names: kebab-case, no dash, these
+# three), and the letters of its one-string form (common_sampler_type_to_chr)
+SAMPLER_ALIASES = {"nucleus": "top_p", "temp": "temperature", "typ": "typ_p", "typical_p": "typ_p"}
+SAMPLER_LETTERS = {"d": "dry", "k": "top_k", "y": "typ_p", "p": "top_p", "s": "top_n_sigma", "m": "min_p",
+                   "t": "temperature", "x": "xtc", "i": "infill", "e": "penalties"}
+
+
+def samplers(body: dict) -> tuple[str, ...] | None:
+    """llama-server's ``samplers``: the chain's order, as names (any case, with llama.cpp's aliases) or
+    one string of letters; None when not given. A sampler Quickdraft does not run is a 400."""
+    value = body.get("samplers")
+    if value is None:
+        return None
+    if isinstance(value, str):
+        names = [SAMPLER_LETTERS.get(letter, letter) for letter in value]
+    elif isinstance(value, list) and all(isinstance(name, str) for name in value):
+        names = [_canonical_sampler(name) for name in value]
+    else:
+        raise ApiError(400, "'samplers' must be an array of sampler names or a string of sampler letters.",
+                       param="samplers")
+    unknown = [name for name in names if name not in SAMPLER_NAMES]
+    if unknown:
+        raise ApiError(400, f"'samplers' names {unknown[0]!r:.40}, which Quickdraft does not run; it runs "
+                       f"{', '.join(SAMPLER_NAMES)}.", param="samplers")
+    return tuple(names)
+
+
+def _canonical_sampler(name: str) -> str:
+    name = name.lower()
+    name = SAMPLER_ALIASES.get(name, name)
+    by_plain = {known.replace("_", ""): known for known in SAMPLER_NAMES}
+    return by_plain.get(name.replace("-", "").replace("_", ""), name)
 
 
 def logit_bias(body: dict) -> tuple[tuple[int, float], ...]:

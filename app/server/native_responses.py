@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.core.params import SamplingParams
+from app.core.params import DEFAULT_CHAIN, SamplingParams
 from app.core.speculation.events import StopReason, Summary
 from app.server.api import NO_LIMIT
 from app.server.native_api import NativeOptions
@@ -73,7 +73,8 @@ def generation_settings(sampling: SamplingParams, stream: bool, speculative: boo
             "top_k": sampling.top_k, "top_p": sampling.top_p, "min_p": sampling.min_p, "max_tokens": limit,
             "n_predict": limit, "stop": list(sampling.stop), "stream": stream,
             "logit_bias": [[token, bias if bias != float("-inf") else False] for token, bias in sampling.logit_bias],
-            "samplers": ["top_k", "top_p", "min_p", "temperature"], "speculative": speculative}
+            "samplers": list(sampling.samplers or DEFAULT_CHAIN), "n_indent": sampling.n_indent,
+            "t_max_predict_ms": sampling.max_predict_ms, "speculative": speculative}
 
 
 def token_entries(tokens: list[int], pieces: list[bytes]) -> list[dict]:

@@ -233,8 +233,13 @@ class JobQueue:
         request = GenerationRequest(prompt=tokens, sampling=job.sampling, speculation=self.speculation,
                                     drafter=self.drafter, cancel=job.cancel, spell=plan.spell if plan else (),
                                     tool_spans=plan.call_spans if plan else None,
-                                    empty_cache=not job.request.cache_prompt)
-        summary = yield from until_summary(engine.generate(request))
+                                    empty_cache=not job.request.cache_prompt,
+                                    grammar=plan.grammar if plan else job.request.grammar)
+        try:
+            events = engine.generate(request)
+        except QuickdraftError as exc:   # a grammar llama.cpp refuses: the request's fault, said before any token
+            return Failed(ApiError(400, str(exc), param="grammar"))
+        summary = yield from until_summary(events)
         if summary.stop_reason is StopReason.STOP_STRING:
             job.stopping_word = _stopping_word(summary, _text(engine.pieces(summary.token_ids)),
                                                job.sampling.stop)

@@ -196,8 +196,10 @@ def test_completion_seeded_sampling_repeats_and_cache_prompt_false_gives_the_sam
     ({"prompt": PROMPT, "temperature": 9}, "temperature"),
     ({"prompt": PROMPT, "id_slot": 3}, "id_slot"),
     ({"prompt": PROMPT, "n_probs": 5}, "n_probs"),
-    ({"prompt": PROMPT, "grammar": "root ::= \"a\""}, "grammar"),
-    ({"prompt": PROMPT, "samplers": ["top_k", "infill"]}, "samplers"),
+    ({"prompt": PROMPT, "grammar": "root ::= this is (not valid GBNF"}, "grammar"),
+    ({"prompt": PROMPT, "samplers": ["top_k", "adaptive_p"]}, "samplers"),
+    ({"prompt": PROMPT, "samplers": "kpz"}, "samplers"),
+    ({"prompt": PROMPT, "samplers": {"top_k": 1}}, "samplers"),
     ({"prompt": PROMPT, "repeat_penalty": 1.1}, "repeat_penalty"),
     ({"prompt": PROMPT, "stream_options": {"include_usage": True}}, "stream_options"),
     ({"prompt": PROMPT, "response_fields": "content"}, "response_fields"),
@@ -269,12 +271,13 @@ def test_infill_streams_like_completion(coder):
 
 
 def test_infill_takes_what_an_editor_sends_and_ends_at_a_line_indented_less(coder):
-    """llama.vim's FIM request: n_indent ends the suggestion at a line indented less than the code it
+    """llama.vim's FIM request, as it sends it: its sampler chain (top_k, top_p and llama.cpp's infill
+    sampler, no temperature); n_indent ends the suggestion at a line indented less than the code it
     completes; t_max_predict_ms ends it at a line break once out of time; t_max_prompt_ms has no effect,
     as in llama-server."""
     body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": [], "prompt": "", "n_predict": 48,
-            "n_indent": 4, "top_k": 40, "top_p": 0.99, "stream": False, "cache_prompt": True,
-            "t_max_prompt_ms": 500, "t_max_predict_ms": 1000, "temperature": 0,
+            "n_indent": 4, "top_k": 40, "top_p": 0.99, "stream": False, "samplers": ["top_k", "top_p", "infill"],
+            "cache_prompt": True, "t_max_prompt_ms": 500, "t_max_predict_ms": 1000,
             "response_fields": ["content", "timings/predicted_n", "truncated", "tokens_cached"]}
     answer = post(coder.url, "/infill", body)
     assert set(answer) >= {"content", "timings/predicted_n", "truncated", "tokens_cached"}

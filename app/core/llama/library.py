@@ -77,9 +77,14 @@ def ensure_backend() -> "backends.BackendLoad":
 
 def take_errors() -> str:
     """The errors llama.cpp logged since the last call (for a failure's message), forgetting them."""
-    text = " ".join(m for m in _recent_errors if "error" in m.lower() or "failed" in m.lower())
+    return " ".join(m for m in take_messages() if "error" in m.lower() or "failed" in m.lower())
+
+
+def take_messages() -> list[str]:
+    """Every warning and error llama.cpp logged since the last call, forgetting them."""
+    messages = list(_recent_errors)
     _recent_errors.clear()
-    return text
+    return messages
 
 
 @contextmanager

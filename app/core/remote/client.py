@@ -105,9 +105,11 @@ class RemoteEngine:
         """Stream an answer from the server as TokenPiece and Round events and, last, a Summary, each
         stamped with the seconds since the request was sent. No Started event: the server says how
         long the prompt was only at the end. The request's speculation, drafter, template variables
-        and parts' markers are the server's business: they are not sent."""
+        and parts' markers are the server's business: they are not sent; a grammar is (``grammar``)."""
         body = _sampling_body(request.sampling) | {"model": self.model, "stream": True, "timings_per_token": True,
                                                    "stream_options": {"include_usage": True}}
+        if request.grammar is not None:   # llama-server's field, which Quickdraft's server takes too
+            body["grammar"] = request.grammar
         if request.prompt is not None:
             path, body = "/v1/completions", body | {"prompt": list(request.prompt)}
         else:

@@ -18,10 +18,11 @@ from typing import Callable, Iterator, Protocol, Sequence
 from app.core.errors import PromptTooLongError, QuickdraftError
 from app.core.lm import Session, Vocabulary, common_prefix_length, prefill
 from app.core.params import SamplingParams
+from app.core.speculation.constraint import GrammarConstraint, cut_to_grammar, settle
 from app.core.speculation.drafters import Draft, Drafter
 from app.core.speculation.events import Event, Origin, Reading, Round, Started, StopReason, TokenPiece
 from app.core.speculation.policy_base import DraftPolicy
-from app.core.speculation.sampling import Sampler, top_probability
+from app.core.speculation.sampling import InfillFilter, Sampler, top_probability
 from app.core.speculation.stats import GenerationStats
 from app.core.speculation.text import TextAssembler
 
@@ -51,13 +52,16 @@ class SpeculativeGeneration:
     stamped with the seconds since the generation started (one clock, ``time.perf_counter``).
     ``parts`` reads every piece of text, so each round names the part of the answer (reasoning,
     answer, tool call) most of its tokens belong to (None: rounds name none); ``threads`` says, at the
-    end, how many threads the main model and the draft decode with (None: 0, not known)."""
+    end, how many threads the main model and the draft decode with (None: 0, not known);
+    ``constraint``: a grammar the answer follows (constraint.py; the loop closes it at the end)."""
 
     def __init__(self, main: Session, vocab: Vocabulary, drafter: Drafter | None, policy: DraftPolicy,
                  sampling: SamplingParams, draft_min: int = 0, cancel: threading.Event | None = None,
                  warnings: Sequence[str] = (), parts: PartsOfText | None = None,
-                 threads: Callable[[], tuple[int, int]] | None = None):
+                 threads: Callable[[], tuple[int, int]] | None = None, infill: InfillFilter | None = None,
+                 constraint: GrammarConstraint | None = None):
         self.main = main
+        self.constraint = constraint
         self.warnings = tuple(warnings)   # for the Summary: e.g. the chat template was not used
         self.parts = parts
         self.threads = threads
@@ -66,7 +70,7 @@ class SpeculativeGeneration:
         self.drafter = drafter
         self.policy = policy
         self.params = sampling
-        self.sampler = Sampler(sampling)
+        self.sampler = Sampler(sampling, infill)
         self.cancel = cancel or threading.Event()
         self.stats = GenerationStats()
         self._start = 0.0
@@ -100,7 +104,10 @@ class SpeculativeGeneration:
         stop: StopReason | None = None
         error: str | None = None
         try:
-            first = self.sampler.sample((yield from self._read_prompt(prompt)))
+            logits = yield from self._read_prompt(prompt)
+            self.sampler.at(len(prompt))
+            first = self.sampler.sample(logits, self.constraint)
+            settle(self.constraint, 0, first)
             if self.drafter is not None:  # the prompt phase covers both models, as in llama.cpp
                 self.drafter.prepare(prompt, self.policy)
             self._first_token_s = self._now()
@@ -112,6 +119,9 @@ class SpeculativeGeneration:
         except QuickdraftError as exc:
             stop, error = StopReason.ERROR, str(exc)
             self._forget_caches()
+        finally:
+            if self.constraint is not None:
+                self.constraint.close()
         tail = self.text.finish()
         if tail is not None:
             yield self._record(tail)
@@ -143,10 +153,12 @@ class SpeculativeGeneration:
         if self.cancel.is_set():
             return StopReason.CANCEL
         t0 = time.perf_counter()
-        draft = self._draft()
+        self.sampler.at(len(self.context))   # where this round's first new token goes
+        draft, refused_q = cut_to_grammar(self.constraint, self._draft())
         t1 = time.perf_counter()
         rows = self.main.eval([self.context[-1], *draft.tokens], all_logits=True)
-        accepted, next_token = self.sampler.verify(rows, draft.tokens, draft.q)
+        accepted, next_token = self.sampler.verify(rows, draft.tokens, draft.q, self.constraint, refused_q)
+        settle(self.constraint, accepted, next_token)
         confidence = [top_probability(row) for row in rows[:accepted + 1]] \
             if self.policy.wants_main_confidence() else []
         # roll back: the main cache keeps the last token and the accepted draft, never the rejected

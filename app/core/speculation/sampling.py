@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
 
 from app.core.params import SamplingParams
+from app.core.speculation.keyed import keyed_choice
+
+if TYPE_CHECKING:
+    from app.core.speculation.constraint import GrammarConstraint
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,23 @@ class DraftPick:
     token: int
     q: np.ndarray | None   # the distribution the token was sampled from; None when chosen greedily
     p_top: float           # the drafter's top probability: its confidence
+
+
+class InfillFilter(Protocol):
+    """llama.cpp's infill sampler (app/core/llama/infill.py): which candidates it keeps, or the one
+    token it ends with (an end of text when no text candidate is likely enough)."""
+
+    def __call__(self, ids: np.ndarray, logits: np.ndarray) -> tuple[np.ndarray, int | None]: ...
+
+
+def _tempered(logits: np.ndarray, ids: np.ndarray, temperature: float) -> np.ndarray:
+    """llama.cpp's temperature: logits divided by it; at 0 or below only the best candidate is left."""
+    if temperature > 0.0:
+        return logits.astype(np.float64) / temperature
+    out = np.full(logits.shape[-1], -np.inf, dtype=np.float64)
+    best = ids[int(np.argmax(logits[ids]))]
+    out[best] = logits[best]
+    return out
 
 
 def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
@@ -55,8 +76,14 @@ class Sampler:
     that verification keeps is then the biased one, exactly, whatever the drafter proposed from its own
     unbiased logits (a draft of another vocabulary has other ids, so biasing it would be wrong)."""
 
-    def __init__(self, params: SamplingParams):
+    def __init__(self, params: SamplingParams, infill: InfillFilter | None = None):
         self.params = params
+        # a seeded sampled answer draws with randomness keyed by position (keyed.py), so it replays
+        # whatever is drafted; the loop says where the next token goes (``at``)
+        self.keyed = params.seed is not None and not params.greedy
+        self.position = 0
+        self._draft_position = 0
+        self._infill = infill   # llama.cpp's infill sampler over the main model's vocabulary, for chains naming it
         self.rng = np.random.default_rng(params.seed)
         self._bias_ids = np.array([t for t, _ in params.logit_bias], dtype=np.int64)
         self._bias = np.array([b for _, b in params.logit_bias], dtype=np.float32)
@@ -82,12 +109,42 @@ class Sampler:
 
     def _filtered(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         params = self.params
+        if params.samplers is not None:
+            return self._chain(logits)
         if params.top_p < 1.0:
             ids = self._top_p(self._top_k(logits), logits)
             ids = self._min_p(ids, logits)
         else:  # top-k and min-p both keep the highest logits: their order does not matter
             ids = self._top_k(self._min_p(np.arange(logits.shape[-1]), logits), logits)
         return ids, softmax(logits[ids], params.temperature)
+
+    def _chain(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """llama-server's ``samplers``: each one in the order given, as llama.cpp's chain runs them (a
+        filter after "temperature" reads the tempered probabilities; samplers of SAMPLERS_NEUTRAL leave
+        the candidates as they are)."""
+        ids, z = np.arange(logits.shape[-1]), logits
+        for name in self.params.samplers:
+            if name == "top_k":
+                ids = self._top_k(ids, z)
+            elif name == "top_p" and self.params.top_p < 1.0:
+                ids = self._top_p(ids, z)
+            elif name == "min_p":
+                ids = self._min_p(ids, z)
+            elif name == "temperature":
+                z = _tempered(z, ids, self.params.temperature)
+            elif name == "infill":
+                ids, z = self._infill_step(ids, z)
+        return ids, softmax(z[ids])
+
+    def _infill_step(self, ids: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self._infill is None:
+            raise ValueError("the 'infill' sampler needs the main model's vocabulary (Sampler(..., infill=...))")
+        kept, forced = self._infill(ids, z)
+        if forced is None:
+            return kept, z
+        one = np.full(z.shape[-1], -np.inf, dtype=np.float64)   # llama.cpp's end: one token, certain
+        one[forced] = 0.0
+        return np.array([forced]), one
 
     def _top_k(self, ids: np.ndarray, logits: np.ndarray | None = None) -> np.ndarray:
         if logits is None:
@@ -114,15 +171,32 @@ class Sampler:
         cut = int(np.searchsorted(np.cumsum(weights[order]) / total, self.params.top_p)) + 1
         return ids[order[:cut]]
 
-    def sample(self, logits: np.ndarray) -> int:
-        """The main model's next token."""
-        return self._choose(self._biased(logits))
+    def at(self, position: int) -> None:
+        """The next token the main model chooses, and the first one a drafter proposes, go at ``position``."""
+        self.position = self._draft_position = position
 
-    def _choose(self, logits: np.ndarray) -> int:
-        """A token from logits the bias has already shaped."""
+    def sample(self, logits: np.ndarray, constraint: GrammarConstraint | None = None) -> int:
+        """The main model's next token (at ``position``; under ``constraint``'s grammar, from its state now)."""
+        logits = self._biased(logits)
+        return self._choose(constraint.restrict(0, logits, self.keeps) if constraint is not None else logits,
+                            self.position)
+
+    @property
+    def keeps(self) -> int:
+        """How many of the best tokens a grammar must say it allows for this sampler's choice to be
+        exact (Sampler.probs keeps at most top-k, where the chain runs top-k); 0: all."""
+        if self.greedy:
+            return 1
+        runs_top_k = self.params.samplers is None or "top_k" in self.params.samplers
+        return max(self.params.top_k, 0) if runs_top_k else 0
+
+    def _choose(self, logits: np.ndarray, position: int) -> int:
+        """A token from logits the bias has already shaped, for ``position``."""
         if self.greedy:
             return int(np.argmax(logits))
         ids, p = self._filtered(logits)
+        if self.keyed:
+            return keyed_choice(ids, p, self.params.seed, position)
         return int(ids[self._draw(p)])
 
     def draft_pick(self, logits: np.ndarray) -> DraftPick:
@@ -132,38 +206,66 @@ class Sampler:
             token = int(np.argmax(logits))
             return DraftPick(token, None, top_probability(logits, float(logits[token])))
         q = self.probs(logits)
-        token = self._draw(q)
+        if self.keyed:   # the main model's keyed noise at the same position: drafts agree where q and p do
+            token = keyed_choice(np.flatnonzero(q), q[q > 0], self.params.seed, self._draft_position)
+            self._draft_position += 1
+        else:
+            token = self._draw(q)
         return DraftPick(token, q, float(q.max()))
 
     def pick(self, p: np.ndarray) -> int:
         """An index drawn from ``p`` (a drafter's own distribution, sums to 1), with this generation's generator."""
         return self._draw(p)
 
-    def verify(self, rows: np.ndarray, draft_tokens: Sequence[int],
-               draft_q: Sequence[np.ndarray | None]) -> tuple[int, int]:
+    def verify(self, rows: np.ndarray, draft_tokens: Sequence[int], draft_q: Sequence[np.ndarray | None],
+               constraint: GrammarConstraint | None = None, refused_q: np.ndarray | None = None) -> tuple[int, int]:
         """Check a draft against the main model's logits rows (row i predicts the token after
-        draft position i-1; there are len(draft)+1 rows). Returns (accepted count, next token)."""
+        draft position i-1; there are len(draft)+1 rows). Returns (accepted count, next token).
+        ``constraint``: a grammar masks every row (app/core/speculation/constraint.py); ``refused_q``:
+        the q of the drafted token after the draft that the grammar refused (rejected for certain)."""
         rows = self._biased(rows)
+        if constraint is not None:
+            rows = _Restricted(rows, constraint, self.keeps)
         if self.greedy:
             return self._verify_greedy(rows, draft_tokens)
-        return self._verify_sampled(rows, draft_tokens, draft_q)
+        if self.keyed:
+            return self._verify_keyed(rows, draft_tokens)
+        return self._verify_sampled(rows, draft_tokens, draft_q, refused_q)
 
-    def _verify_greedy(self, rows: np.ndarray, draft_tokens: Sequence[int]) -> tuple[int, int]:
+    def _verify_keyed(self, rows, draft_tokens: Sequence[int]) -> tuple[int, int]:
+        # Seeded: the main model's token at each position is its keyed draw (keyed.py), exact and the
+        # same whatever was drafted; a drafted token is kept while it is that token, as greedy keeps
+        # the argmax. The answer replays for the seed and is drawn exactly from p over seeds (a draft
+        # a grammar cut changes nothing: the next token is the keyed draw there too).
+        n = len(draft_tokens)
+        for i in range(n + 1):
+            token = self._choose(rows[i], self.position + i)
+            if i == n or token != draft_tokens[i]:
+                return i, token
+
+    def _verify_greedy(self, rows, draft_tokens: Sequence[int]) -> tuple[int, int]:
         # Greedy: keep drafted tokens while they are the main model's own argmax; the first
         # disagreement is replaced by the main model's token, and a fully accepted draft earns
         # the main model's next token for free. The output is exactly greedy main-model decoding.
-        best = np.argmax(rows, axis=1)
         n = len(draft_tokens)
+        if isinstance(rows, _Restricted):   # row by row: a grammar's mask costs, and rows past a miss are never read
+            for i in range(n + 1):
+                b = int(np.argmax(rows[i]))
+                if i == n or b != draft_tokens[i]:
+                    return i, b
+        best = np.argmax(rows, axis=1)
         for i in range(n):
             if best[i] != draft_tokens[i]:
                 return i, int(best[i])
         return n, int(best[n])
 
-    def _verify_sampled(self, rows: np.ndarray, draft_tokens: Sequence[int],
-                        draft_q: Sequence[np.ndarray | None]) -> tuple[int, int]:
+    def _verify_sampled(self, rows, draft_tokens: Sequence[int], draft_q: Sequence[np.ndarray | None],
+                        refused_q: np.ndarray | None) -> tuple[int, int]:
         # Speculative sampling (Leviathan et al. 2023): accept drafted x with probability
         # min(1, p(x)/q(x)); on rejection draw from norm(max(0, p - q)). Together these draw
         # exactly from p, whatever q is. A drafter that proposes deterministically has q = one-hot.
+        # A drafted token a grammar refused after the draft was rejected for certain: the token
+        # after a fully accepted draft is then its replacement, from norm(max(0, p - q)).
         for i, x in enumerate(draft_tokens):
             p = self.probs(rows[i])
             q = draft_q[i] if i < len(draft_q) else None
@@ -179,7 +281,13 @@ class Sampler:
             if total <= 0.0:  # p == q: a rejection cannot happen, but guard rounding
                 return i, self._draw_full(p)
             return i, self._draw_full(residual / total)
-        return len(draft_tokens), self._choose(rows[len(draft_tokens)])
+        n = len(draft_tokens)
+        if refused_q is not None:
+            p = self.probs(rows[n])
+            residual = np.maximum(p - refused_q, 0.0)
+            total = residual.sum()
+            return n, self._draw_full(residual / total if total > 0.0 else p)
+        return n, self._choose(rows[n], self.position + n)
 
     def _draw(self, p: np.ndarray) -> int:
         cdf = np.cumsum(p)
@@ -188,3 +296,16 @@ class Sampler:
     def _draw_full(self, p: np.ndarray) -> int:
         nz = np.flatnonzero(p)
         return int(nz[self._draw(p[nz])])
+
+
+class _Restricted:
+    """Verification's rows under a grammar, each masked when first read (``GrammarConstraint.restrict``)."""
+
+    def __init__(self, rows: np.ndarray, constraint: GrammarConstraint, keep: int):
+        self._rows, self._constraint, self._keep = rows, constraint, keep
+        self._done: dict[int, np.ndarray] = {}
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if i not in self._done:
+            self._done[i] = self._constraint.restrict(i, self._rows[i], self._keep)
+        return self._done[i]

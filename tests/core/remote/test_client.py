@@ -229,3 +229,12 @@ def fake_server(stream: str, metrics: list[str] | None, seen: list | None = None
         return httpx.Response(200, text=stream, headers={"content-type": "text/event-stream"})
 
     return httpx.MockTransport(handle)
+
+
+def test_remote_engine_sends_the_grammar_and_the_server_follows_it(tiny_models):
+    with serving(tiny_models.main, tiny_models.same) as s:
+        remote = RemoteEngine(s.url + "/v1/")
+        events = list(remote.generate(GenerationRequest(MESSAGES, sampling=SamplingParams(max_tokens=8),
+                                                        grammar='root ::= ("x" | "y"){4}')))
+        remote.close()
+    assert len(events[-1].text) == 4 and set(events[-1].text) <= {"x", "y"}

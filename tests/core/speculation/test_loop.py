@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import threading
@@ -287,14 +288,17 @@ def chi2_critical(df: int, alpha_z: float = 3.09) -> float:
     return df * (1 - 2 / (9 * df) + alpha_z * math.sqrt(2 / (9 * df))) ** 3
 
 
-def sample_many(make_drafter, n_runs, sampler_class=Sampler):
+def sample_many(make_drafter, n_runs, sampler_class=Sampler, keyed=False):
+    """``n_runs`` answers, each with a generator of its own: unseeded (speculative sampling, its random
+    generator seeded by the run's number) or seeded (keyed by position, the seed the run's number)."""
     counts = Counter()
     for seed in range(n_runs):
-        params = SamplingParams(seed=seed, **SAMPLING)
+        params = SamplingParams(seed=seed if keyed else None, **SAMPLING)
         session = ReferenceSession(SMALL)
         gen = SpeculativeGeneration(session, SMALL, make_drafter(), make_policy(SpeculationParams(policy="fixed", draft_max=3)),
                                     params)
         gen.sampler = sampler_class(params)
+        gen.sampler.rng = np.random.default_rng(seed)
         counts[tuple(list(gen.run([0, 1]))[-1].token_ids)] += 1
     return counts
 
@@ -307,18 +311,36 @@ def chi2(counts, dist, n_runs):
     ("sampled draft model", lambda: DraftModelDrafter(ReferenceSession(DRAFT_SMALL))),
     ("deterministic wrong drafter", lambda: AlwaysWrongDrafter(SMALL)),
 ])
-def test_speculative_sampling_keeps_the_main_models_distribution(name, make_drafter):
+@pytest.mark.parametrize("keyed", [False, True], ids=["unseeded", "seeded"])
+def test_speculative_sampling_keeps_the_main_models_distribution(name, make_drafter, keyed):
     n_runs = 6000
     dist = exact_distribution(SMALL, [0, 1], 4, SamplingParams(**SAMPLING))
-    counts = sample_many(make_drafter, n_runs)
+    counts = sample_many(make_drafter, n_runs, keyed=keyed)
     assert sum(counts.values()) == n_runs
     assert chi2(counts, dist, n_runs) < chi2_critical(len(dist) - 1)
+
+
+def test_a_seeded_answer_is_the_same_whatever_drafts_it_and_however_much():
+    """Keyed by position (keyed.py), a seed gives one answer: without a drafter, with a sampled draft
+    model or a drafter always wrong, drafting 1 or 6 tokens a round (as the auto policy might)."""
+    model = ReferenceModel(n_vocab=12, seed=5, sharpness=1.0)
+    draft = ReferenceModel(n_vocab=12, seed=6, sharpness=1.0)
+    sampling = SamplingParams(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, max_tokens=40, seed=1234)
+    answers = set()
+    for make in (lambda: None, lambda: DraftModelDrafter(ReferenceSession(draft)), lambda: AlwaysWrongDrafter(model)):
+        for draft_max in (1, 6):
+            events, _, _ = run(make(), sampling=sampling, spec=SpeculationParams(policy="fixed", draft_max=draft_max),
+                               main_model=model)
+            answers.add(tuple(events[-1].token_ids))
+    assert len(answers) == 1
+    other = run(None, sampling=dataclasses.replace(sampling, seed=99), main_model=model)[0][-1]
+    assert tuple(other.token_ids) not in answers
 
 
 class AcceptEverything(Sampler):
     """A broken acceptance rule: keeps every drafted token."""
 
-    def _verify_sampled(self, rows, draft_tokens, draft_q):
+    def _verify_sampled(self, rows, draft_tokens, draft_q, refused_q=None):
         return len(draft_tokens), self.sample(rows[len(draft_tokens)])
 
 
@@ -354,3 +376,33 @@ def test_n_indent_and_the_time_limit_end_the_answer_where_llama_server_does(monk
     timed = run(DraftModelDrafter(ReferenceSession(model)), main_model=model,
                 sampling=SamplingParams(max_tokens=60, max_predict_ms=1))[0][-1]
     assert timed.text == full[:line] and timed.stop_reason is StopReason.LENGTH
+
+
+def _top_two(ids, z):
+    """A stand-in for llama.cpp's infill sampler: keeps the two likeliest candidates."""
+    return ids[np.argsort(-z[ids], kind="stable")[:2]], None
+
+
+def test_speculative_sampling_keeps_a_custom_chains_distribution():
+    """llama-server's samplers (temperature first, then an infill-like filter): verification keeps the
+    chain's distribution exactly, with a sampled draft model."""
+    n_runs = 6000
+    params = dict(SAMPLING, samplers=("temperature", "infill"))
+    expected = {}
+    ref = Sampler(SamplingParams(**params), infill=_top_two)
+    for seq in itertools.product(range(SMALL.n_vocab), repeat=4):
+        ctx, p = [0, 1], 1.0
+        for t in seq:
+            p *= ref.probs(SMALL.logits(ctx))[t]
+            ctx.append(t)
+        if p > 0:
+            expected[seq] = p
+    counts = Counter()
+    for seed in range(n_runs):
+        sampling = SamplingParams(seed=seed, **params)
+        gen = SpeculativeGeneration(ReferenceSession(SMALL), SMALL, DraftModelDrafter(ReferenceSession(DRAFT_SMALL)),
+                                    make_policy(SpeculationParams(policy="fixed", draft_max=3)), sampling,
+                                    infill=_top_two)
+        counts[tuple(list(gen.run([0, 1]))[-1].token_ids)] += 1
+    assert set(counts) <= set(expected)   # never a token the chain leaves out
+    assert chi2(counts, expected, n_runs) < chi2_critical(len(expected) - 1)

@@ -61,7 +61,8 @@ def test_verification_keeps_the_biased_distribution_exactly():
     main = np.array([1.0, 0.5, 0.0, -0.5, 1.5, 0.2], dtype=np.float32)
     draft = np.array([0.2, 1.5, 0.0, 0.5, -1.0, 0.3], dtype=np.float32)
     bias = ((4, -np.inf), (2, 1.2))
-    sampler = Sampler(SamplingParams(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, seed=11, logit_bias=bias))
+    sampler = Sampler(SamplingParams(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, logit_bias=bias))
+    sampler.rng = np.random.default_rng(11)   # unseeded: speculative sampling's rule (a seed keys by position)
     q = Sampler(SamplingParams(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0)).probs(draft)
     biased = main.copy()
     biased[4] = -np.inf
@@ -76,3 +77,38 @@ def test_verification_keeps_the_biased_distribution_exactly():
         counts[x if accepted else token] += 1
     assert counts[4] == 0
     np.testing.assert_array_less(np.abs(counts / n - p), 5 * np.sqrt(p * (1 - p) / n) + 1e-9)
+
+
+# --- llama-server's sampler chain (``samplers``) ---------------------------------------------------------
+
+def test_the_default_chain_named_is_the_default_and_a_chain_without_temperature_is_never_greedy():
+    rng = np.random.default_rng(7)
+    logits = (rng.standard_normal(3000) * 2).astype(np.float32)
+    params = dict(temperature=0.7, top_k=40, top_p=0.9, min_p=0.05)
+    named = Sampler(SamplingParams(**params, samplers=("top_k", "top_p", "min_p", "temperature")))
+    np.testing.assert_allclose(named.probs(logits), Sampler(SamplingParams(**params)).probs(logits), atol=1e-9)
+    untempered = SamplingParams(temperature=0.0, top_k=40, top_p=0.9, min_p=0.0, samplers=("top_k", "top_p"))
+    assert not untempered.greedy   # llama.cpp is greedy only through its temperature sampler
+    np.testing.assert_allclose(Sampler(untempered).probs(logits),
+                               reference_probs(logits, 1.0, 40, 0.9, 0.0), atol=1e-9)
+
+
+def test_a_filter_after_the_temperature_reads_the_tempered_probabilities():
+    logits = np.array([2.0, 1.0, 0.0, -1.0], dtype=np.float32)
+    before = Sampler(SamplingParams(temperature=0.25, top_k=0, top_p=0.9, min_p=0, samplers=("top_p", "temperature")))
+    after = Sampler(SamplingParams(temperature=0.25, top_k=0, top_p=0.9, min_p=0, samplers=("temperature", "top_p")))
+    assert np.count_nonzero(before.probs(logits)) == 3   # at temperature 1 three tokens hold 90%
+    assert np.count_nonzero(after.probs(logits)) == 1    # at 0.25 the best one alone does
+
+
+def test_the_infill_sampler_keeps_what_llama_cpp_keeps_or_ends_with_one_token():
+    logits = np.array([2.0, 1.5, 1.0, -3.0], dtype=np.float32)
+    kept = Sampler(SamplingParams(temperature=0.0, top_k=0, top_p=1.0, min_p=0, samplers=("infill",)),
+                   infill=lambda ids, z: (ids[z[ids] >= 1.0], None))
+    p = kept.probs(logits)
+    assert np.count_nonzero(p) == 3 and p[3] == 0.0 and abs(p.sum() - 1.0) < 1e-12
+    ends = Sampler(SamplingParams(temperature=0.0, top_k=0, top_p=1.0, min_p=0, samplers=("infill",)),
+                   infill=lambda ids, z: (np.array([3]), 3))
+    assert ends.probs(logits)[3] == 1.0 and ends.sample(logits) == 3
+    with pytest.raises(ValueError):
+        Sampler(SamplingParams(samplers=("infill",))).probs(logits)
