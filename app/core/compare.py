@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from app.core.errors import QuickdraftError
 from app.core.frontdoor import AnswerEngine, GenerationRequest
 from app.core.lm import prefill
 from app.core.params import DrafterKind, SamplingParams, SpeculationParams
-from app.core.speculation.events import Summary, run_to_summary
+from app.core.speculation.events import Event, Reading, Summary, TokenPiece, run_to_summary
 
 
 @dataclass(frozen=True)
@@ -38,29 +38,76 @@ class CompareResult:
         return first_difference(self.baseline.token_ids, self.speculative.token_ids)
 
 
+@dataclass(frozen=True)
+class CompareProgress:
+    """How far a compare is: which of its two runs, and in it the prompt read or the tokens written.
+    A compare takes minutes on a CPU (each run reads the prompt from an empty cache); it says this,
+    not a static line."""
+
+    run: int                    # 1 or 2
+    drafter: DrafterKind        # who drafts in this run (NONE: the main model alone)
+    generated: int = 0          # tokens written so far
+    max_tokens: int = 0
+    reading: tuple[int, int] | None = None   # (done, total) of the prompt, while it is read
+
+    def describe(self) -> str:
+        who = "main model alone" if self.drafter is DrafterKind.NONE else f"drafter: {self.drafter.label}"
+        if self.reading is not None:
+            done, total = self.reading
+            how_far = f"reading the prompt, {done:,} of {total:,} tokens"
+        else:
+            how_far = f"{self.generated:,} of at most {self.max_tokens:,} tokens"
+        return f"Comparing (greedy), run {self.run} of 2 ({who}): {how_far}…"
+
+
 def compare_greedy(engine: AnswerEngine, tokens: Sequence[int], drafter: DrafterKind, max_tokens: int,
                    speculation: SpeculationParams = SpeculationParams(),
-                   cancel: threading.Event | None = None) -> CompareResult | None:
+                   cancel: threading.Event | None = None,
+                   progress: Callable[[CompareProgress], None] | None = None) -> CompareResult | None:
     """The main model alone, then with ``drafter`` (prompt lookup when that is "none"), both greedy and
-    both from an empty cache. None when ``cancel`` was set."""
+    both from an empty cache. None when ``cancel`` was set. ``progress`` hears how far each run is, at
+    each event of the engine's (the caller thins them out)."""
     cancel = cancel or threading.Event()
     kind = DrafterKind.LOOKUP if drafter is DrafterKind.NONE else drafter
-    baseline = greedy_run(engine, tokens, DrafterKind.NONE, max_tokens, speculation, cancel)
+    baseline = greedy_run(engine, tokens, DrafterKind.NONE, max_tokens, speculation, cancel,
+                          _reporter(progress, 1, DrafterKind.NONE, max_tokens))
     if cancel.is_set():
         return None
-    speculative = greedy_run(engine, tokens, kind, max_tokens, speculation, cancel)
+    speculative = greedy_run(engine, tokens, kind, max_tokens, speculation, cancel,
+                             _reporter(progress, 2, kind, max_tokens))
     if cancel.is_set():
         return None
     return CompareResult(speculative, baseline)
 
 
+def _reporter(progress: Callable[[CompareProgress], None] | None, run: int, drafter: DrafterKind,
+              max_tokens: int) -> Callable[[Event], None] | None:
+    """An engine event listener that tells ``progress`` how far run ``run`` is."""
+    if progress is None:
+        return None
+    generated = 0
+
+    def hear(event: Event) -> None:
+        nonlocal generated
+        if isinstance(event, Reading):
+            progress(CompareProgress(run, drafter, generated, max_tokens, (event.done, event.total)))
+        elif isinstance(event, TokenPiece):
+            generated += len(event.token_ids)
+            progress(CompareProgress(run, drafter, generated, max_tokens))
+
+    progress(CompareProgress(run, drafter, 0, max_tokens))
+    return hear
+
+
 def greedy_run(engine: AnswerEngine, tokens: Sequence[int], drafter: DrafterKind, max_tokens: int,
-               speculation: SpeculationParams, cancel: threading.Event | None = None) -> Summary:
-    """One greedy generation from an empty cache (so no run gets a head start); its Summary."""
+               speculation: SpeculationParams, cancel: threading.Event | None = None,
+               on_event: Callable[[Event], None] | None = None) -> Summary:
+    """One greedy generation from an empty cache (so no run gets a head start); its Summary.
+    ``on_event`` hears each event before the Summary."""
     request = GenerationRequest(prompt=list(tokens), sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens),
                                 speculation=speculation, drafter=drafter, cancel=cancel or threading.Event(),
                                 empty_cache=True)
-    summary = run_to_summary(engine.generate(request))
+    summary = run_to_summary(engine.generate(request), on_event)
     if summary.error:
         raise QuickdraftError(summary.error)
     return summary

@@ -139,6 +139,10 @@ class MainWindow(QMainWindow):
         # goes to the address bar (here: the message box), Ctrl+R reloads (here: answers again)
         self._action(chat, "Stop the answer", lambda: self.controller.stop(), "Esc")
         self._action(chat, "Regenerate", lambda: self.controller.regenerate(), "Ctrl+R")
+        # Alt+Left / Alt+Right go back and forward in browsers: here between the last answer's versions
+        self._action(chat, "Previous version of the last answer", lambda: self.controller.branches.flip_last(-1),
+                     "Alt+Left")
+        self._action(chat, "Next version of the last answer", lambda: self.controller.branches.flip_last(1), "Alt+Right")
         self._action(chat, "Go to the message box", self.composer.focus_input, "Ctrl+L")
         chat.addSeparator()
         self._action(chat, "Next conversation", lambda: self.conversation_list.select_next(1), "Ctrl+Tab", "Ctrl+PgDown")
@@ -182,7 +186,8 @@ class MainWindow(QMainWindow):
         rows = "".join(f"<tr><td><b>{keys}</b>&nbsp;&nbsp;</td><td>{what}</td></tr>"
                        for keys, what in self.shortcut_rows())
         extra = ("<tr><td><b>Enter</b></td><td>send the message</td></tr>"
-                 "<tr><td><b>Shift+Enter</b></td><td>a new line in the message</td></tr>")
+                 "<tr><td><b>Shift+Enter</b></td><td>a new line in the message</td></tr>"
+                 "<tr><td><b>Esc</b></td><td>in a message being edited: leave it as it was</td></tr>")
         QMessageBox.information(self, "Keyboard shortcuts", f"<table>{rows}{extra}</table>")
 
     def _restore(self) -> None:
@@ -218,6 +223,10 @@ class MainWindow(QMainWindow):
         self.composer.thinking_toggled.connect(c.set_thinking)
         self.composer.attach_failed.connect(lambda message: self.banner.show_message(message, "error"))
         self.chat_view.compare_requested.connect(c.compare)
+        self.chat_view.regenerate_requested.connect(c.regenerate)
+        self.chat_view.edit_submitted.connect(c.branches.edit)
+        self.chat_view.version_requested.connect(c.branches.flip)
+        self.chat_view.delete_requested.connect(c.branches.delete)
         # one field at a time: the panel's copy of the settings predates the pair loaded since, and saving
         # it whole made the next start open the pair loaded before
         self.settings_panel.edited.connect(lambda name, value: c.update_settings(**{name: value}))
@@ -238,6 +247,7 @@ class MainWindow(QMainWindow):
         c.conversation_shown.connect(self._show_conversation)
         c.message_added.connect(self.chat_view.add_stored)
         c.message_removed.connect(self.chat_view.remove_id)
+        c.messages_cut.connect(self.chat_view.remove_from)
         c.message_updated.connect(self.chat_view.update_stats)
         c.answer_started.connect(self.chat_view.start_answer)
         c.answer_updated.connect(self._show_live)
@@ -248,6 +258,7 @@ class MainWindow(QMainWindow):
         self.model_bar.draft_chosen.connect(self._draft_chosen)
         c.notice_cleared.connect(self.banner.clear_if)
         c.notice_withdrawn.connect(self.banner.withdraw)
+        c.notice_replaced.connect(self.banner.replace)
         c.model_loading.connect(self.model_bar.set_loading)
         c.models_loaded.connect(self._show_loaded)
         c.models_unloaded.connect(self._show_unloaded)
@@ -283,6 +294,7 @@ class MainWindow(QMainWindow):
         if generating and not self.controller.is_comparing:   # a compare keeps the answer's charts
             self.speculation.clear()
         self.composer.set_generating(generating)
+        self.chat_view.set_generating(generating)
         self.model_bar.set_busy(generating)
         self.conversation_list.set_busy(generating)
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import re
+import socket
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import urlsplit
 
 from app.core.errors import QuickdraftError
 
@@ -124,7 +127,7 @@ class HubClient:
         """GGUF repositories matching ``query``, most downloaded first."""
         if not query.strip():
             raise HubError("Type something to search for, for example 'qwen2.5 coder'.")
-        with hub_errors(f"search for {query!r}"):
+        with self._asking(f"search for {query!r}"):
             found = self.api.list_models(search=query.strip(), filter="gguf", sort="downloads", limit=limit)
             return [
                 RepoResult(m.id, int(m.downloads or 0), int(m.likes or 0), m.last_modified, bool(m.gated))
@@ -134,7 +137,7 @@ class HubClient:
     def list_models(self, repo_id: str, revision: str = "main") -> list[RemoteModel]:
         """The GGUF models of a repository, with sizes, quantization and SHA-256."""
         check_repo_id(repo_id)
-        with hub_errors(f"list the files of {repo_id}"):
+        with self._asking(f"list the files of {repo_id}"):
             info = self.api.model_info(repo_id, revision=revision, files_metadata=True)
         parts = [
             FilePart(s.rfilename, int(s.lfs.size if s.lfs else (s.size or 0)), s.lfs.sha256 if s.lfs else None)
@@ -149,6 +152,16 @@ class HubClient:
                 return model
         raise HubError(f"{repo_id} has no GGUF file named {filename!r}. "
                        f"List its files with: quickdraft models files {repo_id}")
+
+    @contextlib.contextmanager
+    def _asking(self, action: str) -> Iterator[None]:
+        """The hub asked, its errors in words; first the hub's name looked up (``name_lookup_error``)."""
+        problem = name_lookup_error(self.endpoint)
+        if problem:
+            raise HubError(f"Could not {action}: Hugging Face cannot be reached: {problem}. "
+                           f"Check the network connection.")
+        with hub_errors(action):
+            yield
 
     def file_url(self, repo_id: str, filename: str, revision: str = "main") -> str:
         from huggingface_hub import hf_hub_url
@@ -165,7 +178,7 @@ class HubClient:
         from huggingface_hub.utils import get_session, hf_raise_for_status
 
         check_repo_id(repo_id)
-        with hub_errors(f"read the model card of {repo_id}"):
+        with self._asking(f"read the model card of {repo_id}"):
             response = get_session().get(self.file_url(repo_id, "README.md", revision), headers=self.headers())
             if response.status_code == 404:
                 return None
@@ -240,6 +253,24 @@ def hub_errors(action: str) -> Iterator[None]:
     except httpx2.TransportError as exc:
         raise HubError(f"Could not {action}: Hugging Face cannot be reached: {network_reason(exc)}. "
                        f"Check the network connection.") from exc
+
+
+def name_lookup_error(endpoint: str) -> str:
+    """Why the endpoint's host name cannot be looked up, in words; "" when it can (or a proxy looks it
+    up). Asked before each request: huggingface_hub tries a connection that fails five more times,
+    waiting 1 to 8 s between (about 25 s), and a name that does not resolve does not resolve a second
+    later: the user waited half a minute for one message."""
+    parts = urlsplit(endpoint)
+    host = parts.hostname
+    if not host or (urllib.request.getproxies() and not urllib.request.proxy_bypass(host)):
+        return ""
+    try:
+        socket.getaddrinfo(host, parts.port or (443 if parts.scheme == "https" else 80), type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return network_reason(exc)
+    except (OSError, UnicodeError):   # another failure: the request itself reports it
+        return ""
+    return ""
 
 
 # what the C library says when a host name cannot be looked up (Linux, macOS, Windows)

@@ -9,6 +9,7 @@ from app.core.gguf.info import GGUFInfo
 from app.core.llama.placement import footprint, usable_bytes
 from app.core.llama.ram import ram
 from app.models.diskspace import format_bytes
+from app.models.speed import decoding_cores
 
 FITS_FRACTION = 0.6                         # of total RAM: comfortable next to the OS and other apps
 TIGHT_FRACTION = 0.9
@@ -22,6 +23,7 @@ class MachineMemory:
     vram_total: int | None       # None: no GPU visible, or its memory is unknown
     vram_free: int | None
     gpu_name: str = ""
+    cpu_cores: int | None = None   # the cores decoding uses (app/models/speed.py); None: unknown
 
     def describe(self) -> str:
         ram = f"RAM {format_bytes(self.ram_total)}" if self.ram_total else "RAM unknown"
@@ -105,9 +107,9 @@ def machine_memory() -> MachineMemory:
     total, available = ram()
     gpus = _gpus()
     if not gpus:
-        return MachineMemory(total, available, False, None, None)
+        return MachineMemory(total, available, False, None, None, cpu_cores=decoding_cores())
     return MachineMemory(total, available, True, sum(d.total_bytes for d in gpus) or None,
-                         sum(d.free_bytes for d in gpus), " + ".join(d.description for d in gpus))
+                         sum(d.free_bytes for d in gpus), " + ".join(d.description for d in gpus), decoding_cores())
 
 
 def _gpus() -> tuple:

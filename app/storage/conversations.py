@@ -4,6 +4,12 @@ A message keeps its text, the generation's numbers (a JSON object) and its piece
 (text, origin) so token colouring still works after a restart. A thinking model's answer keeps its
 reasoning apart from its text (``reasoning``); a conversation keeps whether its model thinks
 (``thinking``, for a template with a switch).
+
+A conversation is a tree (branches.py): each message names the one it follows (``parent_id``), and
+of the messages following the same one (its versions: an edited question, a regenerated answer)
+one is ``active``. What the conversation shows and sends is the path of active messages from its
+first; the other versions stay, to flip back to. A database from before branches is migrated when
+opened: each message follows the one before it, all active.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from app.storage.branches import Node, active_path, subtree
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -36,7 +44,13 @@ CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id,
 """
 # columns added after the first release: a database made before gets them when opened
 ADDED_COLUMNS = (("conversations", "thinking", "INTEGER NOT NULL DEFAULT 1"),
-                 ("messages", "reasoning", "TEXT"))
+                 ("messages", "reasoning", "TEXT"),
+                 ("messages", "parent_id", "INTEGER"),
+                 ("messages", "active", "INTEGER NOT NULL DEFAULT 1"))
+# a database from before branches: each message follows the one before it in its conversation
+LINK_MESSAGES = """UPDATE messages SET parent_id = (SELECT MAX(earlier.id) FROM messages AS earlier
+    WHERE earlier.conversation_id = messages.conversation_id AND earlier.id < messages.id)"""
+LEAF = -1   # add_message's default parent: the last message of the path shown
 
 Run = tuple[str, str]  # (text, origin value: "draft" or "main")
 
@@ -60,6 +74,9 @@ class StoredMessage:
     stats: dict[str, Any] = field(default_factory=dict)
     pieces: tuple[Run, ...] = ()
     reasoning: str | None = None    # a thinking model's reasoning, shown folded; None: none
+    parent_id: int | None = None    # the message it follows; None: the conversation's first
+    version: int = 1                # its place among the versions following the same message (from 1)
+    versions: int = 1               # how many versions follow that message
 
 
 MEMORY = ":memory:"
@@ -110,8 +127,10 @@ class ConversationStore:
         self._db.executescript(SCHEMA)
         for table, column, kind in ADDED_COLUMNS:
             if column not in {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}:
-                with self._db:
+                with self._db:   # the column and what it starts as in one transaction
                     self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                    if column == "parent_id":
+                        self._db.execute(LINK_MESSAGES)
 
     def close(self) -> None:
         self._db.close()
@@ -161,24 +180,85 @@ class ConversationStore:
     # --- messages ------------------------------------------------------------------------------
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
-        rows = self._db.execute(
-            f"SELECT {_MESSAGE} FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)).fetchall()
-        return [_message(r) for r in rows]
+        """The conversation as shown: the path of active versions from its first message."""
+        rows = self._rows(conversation_id)
+        by_id = {r[0]: r for r in rows}
+        return [_message(by_id[node.id], version, versions)
+                for node, version, versions in active_path([_node(r) for r in rows])]
 
     def add_message(self, conversation_id: int, role: str, content: str, stats: dict | None = None,
-                    pieces: list[Run] | tuple[Run, ...] = (), reasoning: str | None = None) -> StoredMessage:
+                    pieces: list[Run] | tuple[Run, ...] = (), reasoning: str | None = None,
+                    parent_id: int | None = LEAF) -> StoredMessage:
+        """A message after ``parent_id`` (by default the path's last; None: a first message), made the
+        active version there: following the same message as others, it starts a branch."""
+        if parent_id == LEAF:
+            path = self.messages(conversation_id)
+            parent_id = path[-1].id if path else None
         with self._db:
             cur = self._db.execute(
-                "INSERT INTO messages (conversation_id, role, content, stats, pieces, reasoning, created) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO messages (conversation_id, role, content, stats, pieces, reasoning, parent_id, active,"
+                " created) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
                 (conversation_id, role, content, json.dumps(stats or {}), json.dumps(list(pieces)), reasoning,
-                 time.time()))
+                 parent_id, time.time()))
+            self._activate(conversation_id, parent_id, cur.lastrowid)
             self._touch(conversation_id)
         return self.message(cur.lastrowid)
 
     def message(self, message_id: int) -> StoredMessage | None:
         row = self._db.execute(f"SELECT {_MESSAGE} FROM messages WHERE id = ?", (message_id,)).fetchone()
-        return _message(row) if row else None
+        if row is None:
+            return None
+        siblings = self._siblings(row[1], row[7])
+        return _message(row, siblings.index(message_id) + 1, len(siblings))
+
+    def switch_version(self, message_id: int, step: int) -> StoredMessage | None:
+        """Make the version ``step`` places from ``message_id`` (-1: the one before) the active one;
+        the path then goes on as that version's branch last went. None when there is none there."""
+        row = self._db.execute("SELECT conversation_id, parent_id FROM messages WHERE id = ?",
+                               (message_id,)).fetchone()
+        if row is None:
+            return None
+        siblings = self._siblings(*row)
+        place = siblings.index(message_id) + step
+        if not 0 <= place < len(siblings):
+            return None
+        with self._db:
+            self._activate(row[0], row[1], siblings[place])
+        return self.message(siblings[place])
+
+    def delete_message(self, message_id: int) -> list[int]:
+        """Delete a message and what follows it on every branch (answers to a deleted question mean
+        nothing without it); when it was the active version, the version before it (else after it)
+        becomes active. Returns the ids deleted."""
+        row = self._db.execute("SELECT conversation_id, parent_id, active FROM messages WHERE id = ?",
+                               (message_id,)).fetchone()
+        if row is None:
+            return []
+        conversation_id, parent_id, active = row
+        siblings = self._siblings(conversation_id, parent_id)
+        gone = subtree([_node(r) for r in self._rows(conversation_id)], message_id)
+        with self._db:
+            self._db.executemany("DELETE FROM messages WHERE id = ?", [(i,) for i in gone])
+            rest = [i for i in siblings if i != message_id]
+            if active and rest:
+                before = [i for i in rest if i < message_id]
+                self._activate(conversation_id, parent_id, before[-1] if before else rest[0])
+            self._touch(conversation_id)
+        return gone
+
+    def _rows(self, conversation_id: int) -> list[tuple]:
+        return self._db.execute(f"SELECT {_MESSAGE} FROM messages WHERE conversation_id = ? ORDER BY id",
+                                (conversation_id,)).fetchall()
+
+    def _siblings(self, conversation_id: int, parent_id: int | None) -> list[int]:
+        """The versions following ``parent_id``, oldest first."""
+        return [r[0] for r in self._db.execute(
+            "SELECT id FROM messages WHERE conversation_id = ? AND parent_id IS ? ORDER BY id",
+            (conversation_id, parent_id))]
+
+    def _activate(self, conversation_id: int, parent_id: int | None, message_id: int) -> None:
+        self._db.execute("UPDATE messages SET active = (id = ?) WHERE conversation_id = ? AND parent_id IS ?",
+                         (message_id, conversation_id, parent_id))
 
     def update_message(self, message_id: int, content: str, stats: dict | None = None,
                        pieces: list[Run] | tuple[Run, ...] | None = None, reasoning: str | None = None) -> None:
@@ -196,16 +276,12 @@ class ConversationStore:
         with self._db:
             self._db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*values, message_id))
 
-    def delete_message(self, message_id: int) -> None:
-        with self._db:
-            self._db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
-
     def _touch(self, conversation_id: int) -> None:
         self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id))
 
 
 _CONVERSATION = "id, title, system_prompt, created, updated, thinking"
-_MESSAGE = "id, conversation_id, role, content, stats, pieces, reasoning"
+_MESSAGE = "id, conversation_id, role, content, stats, pieces, reasoning, parent_id, active"
 
 
 def _conversation(row: tuple) -> Conversation:
@@ -213,7 +289,12 @@ def _conversation(row: tuple) -> Conversation:
     return Conversation(*fields, thinking=bool(thinking))
 
 
-def _message(row: tuple) -> StoredMessage:
-    mid, cid, role, content, stats, pieces, reasoning = row
+def _node(row: tuple) -> Node:
+    return Node(row[0], row[7], bool(row[8]))
+
+
+def _message(row: tuple, version: int = 1, versions: int = 1) -> StoredMessage:
+    mid, cid, role, content, stats, pieces, reasoning, parent_id, _active = row
     return StoredMessage(mid, cid, role, content, json.loads(stats or "{}"),
-                         tuple((str(t), str(o)) for t, o in json.loads(pieces or "[]")), reasoning or None)
+                         tuple((str(t), str(o)) for t, o in json.loads(pieces or "[]")), reasoning or None,
+                         parent_id, version, versions)

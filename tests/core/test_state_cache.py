@@ -91,3 +91,21 @@ def test_a_state_llama_cpp_will_not_read_back_is_deleted_and_the_prompt_read(tmp
         assert not state.exists()
     finally:
         engine.close()
+
+
+def test_a_branch_reads_only_what_follows_the_shared_history_and_the_branch_left_resumes(tmp_path, tiny_models):
+    """Editing a message (the window's branch, item 8) sends the same history with another end: the
+    cache keeps the shared part; flipping back to the first branch puts its saved state back."""
+    engine = _load(tiny_models.main, StatesConfig(tmp_path / "states", 1 << 30))
+    try:
+        a, b = _conversations(engine)
+        shared = a[:200]
+        first_branch, edited_branch = shared + b[:MIN_TOKENS + 50], shared + a[200:MIN_TOKENS + 250]
+        _, first = _answer(engine, first_branch)
+        started, _ = _answer(engine, edited_branch)
+        assert started.cached_tokens == len(shared)   # the shared history is not read again
+        back = first_branch + list(first.token_ids) + engine.main.model.tokenize(" and then?", add_special=False)
+        started, _ = _answer(engine, back)
+        assert started.cached_tokens >= len(first_branch)   # the first branch was kept and put back
+    finally:
+        engine.close()

@@ -100,7 +100,7 @@ def test_stop_ends_generation_within_one_round(loaded_window, qtbot):
     assert "stopped" in window.chat_view.messages()[-1].footer.text()
 
 
-def test_regenerate_replaces_the_last_answer(loaded_window, qtbot):
+def test_regenerate_shows_a_new_version_of_the_last_answer(loaded_window, qtbot):
     window = loaded_window
     send(window, "hello")
     wait_idle(qtbot, window)
@@ -111,11 +111,12 @@ def test_regenerate_replaces_the_last_answer(loaded_window, qtbot):
     wait_idle(qtbot, window)
 
     [second] = assistant_messages(window)
-    assert second.id != first.id and window.controller.store.message(first.id) is None
+    assert second.id != first.id and window.controller.store.message(first.id).content == first.content
     assert second.stats["generated_tokens"] > 0
     widgets = window.chat_view.messages()
     assert [w.role for w in widgets] == ["user", "assistant"]
     assert widgets[-1].message_id == second.id and widgets[-1].text == second.content
+    assert widgets[-1].versions.label.text() == "2/2" and widgets[-1].versions.isVisibleTo(window)
 
 
 def test_conversation_survives_closing_and_reopening(make_window, gui_models, qtbot, tmp_path):

@@ -95,3 +95,18 @@ def test_sending_with_nothing_installed_says_to_download_or_import_a_model(make_
     assert not send(window, "hello")
     assert window.error_text() == ("No model is installed yet: download a recommended pair or import a GGUF file "
                                    "you have (above).")
+
+
+def test_a_progress_line_moves_on_while_shown_and_stays_away_once_dismissed(qtbot):
+    from app.gui.widgets.banner import Banner
+
+    banner = Banner()
+    qtbot.addWidget(banner)
+    banner.show_message("Comparing, run 1 of 2", "info")
+    banner.replace("Comparing, run 1 of 2", "Comparing, run 2 of 2")
+    assert banner.text() == "Comparing, run 2 of 2" and banner.kind == "info"
+    banner.replace("Comparing, run 1 of 2", "stale")   # an old line replaces nothing
+    assert banner.text() == "Comparing, run 2 of 2"
+    banner.clear()   # dismissed
+    banner.replace("Comparing, run 2 of 2", "Comparing, run 2 of 2: 10 tokens")
+    assert banner.isHidden() and banner.text() == ""

@@ -12,7 +12,7 @@ import pytest
 from app.core.engine import Engine
 from app.core.params import DrafterKind, ModelParams, SpeculationParams
 from app.server.run import LocalServer
-from app.server.worker import ThreadedJobs
+from app.server.slots import ThreadedJobs
 from tests.conftest import real_model_dir
 from tests.real.test_qwen_pair import DRAFT, MAIN
 

@@ -1,14 +1,16 @@
 """The chat view: one framed widget per message, Markdown rendered, growing as the answer streams; a
-thinking model's reasoning folded above its answer (reasoning_fold.py)."""
+thinking model's reasoning folded above its answer (reasoning_fold.py); a question edited in place,
+‹ 2/3 › between a message's versions, regenerating and deleting (message_actions.py)."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QSizeF, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QTextBrowser, QToolButton,
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QMessageBox, QScrollArea, QSizePolicy, QTextBrowser,
                                QVBoxLayout, QWidget)
 
 from app.gui.chat import render
+from app.gui.chat.message_actions import MessageEditor, VersionSwitch, link_button
 from app.gui.chat.reasoning_fold import ReasoningFold
 from app.gui.runtime.live_stats import format_footer
 from app.storage.conversations import StoredMessage
@@ -44,9 +46,14 @@ class MessageBody(QTextBrowser):
 
 class MessageWidget(QFrame):
     compare_requested = Signal(int)   # message id
+    regenerate_requested = Signal(int)   # message id: a new version of this answer
+    edit_submitted = Signal(int, str)    # message id, the edited text: a new version of this question
+    version_requested = Signal(int, int)   # message id, -1 or +1: show the version before or after
+    delete_requested = Signal(int)       # message id
 
     def __init__(self, message_id: int | None, role: str, text: str = "", stats: dict | None = None,
-                 runs: list | tuple = (), colour_tokens: bool = False, reasoning: str | None = None, parent=None):
+                 runs: list | tuple = (), colour_tokens: bool = False, reasoning: str | None = None,
+                 versions: tuple[int, int] = (1, 1), parent=None):
         super().__init__(parent)
         self.message_id = message_id
         self.role = role
@@ -58,6 +65,7 @@ class MessageWidget(QFrame):
         self.status = "generating…"   # the footer while the answer streams
         self.setObjectName("userMessage" if role == "user" else "assistantMessage")
         self._build()
+        self.versions.set_versions(*versions)
         self.reasoning.set_reasoning(reasoning or "", self.stats.get("thinking_s"), False)
         self._render()
 
@@ -70,12 +78,13 @@ class MessageWidget(QFrame):
         role.setObjectName("role")
         header.addWidget(role)
         header.addStretch(1)
-        self.compare_button = self._link("Compare", "Regenerate greedily with and without the draft and measure the speedup")
-        self.compare_button.clicked.connect(lambda: self.compare_requested.emit(self.message_id or 0))
-        self.compare_button.setVisible(self.role == "assistant")
+        answer = self.role == "assistant"
+        # reading actions above, the versions and changing actions below: one row of them all did not
+        # fit a narrow chat column
+        self.compare_button = self._action("Compare", "Regenerate greedily with and without the draft and measure "
+                                           "the speedup", lambda: self.compare_requested.emit(self.message_id or 0), answer)
+        self.copy_button = self._action("Copy", "Copy this message", self.copy_text)
         header.addWidget(self.compare_button)
-        self.copy_button = self._link("Copy", "Copy this message")
-        self.copy_button.clicked.connect(self.copy_text)
         header.addWidget(self.copy_button)
         layout.addLayout(header)
         self.reasoning = ReasoningFold(MessageBody())
@@ -83,19 +92,66 @@ class MessageWidget(QFrame):
         self.body = MessageBody()
         self.body.anchorClicked.connect(self._anchor_clicked)
         layout.addWidget(self.body)
+        self.editor = MessageEditor()
+        self.editor.submitted.connect(lambda text: self.edit_submitted.emit(self.message_id or 0, text))
+        self.editor.cancelled.connect(self.stop_editing)
+        self.editor.hide()
+        layout.addWidget(self.editor)
         self.footer = QLabel()
         self.footer.setObjectName("footer")
         self.footer.setWordWrap(True)  # unwrapped, its one line set the message's least width past a narrow chat column
+        self.edit_button = self._action("Edit", "Edit this message and answer it again (the earlier version stays)",
+                                        self.start_editing, self.role == "user")
+        self.regenerate_button = self._action("Regenerate", "Answer again (this answer stays as a version: ‹ ›)",
+                                              lambda: self.regenerate_requested.emit(self.message_id or 0),
+                                              self.role == "assistant")
+        self.delete_button = self._action("×", "Delete this message and what follows it",
+                                          lambda: self.delete_requested.emit(self.message_id or 0))
+        self.versions = VersionSwitch()
+        self.versions.step_requested.connect(lambda step: self.version_requested.emit(self.message_id or 0, step))
         layout.addWidget(self.footer)
+        bottom = QHBoxLayout()   # its own row: beside the footer it made a narrow chat column too narrow
+        bottom.addWidget(self.versions)
+        bottom.addStretch(1)
+        for button in (self.edit_button, self.regenerate_button, self.delete_button):
+            bottom.addWidget(button)
+        layout.addLayout(bottom)
 
     @staticmethod
-    def _link(text: str, tip: str) -> QToolButton:
-        button = QToolButton()
-        button.setObjectName("link")
-        button.setText(text)
-        button.setToolTip(tip)
-        button.setCursor(Qt.CursorShape.PointingHandCursor)
+    def _action(text: str, tip: str, slot, shown: bool = True):
+        button = link_button(text, tip)
+        button.clicked.connect(slot)
+        button.setVisible(shown)
         return button
+
+    # --- versions, editing -----------------------------------------------------------------------
+
+    def set_versions(self, version: int, versions: int) -> None:
+        self.versions.set_versions(version, versions)
+
+    def set_actions_enabled(self, on: bool) -> None:
+        """Off while an answer is written: it belongs to the path shown when it started."""
+        for widget in (self.versions, self.edit_button, self.regenerate_button, self.delete_button, self.editor.send):
+            widget.setEnabled(on)
+        if on:
+            self.versions.set_versions(self.versions.version, self.versions.versions)   # its ends stay off
+
+    def start_editing(self) -> None:
+        self.editor.start(self.text)
+        self.editor.show()
+        self.body.hide()
+        for button in (self.edit_button, self.delete_button):   # the editor's Cancel and Send stand in
+            button.hide()
+
+    def stop_editing(self) -> None:
+        self.editor.hide()
+        self.body.show()
+        for button in (self.edit_button, self.delete_button):
+            button.show()
+
+    @property
+    def editing(self) -> bool:
+        return not self.editor.isHidden()
 
     # --- content -------------------------------------------------------------------------------
 
@@ -130,6 +186,7 @@ class MessageWidget(QFrame):
     def set_streaming(self, on: bool) -> None:
         self.streaming = on
         self.compare_button.setEnabled(not on)
+        self.regenerate_button.setEnabled(not on)
         self._render_footer()
 
     def showing_origins(self) -> bool:
@@ -171,6 +228,10 @@ class ChatView(QScrollArea):
     """Messages top to bottom; follows the end while the user has not scrolled away from it."""
 
     compare_requested = Signal(int)
+    regenerate_requested = Signal(int)
+    edit_submitted = Signal(int, str)
+    version_requested = Signal(int, int)
+    delete_requested = Signal(int)      # confirmed, when messages follow it
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -188,6 +249,7 @@ class ChatView(QScrollArea):
         self._layout.insertWidget(0, self._placeholder)
         self.setWidget(container)
         self.colour_tokens = False
+        self.generating = False
         self._follow = True
         self.verticalScrollBar().valueChanged.connect(self._remember_follow)
         self.verticalScrollBar().rangeChanged.connect(self._keep_following)
@@ -203,9 +265,15 @@ class ChatView(QScrollArea):
         self._placeholder.show()
 
     def add_message(self, message_id: int | None, role: str, text: str = "", stats: dict | None = None,
-                    runs: list | tuple = (), reasoning: str | None = None) -> MessageWidget:
-        widget = MessageWidget(message_id, role, text, stats, runs, self.colour_tokens, reasoning)
+                    runs: list | tuple = (), reasoning: str | None = None,
+                    versions: tuple[int, int] = (1, 1)) -> MessageWidget:
+        widget = MessageWidget(message_id, role, text, stats, runs, self.colour_tokens, reasoning, versions)
         widget.compare_requested.connect(self.compare_requested)
+        widget.regenerate_requested.connect(self.regenerate_requested)
+        widget.edit_submitted.connect(self.edit_submitted)
+        widget.version_requested.connect(self.version_requested)
+        widget.delete_requested.connect(lambda message_id: self._confirm_delete(widget, message_id))
+        widget.set_actions_enabled(not self.generating)
         self._layout.insertWidget(self._layout.count() - 1, widget)
         self._placeholder.hide()
         self._follow = True
@@ -228,7 +296,29 @@ class ChatView(QScrollArea):
 
     def add_stored(self, message: StoredMessage) -> MessageWidget:
         return self.add_message(message.id, message.role, message.content, message.stats, message.pieces,
-                                message.reasoning)
+                                message.reasoning, (message.version, message.versions))
+
+    def remove_from(self, message_id: int) -> None:
+        """Take away the message ``message_id`` and every one after it (a new version goes there)."""
+        shown = self.messages()
+        ids = [w.message_id for w in shown]
+        for widget in shown[ids.index(message_id):] if message_id in ids else ():
+            self.remove_message(widget)
+
+    def set_generating(self, on: bool) -> None:
+        self.generating = on
+        for widget in self.messages():
+            widget.set_actions_enabled(not on)
+
+    def _confirm_delete(self, widget: MessageWidget, message_id: int) -> None:
+        """Deleting a message takes what follows it: with anything following, the user says yes first."""
+        shown = self.messages()
+        after = len(shown) - shown.index(widget) - 1 if widget in shown else 0
+        if after and QMessageBox.question(
+                self, "Delete messages", f"Delete this message and the {after} after it in this branch?"
+                if after > 1 else "Delete this message and the one after it?") != QMessageBox.StandardButton.Yes:
+            return
+        self.delete_requested.emit(message_id)
 
     def remove_id(self, message_id: int) -> None:
         widget = self.find(message_id)
@@ -262,6 +352,7 @@ class ChatView(QScrollArea):
         if message.content != widget.text or [list(r) for r in message.pieces] != widget.runs:
             widget.set_content(message.content, message.pieces)   # rendering a long answer takes a while
         widget.set_stats(message.stats)
+        widget.set_versions(message.version, message.versions)
         widget.set_streaming(False)
 
     def update_stats(self, message: StoredMessage) -> None:

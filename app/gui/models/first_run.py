@@ -1,5 +1,5 @@
 """The chat area's next step while no model is installed: the recommended pairs that fit this
-machine, one click to download a pair (its progress shows right here), or import a GGUF file.
+machine and run at a usable speed on it (app/models/recommend.py), quick ones first, one click to download a pair (its progress shows right here), or import a GGUF file.
 
 Each pair says how it drafts and what it suits. A pair needing something the engine cannot do
 (app/models/catalog.py's ENGINE_SUPPORTS) is offered all the same, saying so; once installed its main
@@ -27,17 +27,9 @@ from app.gui.widgets.plain import plain_label
 from app.models.catalog import CatalogError, CatalogPair, load_catalog
 from app.models.diskspace import format_bytes
 from app.models.download import DownloadJob
-from app.models.memory import Fit, MachineMemory, judge_fit, machine_memory
+from app.models.memory import MachineMemory, machine_memory
+from app.models.recommend import Recommendation, recommend
 from app.paths import AppPaths
-
-FIT_ORDER = {"fits": 0, "unknown": 1, "tight": 2}     # "too large" pairs are not offered
-
-
-def pairs_that_fit(catalog: list[CatalogPair], machine: MachineMemory) -> list[tuple[CatalogPair, Fit]]:
-    """The pairs this machine can run, those that fit comfortably first, then the largest first."""
-    judged = [(pair, judge_fit(pair.expected_memory, machine)) for pair in catalog]
-    offered = [(pair, fit) for pair, fit in judged if fit.verdict in FIT_ORDER]
-    return sorted(offered, key=lambda pf: (FIT_ORDER[pf[1].verdict], -pf[0].expected_memory))
 
 
 class FirstRunPanel(QWidget):
@@ -67,16 +59,16 @@ class FirstRunPanel(QWidget):
         self.banner = Banner()
         self._build(self._offered(catalog))
 
-    def _offered(self, catalog: list[CatalogPair] | None) -> list[tuple[CatalogPair, Fit]]:
+    def _offered(self, catalog: list[CatalogPair] | None) -> list[Recommendation]:
         if catalog is None:
             try:
                 catalog = load_catalog()
             except CatalogError as exc:
                 self.banner.show_message(str(exc))
                 catalog = []
-        return pairs_that_fit(catalog, self.machine)
+        return recommend(catalog, self.machine)
 
-    def _build(self, offered: list[tuple[CatalogPair, Fit]]) -> None:
+    def _build(self, offered: list[Recommendation]) -> None:
         title = QLabel("No model installed yet")
         title.setStyleSheet("font-size: 15pt; font-weight: 600;")
         intro = plain_label("Download a recommended pair (a main model and the small draft model, or the main's own "
@@ -86,10 +78,11 @@ class FirstRunPanel(QWidget):
         intro.setObjectName("status")
         self.pairs_box = QVBoxLayout()
         self.pairs_box.setSpacing(6)
-        for pair, fit in offered:
-            self.pairs_box.addWidget(self._pair_row(pair, fit))
-        self.none_fit = plain_label("None of the recommended pairs fits this machine's memory: import a smaller "
-                                    "GGUF model, or find one in the model manager.")
+        for recommendation in offered:
+            self.pairs_box.addWidget(self._pair_row(recommendation))
+        self.none_fit = plain_label("None of the recommended pairs fits this machine's memory and writes at a "
+                                    "usable speed here: import a smaller GGUF model, or find one in the model "
+                                    "manager.")
         self.none_fit.setWordWrap(True)
         self.none_fit.setVisible(not offered)
         self.import_button = QPushButton("Import a GGUF file…")
@@ -112,14 +105,17 @@ class FirstRunPanel(QWidget):
         layout.addLayout(self.progress_box)
         layout.addStretch(1)
 
-    def _pair_row(self, pair: CatalogPair, fit: Fit) -> QFrame:
+    def _pair_row(self, recommendation: Recommendation) -> QFrame:
+        pair, fit, speed = recommendation.pair, recommendation.fit, recommendation.speed
         row = QFrame()
         row.setObjectName("panel")
         how = " · ".join(html.escape(phrase) for phrase in (pair.drafting, pair.suits_text) if phrase)
+        fast = f" · {html.escape(speed.describe())}" if speed is not None else ""
         text = QLabel(f"<b>{html.escape(pair.title)}</b><br><span style='color:#6a737d'>for {html.escape(pair.use)} · "
                       f"{format_bytes(pair.download_size)} to download · needs about {pair.expected_memory_gb:.1f} GB: "
-                      f"{html.escape(fit.verdict)}<br>{how}</span>")
+                      f"{html.escape(fit.verdict)}{fast}<br>{how}</span>")
         text.setToolTip(fit.detail)
+        text.setWordWrap(True)   # unwrapped, its long line made the panel wider than a 1000 px window's chat
         button = QPushButton("Download")
         button.setObjectName("primary")
         button.clicked.connect(lambda: self.download_pair(pair))

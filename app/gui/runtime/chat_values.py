@@ -56,7 +56,7 @@ def prompt_messages(store: ConversationStore, conversation_id: int, upto_id: int
     conv = store.get(conversation_id)
     messages = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt.strip() else []
     for m in store.messages(conversation_id):
-        if upto_id is not None and m.id >= upto_id:
+        if m.id == upto_id:
             break
         if m.content or m.reasoning:   # an answer cut off while thinking still holds the turn
             messages.append({"role": m.role, "content": m.content, **({"reasoning_content": m.reasoning}

@@ -17,13 +17,15 @@ from app.core.compare import CompareResult
 from app.core.frontdoor import LoadedPair
 from app.core.params import DrafterKind, StatesConfig
 from app.core.speculation.events import Summary
+from app.gui.runtime.branching import Branching
+from app.gui.runtime.comparing import Comparing
 from app.gui.runtime.chat_values import (NEW_TITLE, ActiveGeneration, ShownConversation, answer_parts, answer_request,
-                                         compare_notice, feed, generation_problem, keep_partial, prompt_messages,
-                                         save_partial, settings_after_load, title_from, who_drafts, with_compare)
+                                         feed, generation_problem, keep_partial, prompt_messages,
+                                         save_partial, settings_after_load, title_from, who_drafts)
 from app.gui.runtime.live_stats import LiveStats, message_stats
 from app.gui.runtime.worker import Batch, EngineWorker, LoadFailure, LoadRequest, RemoteRequest, Started
 from app.paths import AppPaths
-from app.storage.conversations import ConversationStore
+from app.storage.conversations import LEAF, ConversationStore
 from app.storage.opening import open_storage
 from app.storage.settings import Settings, SettingsStore
 
@@ -35,7 +37,8 @@ class ChatController(QObject):
     conversations_changed = Signal(object, object)  # [Conversation] matching the search, the current id or None
     conversation_shown = Signal(object)           # ShownConversation: show these messages and this prompt
     message_added = Signal(object)                # StoredMessage: the user's message, saved
-    message_removed = Signal(int)                 # message id (a regenerated answer, an empty partial one)
+    message_removed = Signal(int)                 # message id (an empty partial answer)
+    messages_cut = Signal(int)                    # message id: no longer shown, nor what follows it (a new version)
     message_updated = Signal(object)              # StoredMessage whose stats changed (a compare)
     answer_started = Signal(int)                  # the assistant message id that is about to stream
     answer_updated = Signal(int, object)          # message id, LiveStats: on the repaint timer only
@@ -45,6 +48,7 @@ class ChatController(QObject):
     notice = Signal(str, str)                     # text, kind: "error", "warning" or "info"
     notice_cleared = Signal(str)                  # clear the notice shown if it is of this kind
     notice_withdrawn = Signal(str)                # clear this notice if it is still shown (no longer true)
+    notice_replaced = Signal(str, str)            # old, new: a progress line moves on, if still shown
     model_loading = Signal(str)                   # the main model's file name
     models_loaded = Signal(object)                # LoadedPair: after a load, or again when a failed one kept it
     models_unloaded = Signal()
@@ -82,6 +86,8 @@ class ChatController(QObject):
         self._repaint_timer = QTimer(self)
         self._repaint_timer.setInterval(REPAINT_MS)
         self._repaint_timer.timeout.connect(self._emit_progress)
+        self.branches = Branching(self)   # edit, regenerate, versions, delete
+        self.comparing = Comparing(self)
         self._start_worker()
 
     def _start_worker(self) -> None:
@@ -99,7 +105,8 @@ class ChatController(QObject):
         self.worker.started.connect(self._on_started)
         self.worker.batch.connect(self._on_batch)
         self.worker.finished.connect(self._on_finished)
-        self.worker.compared.connect(self._on_compared)
+        self.worker.compared.connect(self.comparing.done)
+        self.worker.compare_progress.connect(self.comparing.progress)
         self.worker.failed.connect(self._on_failed)
         self.worker.idle.connect(self._on_idle)
         self.thread.start()
@@ -203,7 +210,7 @@ class ChatController(QObject):
         """Save ``text`` as the user's message and start answering it. False when it cannot start
         (the reason is in a notice; nothing is saved)."""
         text = text.strip()
-        if not text or not self._ready_to_generate():
+        if not text or not self.ready_to_generate():
             return False
         if self.conversation_id is None:
             self.new_conversation(self._new_chat_prompt)
@@ -212,48 +219,22 @@ class ChatController(QObject):
             self.store.rename(conv.id, title_from(text))
         self.message_added.emit(self.store.add_message(conv.id, "user", text))
         self._refresh_list()
-        self._start_answer()
-        return True
+        return self.start_answer()
 
     def stop(self) -> None:
         if self.active is not None:
             self.active.request.cancel.set()
 
-    def regenerate(self) -> bool:
-        """Replace the last answer with a new one (or answer a last message that has none)."""
-        if self.conversation_id is None or not self._ready_to_generate():
-            return False
-        messages = self.store.messages(self.conversation_id)
-        if not messages:
-            return False
-        if messages[-1].role == "assistant":
-            self.store.delete_message(messages[-1].id)
-            self.message_removed.emit(messages[-1].id)
-        self._start_answer()
-        return True
+    def regenerate(self, message_id: int | None = None) -> bool:
+        """A new version of the last answer (or of ``message_id``), the earlier kept (branching.py)."""
+        return self.branches.regenerate(message_id)
 
     def compare(self, message_id: int) -> bool:
         """Answer again greedily with the drafter chosen and with the main model alone: the shown answer's
         stats gain the measured speedup and whether both outputs are identical (its charts stay)."""
-        if not self._ready_to_generate():
-            return False
-        drafter = self.drafter()
-        if drafter is DrafterKind.NONE:
-            self.notice.emit("Drafting is off: choose who drafts in the bar above to compare speculative decoding "
-                             "with the main model alone.", "error")
-            return False
-        stored = self.store.message(message_id)
-        if stored is None or stored.role != "assistant":
-            return False
-        history = self.prompt_messages(stored.conversation_id, upto_id=message_id)
-        thinking_on = self.store.get(stored.conversation_id).thinking
-        _, request = answer_request(self.settings, self.loaded, history, thinking_on)
-        self.last_compare = None
-        self._begin(ActiveGeneration(request, stored.conversation_id, message_id, compare=True))
-        self.notice.emit("Comparing: greedy with the draft, then the main model alone…", "info")
-        return True
+        return self.comparing.start(message_id)
 
-    def _ready_to_generate(self) -> bool:
+    def ready_to_generate(self) -> bool:
         if self.is_generating:
             return False
         problem = generation_problem(self.settings, self.loading, self.loaded, self.models_installed)
@@ -265,15 +246,18 @@ class ChatController(QObject):
         """Who drafts, given what is loaded."""
         return who_drafts(self.settings, self.loaded)
 
-    def _start_answer(self) -> None:
+    def start_answer(self, upto_id: int | None = None, parent_id: int | None = LEAF) -> bool:
+        """Answer the shown path (up to, not including, ``upto_id``) with a new message after ``parent_id``
+        (by default the path's last)."""
         # the request first: if it cannot be made, no empty answer is saved or left "generating…"
-        thinking, request = answer_request(self.settings, self.loaded, self.prompt_messages(self.conversation_id),
+        thinking, request = answer_request(self.settings, self.loaded, self.prompt_messages(self.conversation_id, upto_id),
                                            self.store.get(self.conversation_id).thinking)
-        message = self.store.add_message(self.conversation_id, "assistant", "")
+        message = self.store.add_message(self.conversation_id, "assistant", "", parent_id=parent_id)
         self.answer_started.emit(message.id)
-        self._begin(ActiveGeneration(request, self.conversation_id, message.id, live=LiveStats(thinking=thinking)))
+        self.begin(ActiveGeneration(request, self.conversation_id, message.id, live=LiveStats(thinking=thinking)))
+        return True
 
-    def _begin(self, active: ActiveGeneration) -> None:
+    def begin(self, active: ActiveGeneration) -> None:
         self.active = active
         for kind in ("error", "info"):   # the last failure and the last result (or choice) are over
             self.notice_cleared.emit(kind)
@@ -306,15 +290,6 @@ class ChatController(QObject):
         elif summary.warnings:
             self.notice.emit("; ".join(summary.warnings), "warning")
 
-    def _on_compared(self, result: CompareResult) -> None:
-        self.last_compare = result
-        stored = self.store.message(self.active.message_id) if self.active is not None else None
-        if stored is None:
-            return
-        self.store.update_message(stored.id, stored.content, with_compare(stored.stats, result))
-        self.message_updated.emit(self.store.message(stored.id))
-        self.notice.emit(compare_notice(result, (stored.stats or {}).get("estimated_speedup")), "info")
-
     def _on_failed(self, message: str) -> None:
         self._save_partial()
         self.notice.emit(message, "error")
@@ -331,7 +306,7 @@ class ChatController(QObject):
         if not active.compare:
             stored = self.store.message(active.message_id)
             if stored is None:
-                self.message_removed.emit(active.message_id)
+                self.branches.answer_removed(active.message_id)
             else:
                 self.answer_finished.emit(stored)
         self.generating_changed.emit(False)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 
-from app.core.compare import compare_greedy
+from app.core.compare import CompareProgress, compare_greedy
 from app.core.engine import Engine, read_pair
 from app.core.errors import QuickdraftError
 from app.core.frontdoor import AnswerEngine, GenerationRequest
@@ -27,6 +28,7 @@ from app.server.worker import Failed, Job
 
 log = logging.getLogger(__name__)
 BATCH_S = 0.05
+PROGRESS_S = 0.25   # a compare's progress reaches the window at most this often (each run's start always)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ class EngineWorker(QObject):
     batch = Signal(object)             # Batch
     finished = Signal(object)          # Summary
     compared = Signal(object)          # app.core.compare.CompareResult
+    compare_progress = Signal(object)  # app.core.compare.CompareProgress, thinned to PROGRESS_S
     failed = Signal(str)               # a generation could not run; the message is for the user
     idle = Signal()                    # a generate or compare request has ended, however it ended
     server_state = Signal(object)      # ServerState
@@ -271,9 +274,26 @@ class EngineWorker(QObject):
     def _compare(self, engine: AnswerEngine, request: GenerationRequest) -> None:
         tokens = engine.prompt(request.messages, request.template_variables).tokens
         result = compare_greedy(engine, tokens, request.drafter, request.sampling.max_tokens,
-                                request.speculation, request.cancel)
+                                request.speculation, request.cancel, _Thinned(self.compare_progress.emit))
         if result is not None:
             self.compared.emit(result)
+
+
+class _Thinned:
+    """A compare's progress passed on at most every PROGRESS_S, and whenever a run or its reading starts
+    or ends (one signal per token would flood the GUI thread)."""
+
+    def __init__(self, emit):
+        self._emit = emit
+        self._last: CompareProgress | None = None
+        self._sent = 0.0
+
+    def __call__(self, progress: CompareProgress) -> None:
+        now, last = time.monotonic(), self._last
+        phase_changed = last is None or (last.run, last.reading is None) != (progress.run, progress.reading is None)
+        if phase_changed or now - self._sent >= PROGRESS_S:
+            self._emit(progress)
+            self._last, self._sent = progress, now
 
 
 class _Batcher:

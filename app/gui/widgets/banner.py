@@ -62,6 +62,12 @@ class Banner(QFrame):
         if text and self.text() == text:
             self.clear()
 
+    def replace(self, old: str, new: str) -> None:
+        """Show ``new`` in place of ``old`` if ``old`` is still the message shown: a progress line moves
+        on, and one the user dismissed (or another message replaced) stays away."""
+        if old and self.text() == old:
+            self._label.setText(new)
+
     def _act(self) -> None:
         action = self._action
         self.clear()

@@ -35,11 +35,12 @@ def test_a_long_code_line_and_footer_stay_inside_a_narrow_chat_column(qtbot):
     view.show()
     code = "```python\nitems[name] = items[name] + quantity  # a line far longer than the column is wide\n```"
     widget = view.add_message(1, "assistant", code, {"generated_tokens": 137, "generation_tps": 52.9,
-                                                     "drafted": 126, "accepted": 111})
+                                                     "drafted": 126, "accepted": 111}, versions=(2, 3))
     qtbot.waitUntil(lambda: widget.body.document().size().height() > 0)
     column = view.viewport().width()
     assert widget.width() <= column
-    assert widget.copy_button.mapTo(view.viewport(), widget.copy_button.rect().topRight()).x() <= column
+    for button in (widget.copy_button, widget.delete_button, widget.versions.next):   # with ‹ 2/3 › and its actions
+        assert button.isVisibleTo(view) and button.mapTo(view.viewport(), button.rect().topRight()).x() <= column
     assert widget.body.document().idealWidth() <= widget.body.viewport().width()
     assert "accepted 111 (88%)" in widget.footer.text()
 

@@ -7,12 +7,13 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.core.gguf.tiny import TinySpec, write_tiny_model
-from app.gui.models.first_run import FirstRunPanel, pairs_that_fit
+from app.gui.models.first_run import FirstRunPanel
 from app.gui.models.manager.session import ManagerSession
 from app.models.catalog import CatalogModel, CatalogPair
 from app.models.download import local_path
 from app.models.hub import HubClient
 from app.models.memory import MachineMemory
+from app.models.recommend import recommend
 from app.models.registry import ModelRegistry
 from app.paths import app_paths
 from tests.gui.conftest import ARTIFACTS, MACHINE, TIMEOUT_MS
@@ -55,10 +56,10 @@ def make_panel(qtbot, qloop, paths, hub):
 
 
 def test_only_pairs_that_fit_are_offered_comfortable_ones_first():
-    offered = [(pair.id, fit.verdict) for pair, fit in pairs_that_fit(CATALOG, MACHINE)]
+    offered = [(r.pair.id, r.fit.verdict) for r in recommend(CATALOG, MACHINE)]
     assert offered == [("medium", "fits"), ("small", "fits"), ("tight", "tight")]
     no_ram = MachineMemory(None, None, False, None, None)
-    assert {fit.verdict for _, fit in pairs_that_fit(CATALOG, no_ram)} == {"unknown"}
+    assert {r.fit.verdict for r in recommend(CATALOG, no_ram)} == {"unknown"}
 
 
 def test_the_panel_lists_the_pairs_that_fit(qtbot, make_panel):
@@ -140,3 +141,24 @@ def test_a_download_error_shows_where_the_user_looks_and_leaves_no_empty_box(qtb
     assert panel.downloads_panel.isHidden(), "no download started: no empty Downloading box"
     panel.shutdown()
     qtbot.waitUntil(lambda: not panel.busy, timeout=TIMEOUT_MS)
+
+
+def test_each_pair_says_the_speed_to_expect_where_the_cores_are_known(qtbot, paths):
+    from PySide6.QtWidgets import QLabel
+
+    two_cores = MachineMemory(16 * 10**9, 12 * 10**9, False, None, None, cpu_cores=2)
+    panel = FirstRunPanel(paths, machine=two_cores, catalog=[catalog_pair("small", 0.01)])
+    qtbot.addWidget(panel)
+    texts = [label.text() for label in panel.findChildren(QLabel)]
+    assert any("tokens/s here before drafting" in text for text in texts)
+
+
+def test_the_offers_wrap_to_fit_a_1000_px_windows_chat_column(qtbot, paths):
+    """At 1000x700 the chat column is about 400 px: the offers' long lines ran past it, the Download
+    buttons off screen."""
+    from app.models.catalog import load_catalog
+
+    two_cores = MachineMemory(16 * 10**9, 12 * 10**9, False, None, None, cpu_cores=2)
+    panel = FirstRunPanel(paths, machine=two_cores, catalog=load_catalog())
+    qtbot.addWidget(panel)
+    assert panel.download_buttons and panel.minimumSizeHint().width() <= 400

@@ -315,3 +315,39 @@ def test_opened_from_the_chat_window_sets_its_pair(qtbot, make_window, installed
         asyncio.events._set_running_loop(None)
         loop.close()
         asyncio.set_event_loop(None)
+
+
+def test_the_search_shows_a_busy_bar_while_the_hub_is_asked(qtbot, make_dialog, monkeypatch):
+    import threading
+
+    release = threading.Event()
+    search = HubClient.search
+    monkeypatch.setattr(HubClient, "search", lambda self, query: release.wait(TIMEOUT_MS / 1000) and search(self, query))
+    dialog = make_dialog()
+    tab = dialog.download_tab
+    dialog.tabs.setCurrentIndex(2)
+    assert not tab.busy_bar.isVisibleTo(dialog)
+    tab.search_edit.setText("tiny")
+    qtbot.mouseClick(tab.search_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: tab.busy_bar.isVisibleTo(dialog), timeout=TIMEOUT_MS)
+    assert tab.busy_label.text() == "Searching Hugging Face…" and not tab.search_button.isEnabled()
+    release.set()
+    qtbot.waitUntil(lambda: tab.results_table.rowCount() == 4, timeout=TIMEOUT_MS)
+    assert not tab.busy_bar.isVisibleTo(dialog) and not tab.busy_label.isVisibleTo(dialog)
+
+
+def test_a_pairs_details_say_the_speed_to_expect_on_this_machine(qtbot, qloop, paths, hub):
+    from app.models.memory import MachineMemory
+
+    two_cores = MachineMemory(16 * 10**9, 12 * 10**9, False, None, None, cpu_cores=2)
+    dialog = ModelManagerDialog(paths, hub_factory=lambda token: HubClient(endpoint=hub.url, token=token),
+                                loop=qloop, machine=two_cores)
+    qtbot.addWidget(dialog)
+    try:
+        tab = dialog.catalog_tab
+        big = next(i for i, p in enumerate(tab.catalog) if p.main.params == "27B")
+        tab.table.selectRow(big)
+        assert "tokens/s here before drafting (too slow)" in tab.details.text()
+    finally:
+        dialog.shutdown()
+        qtbot.waitUntil(lambda: not dialog.busy, timeout=TIMEOUT_MS)

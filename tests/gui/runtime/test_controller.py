@@ -17,9 +17,10 @@ from app.storage.settings import SettingsStore
 from tests.gui.conftest import ANSWER_TIMEOUT_MS, LOAD_TIMEOUT_MS, TEST_SETTINGS
 
 LONG_PROMPT = "write a long story"   # the tiny main model answers it with 1000 tokens
-SIGNALS = ("conversations_changed", "conversation_shown", "message_added", "message_removed", "message_updated",
+SIGNALS = ("conversations_changed", "conversation_shown", "message_added", "message_removed", "messages_cut",
+           "message_updated",
            "answer_started", "answer_updated", "answer_finished", "generating_changed", "busy_changed", "notice",
-           "notice_cleared", "model_loading", "models_loaded", "models_unloaded", "colour_tokens_changed")
+           "notice_cleared", "notice_replaced", "model_loading", "models_loaded", "models_unloaded", "colour_tokens_changed")
 
 
 class Seen:
@@ -189,7 +190,7 @@ def test_a_generation_that_fails_removes_its_empty_answer(make, gui_models, qtbo
     assert seen("message_removed") == [started] and seen("answer_finished") == []
 
 
-def test_regenerate_replaces_the_last_answer(loaded, qtbot):
+def test_regenerate_shows_a_new_version_of_the_last_answer_and_keeps_the_first(loaded, qtbot):
     c, seen = loaded()
     c.send_message("hello")
     wait_idle(qtbot, c)
@@ -198,9 +199,10 @@ def test_regenerate_replaces_the_last_answer(loaded, qtbot):
     assert c.regenerate()
     wait_idle(qtbot, c)
     [second] = answers(c)
-    assert second.id != first.id and c.store.message(first.id) is None
+    assert second.id != first.id and (second.version, second.versions) == (2, 2)
     assert second.stats["generated_tokens"] > 0
-    assert seen("message_removed") == [(first.id,)]
+    assert c.store.message(first.id).stats == first.stats   # the first version keeps its own numbers
+    assert seen("messages_cut") == [(first.id,)] and seen("message_removed") == []
     assert seen("answer_started") == [(first.id,), (second.id,)]
     assert [m.role for m in c.store.messages(c.conversation_id)] == ["user", "assistant"]
 
@@ -303,3 +305,8 @@ def test_compare_adds_the_speedup_to_the_answer(loaded, qtbot):
     assert updated.stats["speedup"] == pytest.approx(result.speedup) and updated.stats["compare_identical"]
     assert "identical" in seen.notices("info")[-1]
     assert seen("answer_started") == [(answer.id,)], "a compare starts no new answer"
+    # the line above the chat said which run and how far, each line replacing the one before
+    replaced = seen("notice_replaced")
+    assert replaced[0][0] == seen.notices("info")[-2] and all(a[1] == b[0] for a, b in zip(replaced, replaced[1:]))
+    assert [line for _, line in replaced if "run 1 of 2 (main model alone)" in line]
+    assert [line for _, line in replaced if "run 2 of 2 (drafter: Draft model)" in line]

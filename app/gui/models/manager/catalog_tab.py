@@ -132,6 +132,9 @@ class CatalogTab(QWidget):
         suits = pair.suits_text
         lines.append(f"Expected memory {pair.expected_memory_gb:.1f} GB at {pair.context:,} tokens: "
                      f"{fit.verdict}, {fit.detail}." + (f" {suits[:1].upper()}{suits[1:]}." if suits else ""))
+        speed = self.session.speed(pair)
+        if speed is not None:   # the first-run panel leaves out the pairs too slow here; this list has them all
+            lines.append(f"Speed: {speed.describe()} ({speed.verdict}).")
         self.details.setText("\n".join(lines))
 
     def _selected(self) -> CatalogPair | None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import html
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSplitter, QVBoxLayout,
+                               QWidget)
 
 from app.gui.models.manager.common import fill, fit_item, item, selected_data, table
 from app.gui.models.manager.session import ManagerSession
@@ -32,6 +33,15 @@ class DownloadTab(QWidget):
         self.search_button = QPushButton("Search")
         self.search_button.setObjectName("primary")
         self.search_button.clicked.connect(self.start_search)
+        # the hub can take seconds to answer: a moving bar and what is asked, while it is asked
+        self.busy_bar = QProgressBar()
+        self.busy_bar.setRange(0, 0)
+        self.busy_bar.setTextVisible(False)
+        self.busy_bar.setFixedWidth(120)
+        self.busy_label = QLabel()
+        self.busy_label.setObjectName("status")
+        self._asking = 0   # requests to the hub under way
+        self._show_busy()
         self.token_edit = QLineEdit()
         self.token_edit.setEchoMode(QLineEdit.EchoMode.Password)
         self.token_edit.setPlaceholderText(self._token_hint())
@@ -49,6 +59,8 @@ class DownloadTab(QWidget):
         search = QHBoxLayout()
         search.addWidget(self.search_edit, 1)
         search.addWidget(self.search_button)
+        search.addWidget(self.busy_bar)
+        search.addWidget(self.busy_label)
         token = QHBoxLayout()
         token.addWidget(QLabel("Token"))
         token.addWidget(self.token_edit, 1)
@@ -77,10 +89,26 @@ class DownloadTab(QWidget):
     def start_search(self) -> None:
         self.session.spawn(self._search(self.search_edit.text()))
 
+    def _show_busy(self) -> None:
+        self.busy_bar.setVisible(self._asking > 0)
+        self.busy_label.setVisible(self._asking > 0)
+
+    async def _ask(self, text: str, call, *args):
+        """``call(*args)`` on a worker thread, the busy bar shown with ``text`` meanwhile (the latest
+        question's words while several are under way)."""
+        self._asking += 1
+        self.busy_label.setText(text)
+        self._show_busy()
+        try:
+            return await self.session.run_blocking(call, *args)
+        finally:
+            self._asking -= 1
+            self._show_busy()
+
     async def _search(self, query: str) -> None:
         self.search_button.setEnabled(False)
         try:
-            results: list[RepoResult] = await self.session.run_blocking(self.session.client.search, query)
+            results: list[RepoResult] = await self._ask("Searching Hugging Face…", self.session.client.search, query)
         finally:
             self.search_button.setEnabled(True)
         fill(self.results_table, [[item(r.repo_id, r.repo_id), item(f"{r.downloads:,}"), item(f"{r.likes:,}"),
@@ -98,7 +126,7 @@ class DownloadTab(QWidget):
         self.remote_models = []
         fill(self.files_table, [])
         client = self.session.client
-        models = await self.session.run_blocking(client.list_models, repo_id)
+        models = await self._ask(f"Listing the files of {repo_id}…", client.list_models, repo_id)
         self.remote_models = models
         rows = []
         for m in models:
@@ -106,7 +134,7 @@ class DownloadTab(QWidget):
             rows.append([item(m.label, m.filename), item(format_bytes(m.size)), item(m.quantization),
                          item(str(len(m.parts))), fit_item(fit.verdict, f"weights + 10%: {fit.detail}")])
         fill(self.files_table, rows)
-        summary = await self.session.run_blocking(client.card_summary, repo_id)
+        summary = await self._ask("Reading the model card…", client.card_summary, repo_id)
         self.card_label.setText(f"<b>{html.escape(repo_id)}</b><br>{html.escape(summary or 'No model card summary.')}")
 
     def download_selected_file(self) -> None:

@@ -20,7 +20,9 @@ from app.models.catalog import CatalogPair
 from app.models.download import DownloadJob, DownloadManager
 from app.models.hub import HubClient
 from app.models.memory import Fit, MachineMemory, judge_fit, machine_memory
+from app.models.recommend import pair_speed
 from app.models.registry import InstalledModel, ModelRegistry
+from app.models.speed import Speed
 from app.paths import AppPaths
 
 HubFactory = Callable[[str | None], HubClient]
@@ -78,6 +80,10 @@ class ManagerSession(QObject):
 
     def fit(self, needed: int) -> Fit:
         return judge_fit(needed, self.machine)
+
+    def speed(self, pair: CatalogPair) -> Speed | None:
+        """How fast the pair's main model can be expected to write here (None: the cores are unknown)."""
+        return pair_speed(pair, self.machine)
 
     # --- downloads ----------------------------------------------------------------------------------
 
