@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.cli.bench import load_prompts  # noqa: E402
 from app.core.params import DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams  # noqa: E402
-from app.core.speculation.acceptance import HEADS, LOOKUP, MODEL, AcceptanceModel, LookupMatch  # noqa: E402
+from app.core.speculation.acceptance import HEADS, LOOKUP, MODEL, AcceptanceModel  # noqa: E402
 from app.core.speculation.costmodel import CostModel, CostProfile, round_robin_medians  # noqa: E402
 from app.core.speculation.drafters import (Draft, DraftModelDrafter, Drafter, LookupThenModelDrafter,  # noqa: E402
                                PromptLookupDrafter)
@@ -371,13 +371,10 @@ def _drafted_outcomes(trace: dict):
     lookup = PromptLookupDrafter()
     lookup.prepare(prompt, None)
     for done in range(1, len(answer)):
-        n, end = lookup._longest_match(prompt + answer[:done])
-        if n:
-            proposal = (prompt + answer[:done])[end:end + lookup.ngram_max]
-            right = right_prefix(proposal, answer, done)
-            match = LookupMatch(n, in_prompt=end < len(prompt))
-            for i in range(min(right + 1, len(proposal))):
-                yield AcceptanceModel.bucket(LOOKUP, i, match), i < right
+        proposed = lookup.propose(prompt + answer[:done], lookup.ngram_max)
+        right = right_prefix([token for token, _ in proposed], answer, done)
+        for i, (_, match) in enumerate(proposed[:right + 1]):
+            yield AcceptanceModel.bucket(LOOKUP, i, match), i < right
     for guess, p, token in zip(trace["draft_tokens"], trace["draft_p"], answer):
         yield AcceptanceModel.bucket(MODEL, 0, p), guess == token
 
@@ -390,7 +387,7 @@ def lookup_bound(trace: dict, machine: Machine, draft_max: int, start: int = 0) 
     lookup.prepare(prompt, None)
     proposals = {}  # position -> (tokens proposed, how many of them are right)
     for done in range(1, len(answer)):
-        _, proposal = lookup.find(prompt + answer[:done], draft_max)
+        proposal = [token for token, _ in lookup.propose(prompt + answer[:done], draft_max)]
         proposals[done] = (len(proposal), right_prefix(proposal, answer, done))
     finish = [0.0] * (len(answer) + 2)  # finish[i]: the least time to produce answer[i:]
     for done in range(len(answer) - 1, 0, -1):

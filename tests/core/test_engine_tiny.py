@@ -263,3 +263,20 @@ def test_each_answer_estimates_its_speedup_from_the_learned_costs(tiny_models, m
         assert fixed.estimated_speedup is None
     finally:
         engine.close()
+
+
+COPYING = [{"role": "user", "content": "copy this: the cat is on the mat and the dog is in the house, "
+                                       "the cat is on the mat and the dog is in the house"}]
+
+
+@pytest.mark.parametrize("drafter", [DrafterKind.LOOKUP, DrafterKind.LOOKUP_MODEL])
+@pytest.mark.parametrize("spec", [SpeculationParams(policy="fixed", draft_max=8), SpeculationParams(draft_max=16)])
+def test_greedy_output_is_the_main_models_with_chained_lookup(engines, drafter, spec):
+    """Lookup copies on from its match and looks up again where the copy reaches the end of the text;
+    whatever it proposes, on real llama.cpp the greedy answer is the main model's alone."""
+    base = list(engines["none"].generate(GenerationRequest(COPYING, sampling=GREEDY, drafter=DrafterKind.NONE)))[-1]
+    spec_run = list(engines["same"].generate(GenerationRequest(COPYING, sampling=GREEDY, speculation=spec,
+                                                               drafter=drafter)))[-1]
+    assert spec_run.token_ids == base.token_ids and spec_run.text == base.text
+    if spec.policy == "fixed":
+        assert spec_run.drafted > 0

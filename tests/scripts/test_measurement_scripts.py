@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -135,14 +137,15 @@ def test_trace_rates_count_each_drafted_token_up_to_the_first_wrong_one():
 
     from app.core.speculation.acceptance import LOOKUP, MODEL, LookupMatch
 
-    # answer 5 6 7 1: at 1 token the prompt's "5" proposes 6 7 8 9 (two right), at 2 tokens "5 6"
-    # proposes 7 8 9 (one right), at 3 tokens "5 6 7" proposes 8 9 (none right)
+    # answer 5 6 7 1: at 1 token the prompt's "5" proposes 6 7 8 ... (two right), at 2 tokens "5 6"
+    # proposes 7 8 ... (one right), at 3 tokens "5 6 7" proposes 8 ... (none right); every token of a
+    # copy is scored by the match it copies
     trace = dict(prompt=[5, 6, 7, 8, 9], tokens=[5, 6, 7, 1], draft_tokens=[5, 6, 2, 1], draft_p=[0.95, 0.93, 0.42, 0.47])
     rates = TraceRates([trace])
     assert rates.chance(LOOKUP, 0, LookupMatch(1, in_prompt=True)) == 1.0
-    assert rates.chance(LOOKUP, 1, LookupMatch(1, in_prompt=True)) == 0.5   # 7 right, then 8 wrong
+    assert rates.chance(LOOKUP, 1, LookupMatch(1, in_prompt=True)) == 0.5   # 7 right after 6, then 8 wrong
     assert rates.chance(LOOKUP, 0, LookupMatch(2, in_prompt=True)) == 1.0
-    assert rates.chance(LOOKUP, 1, LookupMatch(2, in_prompt=True)) == 0.0
+    assert rates.chance(LOOKUP, 1, LookupMatch(2, in_prompt=True)) == 0.0   # 8 wrong after 7
     assert rates.chance(LOOKUP, 0, LookupMatch(3, in_prompt=True)) == 0.0
     assert rates.chance(MODEL, 0, 0.94) == 1.0 and rates.chance(MODEL, 3, 0.45) == 0.5
     rates.update(LOOKUP, 0, LookupMatch(3, in_prompt=True), True)   # known from the start, never learned
@@ -207,3 +210,23 @@ def test_the_replayed_machines_noise_keeps_its_mean_and_spares_the_references():
     assert abs(statistics.mean(times) / 0.03 - 1) < 0.01 and statistics.pstdev(times) / 0.03 > 0.1
     assert {machine.main_batch(2, position=5) for _ in range(10)} == {0.03}   # the main model alone's
 
+
+
+def test_ngram_bench_pairs_each_side_with_its_own_plain_run_and_reports_the_aa_noise():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from ngram_bench import summarize, table
+
+    def run(tps, drafted=0, accepted=0):
+        return dict(tps=tps, drafted=drafted, accepted=accepted)
+
+    results = {"copy-1": {
+        "plain": [run(10.0), run(8.0)], "plain-aa": [run(11.0), run(8.0)], "lookup": [run(15.0, 40, 30), run(8.0, 20, 10)],
+        "llama": [run(20.0), run(10.0)], "ngram-mod": [run(30.0, 64, 48), run(12.0, 0, 0)]}}
+    summary = summarize(results)
+    row = summary["prompts"]["copy-1"]
+    assert row["lookup"]["runs"] == [1.5, 1.0] and row["lookup"]["speedup"] == 1.25   # over our plain, paired
+    assert row["ngram-mod"]["runs"] == [1.5, 1.2]                                     # over llama.cpp's plain
+    assert row["lookup"]["acceptance"] == 40 / 60 and row["ngram-mod"]["acceptance"] == 48 / 64
+    assert summary["aa_noise"] == dict(median=1.05, worst=pytest.approx(0.1), n=2)
+    printed = table(summary, list(results["copy-1"]))
+    assert "| copy-1 | 1.05x | 1.25x (67% of 30) | 1.35x (75% of 32) |" in printed and "A/A noise" in printed

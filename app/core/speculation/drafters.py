@@ -140,10 +140,19 @@ class PromptLookupDrafter:
     drafts' score, with where it was found: a long match in the prompt means the answer copies the
     user's text verbatim (an edit), one in the answer so far is more often a phrase said twice.
 
+    A copy runs on from the match's occurrence for as long as the text has it; where it reaches the
+    end of the text, the context's end with the tokens copied so far is looked up again, at the
+    longest length that occurs, and the draft goes on from that match (chained, as llama.cpp's
+    ngram-mod chains its lookups). A copy is not looked up again token by token: the last 16 tokens
+    of a copy also occur wherever the passage repeats, and the other occurrence may go on otherwise
+    (an edit's answer copying the second of two similar methods in the prompt then drafted the
+    first one's line: issue 43, docs/architecture.md section 4).
+
     Of several occurrences the latest in the prompt is copied, else the latest in the answer. An
     edit's answer holds an edited copy of the prompt, so where it repeats a passage it copied
     before, the prompt says how the passage goes on and the earlier copy may not (the measurement:
-    docs/architecture.md, section 4).
+    docs/architecture.md, section 4). Drafting the follower most earlier occurrences had instead was
+    measured (issue 43): it lost those copies and gained nothing the replays could see.
     """
 
     name = LOOKUP
@@ -153,38 +162,62 @@ class PromptLookupDrafter:
         self.ngram_min = ngram_min
         self._indexed: list[int] = []
         self._prompt_length = 0
+        self._new_index()
+
+    def _new_index(self) -> None:
         # [n]: n-gram -> where its latest occurrence ends, for the occurrences whose continuation
         # starts in the prompt, and for those in the answer
-        self._prompt_index: list[dict[tuple[int, ...], int]] = [{} for _ in range(ngram_max + 1)]
-        self._answer_index: list[dict[tuple[int, ...], int]] = [{} for _ in range(ngram_max + 1)]
+        self._prompt_index: list[dict[tuple[int, ...], int]] = [{} for _ in range(self.ngram_max + 1)]
+        self._answer_index: list[dict[tuple[int, ...], int]] = [{} for _ in range(self.ngram_max + 1)]
 
     def find(self, context: Sequence[int], max_len: int) -> tuple[int, list[int]]:
-        """(match length, continuation) of the longest match; (0, []) when there is none."""
-        n, end = self._longest_match(context)
+        """(match length, continuation) of the longest match, copied from its preferred occurrence
+        (the latest in the prompt, else in the answer) up to the end of the text; (0, []) when
+        there is none."""
+        self._update_index(context)
+        n, end = self._longest_match(context, len(context))
         return n, list(context[end:end + max_len]) if n else []
 
-    def _longest_match(self, context: Sequence[int]) -> tuple[int, int]:
-        """(length, end) of the occurrence of the longest n-gram ending the context that a draft
-        copies: the latest in the prompt, else the latest in the answer."""
+    def propose(self, context: Sequence[int], max_len: int) -> list[tuple[int, LookupMatch]]:
+        """Up to ``max_len`` (token, match) pairs to follow ``context``: the longest match's copy, and
+        where it reaches the end of the text, the copy of the match looked up again with the copied
+        tokens; the chain ends where nothing occurs. Each token is scored by the match it copies."""
         self._update_index(context)
+        # the query needs the last ngram_max tokens at most, with the copied ones after them
+        tail, seen = list(context[-(self.ngram_max + 1):]), len(context)
+        out: list[tuple[int, LookupMatch]] = []
+        while len(out) < max_len:
+            n, end = self._longest_match(tail, seen)
+            if n == 0:
+                break
+            match = LookupMatch(n, in_prompt=end < self._prompt_length)
+            run = self._indexed[end:end + max_len - len(out)]   # never empty: end < len(context)
+            out.extend((token, match) for token in run)
+            tail = (tail + run)[-(self.ngram_max + 1):]
+            seen += len(run)
+        return out
+
+    def _longest_match(self, query: Sequence[int], seen: int) -> tuple[int, int]:
+        """(length, end) of the preferred occurrence of the longest n-gram ending ``query``, whose
+        last token is token ``seen`` - 1 of the text (a gram as long as the text cannot occur before)."""
         # An n-gram that occurs has every shorter ending of it occur where it ends (all are indexed),
         # so whether the last n tokens occur falls from yes to no as n grows: bisect for the longest
         # (4-5 lookups a round, not one per length down from ngram_max: most rounds match 0-2 tokens)
-        low, high = self.ngram_min - 1, min(self.ngram_max, len(context) - 1)
+        low, high = self.ngram_min - 1, min(self.ngram_max, seen - 1, len(query))
         found = 0  # where the longest occurring length found so far (low) ends; none yet: low < ngram_min
         while low < high:
             n = (low + high + 1) // 2
-            end = self._occurrence(context, n)
+            end = self._occurrence(query, n)
             if end is None:
                 high = n - 1
             else:
                 low, found = n, end
         return (low, found) if low >= max(1, self.ngram_min) else (0, 0)
 
-    def _occurrence(self, context: Sequence[int], n: int) -> int | None:
-        """Where the occurrence of the last ``n`` tokens that a draft copies ends: the latest in the
-        prompt, else the latest in the answer; None if they occur nowhere before."""
-        gram = tuple(context[-n:])
+    def _occurrence(self, query: Sequence[int], n: int) -> int | None:
+        """Where the preferred occurrence of the last ``n`` tokens ends: the latest in the prompt,
+        else the latest in the answer; None if they occur nowhere before."""
+        gram = tuple(query[-n:])
         end = self._prompt_index[n].get(gram)
         return self._answer_index[n].get(gram) if end is None else end
 
@@ -196,13 +229,7 @@ class PromptLookupDrafter:
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
         max_len = min(max_len, policy.draft_length(LOOKUP))
         out = Draft()
-        if max_len <= 0:
-            return out
-        n, end = self._longest_match(context)
-        if n == 0:
-            return out
-        match = LookupMatch(n, in_prompt=end < self._prompt_length)
-        for token in context[end:end + max_len]:
+        for token, match in self.propose(context, max(0, max_len)):
             decision = policy.step(len(out), match, LOOKUP)
             if decision is Decision.STOP:
                 break
@@ -225,10 +252,8 @@ class PromptLookupDrafter:
         if done > len(context) or self._indexed[tail:] != list(context[tail:done]) or \
                 (done and context[0] != self._indexed[0]):
             self._indexed, done = [], 0
-            self._prompt_index = [{} for _ in range(self.ngram_max + 1)]
-            self._answer_index = [{} for _ in range(self.ngram_max + 1)]
-        stop = len(context) - 1
-        for end in range(max(done, 1), stop + 1):
+            self._new_index()
+        for end in range(max(done, 1), len(context)):
             index = self._prompt_index if end < self._prompt_length else self._answer_index
             for n in range(1, min(self.ngram_max, end) + 1):
                 index[n][tuple(context[end - n:end])] = end

@@ -165,24 +165,26 @@ def run_lookup(policy: AutoPolicy, machine: SimulatedMachine, clock: Clock, max_
 
 
 def test_the_policy_follows_a_machine_whose_speed_changes_mid_answer(clock):
+    SWITCH = 30   # the round at which the machine becomes twice as slow
     machine = SimulatedMachine(per_token=0.1)
     policy = AutoPolicy(AUTO, CostModel({}, N_MAX))
     late = []
 
     def check(event: Round, main):
-        if event.index == 100:
+        if event.index == SWITCH:
             machine.speed = 2.0
-        if event.index >= 100 + ROUNDS_TO_FOLLOW:   # the size it verifies, and a step of the main model alone
+        if event.index >= SWITCH + ROUNDS_TO_FOLLOW:   # the size it verifies, and a step of the main model alone
             ctx = len(main.cached)
             late.extend(policy.costs.main_batch(n, ctx) / machine.main(n, ctx) for n in {1, event.drafted + 1})
         learning.append(policy.learning)
 
     learning = []
-    events, _ = run_lookup(policy, machine, clock, 600, check)
+    # lookup chains through the repeating text, ~12 tokens a round: 1,000 tokens run past round 70
+    events, _ = run_lookup(policy, machine, clock, 1000, check)
     assert len(late) > 20 and all(within(r, 1.0) for r in late)
     assert policy.cost_rounds_observed == sum(isinstance(e, Round) for e in events)
-    assert learning[0] and not learning[99] and learning[101]   # cold, then learned; the change is noticed
-    assert not learning[100 + 2 * ROUNDS_TO_FOLLOW]
+    assert learning[0] and not learning[SWITCH - 1] and learning[SWITCH + 1]   # cold, learned; the change noticed
+    assert not learning[SWITCH + 2 * ROUNDS_TO_FOLLOW]
 
 
 def test_a_warm_start_from_a_wrong_profile_is_corrected(clock):

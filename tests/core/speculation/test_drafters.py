@@ -125,3 +125,54 @@ def test_a_drafter_names_its_kind():
     assert PromptLookupDrafter.name == DrafterKind.LOOKUP
     assert DraftModelDrafter.name == DrafterKind.MODEL
     assert LookupThenModelDrafter.name == DrafterKind.LOOKUP_MODEL
+
+
+def test_lookup_copies_on_from_its_occurrence_where_another_went_otherwise():
+    """An edit's answer copied the first of two similar passages of the prompt and is at the second:
+    the copy goes on as the second did, though the passage's start went the first one's way twice
+    (in the prompt and in the answer's copy; looked up again token by token, it drafted 9)."""
+    prompt = [1, 2, 3, 4, 9, 5, 1, 2, 3, 4, 8, 6]
+    lookup = PromptLookupDrafter(ngram_max=4)
+    lookup.prepare(prompt, FIXED)
+    context = prompt + [1, 2, 3, 4, 9, 5, 1, 2, 3]
+    assert [t for t, _ in lookup.propose(context, 3)] == [4, 8, 6]
+
+
+def test_lookup_copies_the_prompts_occurrence_before_the_answers():
+    prompt = [7, 1, 2, 3]
+    lookup = PromptLookupDrafter(ngram_max=2)
+    lookup.prepare(prompt, FIXED)
+    context = prompt + [1, 2, 5, 1, 2]        # 1 2 went on 3 in the prompt, 5 in the answer: the prompt's
+    assert lookup.propose(context, 1) == [(3, LookupMatch(2, in_prompt=True))]
+
+
+def test_lookup_copies_to_the_end_of_the_text_then_looks_up_again():
+    """The copy runs on from the match's occurrence, each token scored by that match; where it reaches
+    the end of the text, the end with the copied tokens is looked up again and the draft goes on."""
+    prompt = [10, 11, 12, 13, 20, 21, 22, 23, 24, 25, 12, 13, 30, 31]
+    lookup = PromptLookupDrafter(ngram_max=4)
+    lookup.prepare(prompt, FIXED)
+    proposed = lookup.propose(prompt + [10, 11], 8)
+    assert proposed == [(t, LookupMatch(2, in_prompt=True)) for t in [12, 13, 20, 21, 22, 23, 24, 25]]
+    periodic = [1, 2, 3, 4, 1, 2, 3]
+    lookup.prepare(periodic, FIXED)
+    assert [t for t, _ in lookup.propose(periodic, 8)] == [4, 1, 2, 3, 4, 1, 2, 3]
+
+
+def test_lookup_drafts_what_find_copies_where_the_text_repeats_nothing_else():
+    """Where the copy does not reach the end of the text the draft is find's contiguous copy."""
+    rng = random.Random(3)
+    prompt = rng.sample(range(1000), 200)            # no token repeats: one occurrence per n-gram
+    lookup = PromptLookupDrafter()
+    lookup.prepare(prompt, FIXED)
+    context = prompt + prompt[50:60]
+    n, copied = lookup.find(context, 16)
+    assert n == 10 and [t for t, _ in lookup.propose(context, 16)] == copied == prompt[60:76]
+
+
+def test_lookup_draft_asks_the_policy_token_by_token():
+    prompt = [1, 2, 3, 4, 5, 6]
+    lookup = PromptLookupDrafter(ngram_max=3)
+    lookup.prepare(prompt, FIXED)
+    draft = lookup.draft(prompt + [1, 2], 3, FIXED, None)
+    assert draft.tokens == [3, 4, 5] and [m.length for m in draft.scores] == [2, 2, 2]

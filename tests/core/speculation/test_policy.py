@@ -145,10 +145,44 @@ def test_a_long_match_in_the_prompt_is_copied_one_in_the_answer_is_not():
     assert len(decisions) == 15 and decisions[-1] is Decision.LAST
 
 
+def _lookup_rounds_drafted(policy, score, rounds, accepted=0):
+    """Run ``rounds`` rounds in which lookup offers a one-token draft with ``score`` and verification
+    accepts ``accepted`` of it; count the rounds whose draft the policy sent."""
+    drafted = 0
+    for _ in range(rounds):
+        if policy.draft_length(LOOKUP) == 0 or policy.step(0, score, LOOKUP) is Decision.STOP:
+            policy.observe(Draft(), 0)
+            continue
+        drafted += 1
+        policy.observe(Draft([1], [None], [LOOKUP], [score]), accepted=accepted, draft_s=0.0)
+    return drafted
+
+
 def test_lookup_is_never_parked_it_costs_nothing_to_probe():
     policy = AutoPolicy(AUTO, profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)]))
-    drafted = _rounds_drafted_when_every_draft_is_rejected(policy, LOOKUP, LookupMatch(13), 300, 0.0)
+    drafted = _lookup_rounds_drafted(policy, LookupMatch(13), 300)
     assert 5 <= drafted <= 20   # backs off to one probe in 64 rounds, but keeps probing
+
+
+def test_losing_short_matches_do_not_sit_out_a_long_copy_of_the_prompt():
+    """An edit's answer: after each change lookup's short matches lose, then a long copy of the
+    user's text holds. Lookup's standing is kept per kind of match, so the losses of the first
+    kind do not make the copy sit out (issue 43: one standing drafted 9 tokens in a rewrite)."""
+    policy = AutoPolicy(AUTO, profile([STEP * (1 + 0.2 * (n - 1)) for n in range(1, 10)]))
+    assert _lookup_rounds_drafted(policy, LookupMatch(4), 40) < 12      # losing: backs off
+    assert _lookup_rounds_drafted(policy, LookupMatch(16, in_prompt=True), 10, accepted=1) == 10
+
+
+def test_lookup_alone_does_not_sit_out_over_cheap_misses():
+    """Where a batch costs about one step (a GPU), a wrong lookup draft costs a small part of a step:
+    lookup alone keeps drafting through its misses. Where a draft model could take the rounds, the
+    losing matches still sit out and leave the rounds to it."""
+    cheap = [STEP * (1 + 0.05 * (n - 1)) for n in range(1, 10)]
+    alone = AutoPolicy(AUTO, profile(cheap))
+    assert _lookup_rounds_drafted(alone, LookupMatch(4), 30) == 30
+    with_model = AutoPolicy(AUTO, profile(cheap, draft_step=0.1 * STEP))
+    assert with_model.may_draft(MODEL) and with_model.wants_main_confidence()  # as a draft model drafter asks
+    assert _lookup_rounds_drafted(with_model, LookupMatch(4), 30) < 15
 
 
 @pytest.mark.parametrize("kind", ["lookup", "lookup+model", "model"])

@@ -1,0 +1,185 @@
+"""Drafting from the context, side by side (issue 43): Quickdraft's prompt lookup and its default
+against llama.cpp's n-gram drafters in `llama-speculative-simple`, on the same rendered prompts.
+
+    .venv/bin/python scripts/ngram_bench.py -m MAIN.gguf [-md DRAFT.gguf] \\
+        --prompts scripts/data/edit_prompts.jsonl ../shared/prompts/edit.jsonl --limit 3 \\
+        -n 128 -t 2 --repeat 2 [--llama-bin DIR] --json ngram.json
+
+Runs, each a fresh process answering one prompt greedily with the same thread count:
+
+plain     `quickdraft generate --drafter none`: our main model alone;
+plain-aa  the same again: plain-aa / plain is the A/A noise of this machine, measured in the same run;
+lookup    `quickdraft generate --drafter lookup`;
+default   `quickdraft generate -md DRAFT` (lookup, then the draft model), left out without -md;
+llama     llama.cpp's main model alone, in the same program: `llama-speculative-simple` refuses
+          `--spec-type none`, so ngram-mod with a key of 1,024 tokens, longer than any context here,
+          which never drafts (checked: a run that drafted stops the bench);
+ngram-mod, ngram-map-k, ngram-simple: `llama-speculative-simple --spec-type ...`, its defaults.
+
+Each side's speedup is over its own plain decoding in the same repeat (ours over plain, llama.cpp's
+over llama), so a ratio is paired in time; per prompt and repeat the runs take turns, their order
+rotating. The chat template is rendered by Quickdraft (`render_prompt`, what `generate --messages`
+sends) and given to llama.cpp as the same text. Acceptance: accepted / drafted tokens of each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.cli.bench import load_prompts  # noqa: E402
+from app.core.chat.prompt import render_prompt  # noqa: E402
+from app.core.gguf.info import read_gguf_info  # noqa: E402
+
+LLAMA_BIN = Path.home() / ".cache/quickdraft/llama-tools/7b12712fe9ef6fdc/build/bin"
+LLAMA_MODES = ("ngram-mod", "ngram-map-k", "ngram-simple")
+# llama-speculative-simple's closing lines
+DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
+DRAFTED, ACCEPTED = re.compile(r"n_drafted\s*=\s*(\d+)"), re.compile(r"n_accept\s*=\s*(\d+)")
+
+
+def quickdraft(args, messages: Path, extra: list[str], data_dir: Path) -> dict:
+    cmd = [sys.executable, "-m", "app.cli", "--data-dir", str(data_dir), "generate", "-m", args.main,
+           "--messages", str(messages), "-n", str(args.n_predict), "-t", str(args.threads), "--temp", "0",
+           "--json", *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=1800)
+    if r.returncode != 0:
+        raise SystemExit(f"quickdraft failed: {r.stderr[-2000:]}")
+    s = json.loads(r.stdout)
+    return dict(tps=s["generation_tps"], tokens=s["generated_tokens"], drafted=s["drafted"],
+                accepted=s["accepted"], text=s["text"])
+
+
+def llama(args, prompt_file: Path, mode: str) -> dict:
+    spec = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "1024"] if mode == "none" else ["--spec-type", mode]
+    cmd = [str(Path(args.llama_bin) / "llama-speculative-simple"), "-m", args.main, "-f", str(prompt_file),
+           "-n", str(args.n_predict), "-t", str(args.threads), "--temp", "0", "-c", "4096", *spec]
+    r = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=1800)
+    decoded = DECODED.search(r.stderr)
+    if r.returncode != 0 or not decoded:
+        raise SystemExit(f"llama-speculative-simple failed: {r.stderr[-2000:]}")
+    drafted, accepted = DRAFTED.search(r.stderr), ACCEPTED.search(r.stderr)
+    tokens, seconds = int(decoded.group(1)), float(decoded.group(2))
+    if mode == "none" and drafted and int(drafted.group(1)):
+        raise SystemExit("llama.cpp's plain run drafted: its context reached the 1,024-token key")
+    return dict(tps=tokens / seconds if seconds else 0.0, tokens=tokens,
+                drafted=int(drafted.group(1)) if drafted else 0, accepted=int(accepted.group(1)) if accepted else 0)
+
+
+def runners(args, messages: Path, prompt_file: Path, data_dir: Path) -> dict:
+    """name -> a function that runs it once."""
+    runs = {
+        "plain": lambda: quickdraft(args, messages, ["--drafter", "none"], data_dir),
+        "plain-aa": lambda: quickdraft(args, messages, ["--drafter", "none"], data_dir),
+        "lookup": lambda: quickdraft(args, messages, ["--drafter", "lookup"], data_dir),
+    }
+    if args.draft:
+        runs["default"] = lambda: quickdraft(args, messages, ["-md", args.draft], data_dir)
+    runs["llama"] = lambda: llama(args, prompt_file, "none")
+    for mode in args.modes:
+        runs[mode] = lambda mode=mode: llama(args, prompt_file, mode)
+    return runs
+
+
+def baseline(name: str) -> str:
+    """The plain run a run's speedup is paired with: its own side's."""
+    return "llama" if name == "llama" or name.startswith("ngram") else "plain"
+
+
+def rotated(names: list[str], turn: int) -> list[str]:
+    k = turn % len(names)
+    return names[k:] + names[:k]
+
+
+def bench(args) -> dict:
+    prompts = [p for name in args.prompts for p in load_prompts([name])[:args.limit]]
+    template = read_gguf_info(args.main).chat_template
+    work = Path(tempfile.mkdtemp(prefix="ngram-bench-"))
+    results: dict = {}
+    turn = 0
+    for prompt_id, messages in prompts:
+        messages_file, prompt_file = work / f"{prompt_id}.json", work / f"{prompt_id}.txt"
+        messages_file.write_text(json.dumps(messages))
+        prompt_file.write_text(render_prompt(messages, template).text)
+        runs = runners(args, messages_file, prompt_file, work / "data")
+        rows = results.setdefault(prompt_id, {name: [] for name in runs})
+        for _ in range(args.repeat):
+            for name in rotated(list(runs), turn):
+                out = runs[name]()
+                rows[name].append(out)
+                print(f"{prompt_id:10} {name:12} {out['tps']:6.2f} t/s  drafted {out['drafted']:3}"
+                      f"  accepted {out['accepted']:3}", file=sys.stderr, flush=True)
+            turn += 1
+    return dict(main=args.main, draft=args.draft, n_predict=args.n_predict, threads=args.threads,
+                repeat=args.repeat, started=args.started, results=results, summary=summarize(results))
+
+
+def summarize(results: dict) -> dict:
+    """Per prompt and run: the median paired speedup over its own side's plain run, and acceptance;
+    and the A/A noise (plain-aa / plain) over every prompt and repeat."""
+    summary: dict = {"prompts": {}}
+    for prompt_id, rows in results.items():
+        row = {}
+        for name, runs in rows.items():
+            base = rows[baseline(name)]
+            speedups = [r["tps"] / b["tps"] for r, b in zip(runs, base) if b["tps"] > 0]
+            drafted = sum(r["drafted"] for r in runs)
+            row[name] = dict(speedup=statistics.median(speedups), runs=speedups,
+                             acceptance=sum(r["accepted"] for r in runs) / drafted if drafted else None,
+                             drafted=drafted / len(runs))
+        summary["prompts"][prompt_id] = row
+    aa = [x for row in summary["prompts"].values() for x in row["plain-aa"]["runs"]]
+    summary["aa_noise"] = dict(median=statistics.median(aa), worst=max(abs(x - 1) for x in aa), n=len(aa))
+    return summary
+
+
+def table(summary: dict, names: list[str]) -> str:
+    shown = [n for n in names if n not in ("plain", "llama")]
+    lines = ["| prompt | " + " | ".join(shown) + " |", "|" + "---|" * (1 + len(shown))]
+    for prompt_id, row in summary["prompts"].items():
+        cells = []
+        for name in shown:
+            cell = f"{row[name]['speedup']:.2f}x"
+            if row[name]["acceptance"] is not None:
+                cell += f" ({row[name]['acceptance']:.0%} of {row[name]['drafted']:.0f})"
+            cells.append(cell)
+        lines.append(f"| {prompt_id} | " + " | ".join(cells) + " |")
+    noise = summary["aa_noise"]
+    lines.append(f"\nA/A noise (plain-aa / plain, {noise['n']} pairs): median {noise['median']:.2f}x, "
+                 f"worst {noise['worst']:.0%} off 1.0")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("-m", "--main", required=True)
+    p.add_argument("-md", "--draft", default=None, help="the draft model of our default (lookup, then the model)")
+    p.add_argument("--prompts", nargs="+", required=True)
+    p.add_argument("--limit", type=int, default=3, help="prompts taken from each file")
+    p.add_argument("-n", "--n-predict", type=int, default=128)
+    p.add_argument("-t", "--threads", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--modes", nargs="+", default=list(LLAMA_MODES), choices=LLAMA_MODES)
+    p.add_argument("--llama-bin", default=str(LLAMA_BIN), help="the folder holding llama-speculative-simple")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    args.started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    result = bench(args)
+    print(table(result["summary"], list(next(iter(result["results"].values())))))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
