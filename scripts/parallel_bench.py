@@ -3,10 +3,10 @@
 total, with `--parallel N` slots and with one slot (the control), same pair, same machine, one run.
 
     python scripts/parallel_bench.py -m MAIN.gguf -md DRAFT.gguf --long 300 --short 16 --clients 4 \
-        --parallel 4 --json out.json
+        --parallel 4 [--llama-server PATH] --json out.json
 
 The workload is issue 39's: one long answer and the others short, all sent at once (the long one a
-moment first), greedily. Each server configuration is started on its own, warmed up, then the clients
+moment first), greedily; with --llama-server, llama.cpp's own server runs it too with as many slots. Each server configuration is started on its own, warmed up, then the clients
 go. The table gives per client the first token's and the last token's time from its request, and the
 tokens it got; the JSON keeps every run.
 """
@@ -33,7 +33,9 @@ def main() -> int:
     args = parse_args()
     runs = {}
     for parallel in dict.fromkeys([args.parallel, 1]):   # the slots asked for, then one slot: the control
-        runs[f"--parallel {parallel}"] = run_server(args, parallel)
+        runs[f"--parallel {parallel}"] = run_server(args, ours(args, parallel))
+    if args.llama_server:   # the anchor: llama-server with as many slots, on the same files
+        runs[f"llama-server -np {args.parallel}"] = run_server(args, theirs(args))
     print(format_table(runs))
     if args.json:
         Path(args.json).write_text(json.dumps({"settings": vars(args), "runs": runs}, indent=2))
@@ -56,18 +58,30 @@ def parse_args() -> argparse.Namespace:
                    help="answers run to their max tokens (models with random weights end anywhere)")
     p.add_argument("--data-dir", help="the server's data folder (default: the user's)")
     p.add_argument("--port", type=int, help="the server's port (default: a free one)")
+    p.add_argument("--llama-server", help="also run llama.cpp's llama-server (this binary) with -np --parallel, "
+                   "drafting with the draft model, on the same files")
     p.add_argument("--json")
     return p.parse_args()
 
 
-def run_server(args, parallel: int) -> list[dict]:
+def ours(args, parallel: int) -> list[str]:
+    return [sys.executable, "-m", "app.cli", *(["--data-dir", args.data_dir] if args.data_dir else []), "serve",
+            "-m", args.main, *(["-md", args.draft, "-ngld", args.gpu_layers] if args.draft else []),
+            "-ngl", args.gpu_layers, "-c", str(args.ctx), "-t", str(args.threads), "--parallel", str(parallel),
+            "--state-cache-mb", "0"]
+
+
+def theirs(args) -> list[str]:
+    layers = "99" if args.gpu_layers == "auto" else args.gpu_layers
+    return [args.llama_server, "-m", args.main, *(["-md", args.draft, "-ngld", layers] if args.draft else []),
+            "-ngl", layers, "-c", str(args.ctx), "-t", str(args.threads), "-np", str(args.parallel), "--no-webui"]
+
+
+def run_server(args, command: list[str]) -> list[dict]:
     port = args.port or free_port()
-    command = [sys.executable, "-m", "app.cli", *(["--data-dir", args.data_dir] if args.data_dir else []), "serve",
-               "-m", args.main, *(["-md", args.draft, "-ngld", args.gpu_layers] if args.draft else []),
-               "-ngl", args.gpu_layers, "-c", str(args.ctx), "-t", str(args.threads), "--port", str(port),
-               "--parallel", str(parallel), "--state-cache-mb", "0"]
-    print(f"starting quickdraft serve --parallel {parallel} ...", file=sys.stderr, flush=True)
-    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=sys.stderr)
+    print(f"starting {' '.join(command[:4])} ... ({len(command)} arguments)", file=sys.stderr, flush=True)
+    server = subprocess.Popen(command + ["--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL if command[0] == args.llama_server else sys.stderr)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, server)
