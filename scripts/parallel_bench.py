@@ -24,6 +24,8 @@ from pathlib import Path
 
 import httpx
 
+from serve_vs_llama_server import wait_healthy   # a sibling script: this folder is on the path when run
+
 ROOT = Path(__file__).resolve().parents[1]
 LONG_PROMPT = "Write a detailed, step-by-step explanation of how a hash map works, with Python code."
 SHORT_PROMPT = "Name one colour."
@@ -145,20 +147,6 @@ def peak_memory_mb(pid: int) -> float | None:
     except OSError:
         pass
     return None
-
-
-def wait_healthy(url: str, server: subprocess.Popen, timeout: float = 900) -> None:
-    started = time.time()
-    while time.time() - started < timeout:
-        if server.poll() is not None:
-            raise SystemExit(f"the server exited with {server.returncode} before it was healthy")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit("the server did not become healthy")
 
 
 def format_table(runs: dict[str, list[dict]]) -> str:

@@ -96,9 +96,12 @@ def take_turns(prompts, n_predict: int) -> dict[str, list[dict]]:
     return results
 
 
-def wait_healthy(url: str, timeout: float = 900) -> None:
+def wait_healthy(url: str, server: subprocess.Popen | None = None, timeout: float = 900) -> None:
+    """Until ``url``'s /health answers 200; stops the run when ``server`` (its process) exits first."""
     start = time.time()
     while time.time() - start < timeout:
+        if server is not None and server.poll() is not None:
+            raise SystemExit(f"the server exited with {server.returncode} before it was healthy")
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
                 return

@@ -91,11 +91,13 @@ def samplers(body: dict) -> tuple[str, ...] | None:
     return tuple(names)
 
 
+_BY_PLAIN_NAME = {known.replace("_", ""): known for known in SAMPLER_NAMES}   # "topk": "top_k"
+
+
 def _canonical_sampler(name: str) -> str:
     name = name.lower()
     name = SAMPLER_ALIASES.get(name, name)
-    by_plain = {known.replace("_", ""): known for known in SAMPLER_NAMES}
-    return by_plain.get(name.replace("-", "").replace("_", ""), name)
+    return _BY_PLAIN_NAME.get(name.replace("-", "").replace("_", ""), name)
 
 
 def logit_bias(body: dict) -> tuple[tuple[int, float], ...]:

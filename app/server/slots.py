@@ -97,10 +97,11 @@ class SlotPool:
         """The free slot whose cache the prompt continues; else an empty one; else a new slot while there is
         room; else the free slot used least recently. None when every slot is busy."""
         free = [slot for slot in self.slots if slot.job is None]
+        kept = {slot.index: slot.engine.cached_prefix(tokens) for slot in free}
         own = [slot for slot in free if slot.engine.cached_length
-               and slot.engine.cached_prefix(tokens) >= KEEP_FRACTION * slot.engine.cached_length]
+               and kept[slot.index] >= KEEP_FRACTION * slot.engine.cached_length]
         if own:
-            return max(own, key=lambda slot: slot.engine.cached_prefix(tokens))
+            return max(own, key=lambda slot: kept[slot.index])
         empty = [slot for slot in free if not slot.engine.cached_length]
         if empty:
             return empty[0]

@@ -207,7 +207,8 @@ class Sampler:
             return DraftPick(token, None, top_probability(logits, float(logits[token])))
         q = self.probs(logits)
         if self.keyed:   # the main model's keyed noise at the same position: drafts agree where q and p do
-            token = keyed_choice(np.flatnonzero(q), q[q > 0], self.params.seed, self._draft_position)
+            ids = np.flatnonzero(q)
+            token = keyed_choice(ids, q[ids], self.params.seed, self._draft_position)
             self._draft_position += 1
         else:
             token = self._draw(q)
