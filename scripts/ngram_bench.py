@@ -102,26 +102,53 @@ def rotated(names: list[str], turn: int) -> list[str]:
 
 
 def bench(args) -> dict:
+    """Every prompt's repeats, in turn; with ``--json``, the file is rewritten after every finished
+    repeat (its runs all done, so its pairs stay whole), and ``--resume`` goes on from it."""
     prompts = [p for name in args.prompts for p in load_prompts([name])[:args.limit]]
     template = read_gguf_info(args.main).chat_template
     work = Path(tempfile.mkdtemp(prefix="ngram-bench-"))
-    results: dict = {}
-    turn = 0
+    result = resumed(args)
+    results = result["results"]
+    turn = sum(len(rows["plain"]) for rows in results.values())
     for prompt_id, messages in prompts:
         messages_file, prompt_file = work / f"{prompt_id}.json", work / f"{prompt_id}.txt"
         messages_file.write_text(json.dumps(messages))
         prompt_file.write_text(render_prompt(messages, template).text)
         runs = runners(args, messages_file, prompt_file, work / "data")
         rows = results.setdefault(prompt_id, {name: [] for name in runs})
-        for _ in range(args.repeat):
+        while len(rows["plain"]) < args.repeat:
+            repeat = {}
             for name in rotated(list(runs), turn):
-                out = runs[name]()
-                rows[name].append(out)
+                repeat[name] = out = runs[name]()
                 print(f"{prompt_id:10} {name:12} {out['tps']:6.2f} t/s  drafted {out['drafted']:3}"
                       f"  accepted {out['accepted']:3}", file=sys.stderr, flush=True)
+            for name, out in repeat.items():
+                rows[name].append(out)
             turn += 1
-    return dict(main=args.main, draft=args.draft, n_predict=args.n_predict, threads=args.threads,
-                repeat=args.repeat, started=args.started, results=results, summary=summarize(results))
+            save(args, result)
+    return result
+
+
+def resumed(args) -> dict:
+    """The run so far: read from ``--json`` with ``--resume`` (its settings must be these), else new."""
+    settings = dict(main=args.main, draft=args.draft, n_predict=args.n_predict, threads=args.threads)
+    if args.resume and args.json and Path(args.json).exists():
+        result = json.loads(Path(args.json).read_text())
+        differing = [k for k, v in settings.items() if result.get(k) != v]
+        if differing:
+            raise SystemExit(f"--resume: {args.json} was run with other {', '.join(differing)}")
+        result["repeat"] = args.repeat
+        return result
+    return dict(settings, repeat=args.repeat, started=args.started, results={})
+
+
+def save(args, result: dict) -> None:
+    if not args.json:
+        return
+    result["summary"] = summarize(result["results"])
+    temp = Path(args.json + ".tmp")
+    temp.write_text(json.dumps(result, indent=1))
+    temp.replace(args.json)   # a run stopped mid-write keeps the last whole file
 
 
 def summarize(results: dict) -> dict:
@@ -137,6 +164,8 @@ def summarize(results: dict) -> dict:
             row[name] = dict(speedup=statistics.median(speedups), runs=speedups,
                              acceptance=sum(r["accepted"] for r in runs) / drafted if drafted else None,
                              drafted=drafted / len(runs))
+            if "text" in runs[0]:   # greedy: a drafting run's answer must be the plain run's
+                row[name]["same_text"] = sum(r["text"] == b["text"] for r, b in zip(runs, base))
         summary["prompts"][prompt_id] = row
     aa = [x for row in summary["prompts"].values() for x in row["plain-aa"]["runs"]]
     summary["aa_noise"] = dict(median=statistics.median(aa), worst=max(abs(x - 1) for x in aa), n=len(aa))
@@ -154,6 +183,10 @@ def table(summary: dict, names: list[str]) -> str:
                 cell += f" ({row[name]['acceptance']:.0%} of {row[name]['drafted']:.0f})"
             cells.append(cell)
         lines.append(f"| {prompt_id} | " + " | ".join(cells) + " |")
+    differ = [f"{prompt_id} {name}" for prompt_id, row in summary["prompts"].items()
+              for name, cell in row.items() if cell.get("same_text", len(cell["runs"])) < len(cell["runs"])]
+    lines.append("\nEvery drafting run's answer is its plain run's." if not differ else
+                 "\nAnswers differing from the plain run: " + ", ".join(differ))
     noise = summary["aa_noise"]
     lines.append(f"\nA/A noise (plain-aa / plain, {noise['n']} pairs): median {noise['median']:.2f}x, "
                  f"worst {noise['worst']:.0%} off 1.0")
@@ -171,13 +204,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--modes", nargs="+", default=list(LLAMA_MODES), choices=LLAMA_MODES)
     p.add_argument("--llama-bin", default=str(LLAMA_BIN), help="the folder holding llama-speculative-simple")
-    p.add_argument("--json", default=None)
+    p.add_argument("--json", default=None, help="rewritten after every finished repeat")
+    p.add_argument("--resume", action="store_true", help="go on from the runs in --json")
     args = p.parse_args(argv)
     args.started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     result = bench(args)
+    result["summary"] = summarize(result["results"])
+    save(args, result)
     print(table(result["summary"], list(next(iter(result["results"].values())))))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
     return 0
 
 

@@ -230,3 +230,37 @@ def test_ngram_bench_pairs_each_side_with_its_own_plain_run_and_reports_the_aa_n
     assert summary["aa_noise"] == dict(median=1.05, worst=pytest.approx(0.1), n=2)
     printed = table(summary, list(results["copy-1"]))
     assert "| copy-1 | 1.05x | 1.25x (67% of 30) | 1.35x (75% of 32) |" in printed and "A/A noise" in printed
+
+
+def test_ngram_bench_names_a_drafting_run_whose_greedy_answer_is_not_the_plain_runs():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from ngram_bench import summarize, table
+
+    def run(text):
+        return dict(tps=10.0, drafted=4, accepted=2, text=text)
+
+    results = {"edit-1": {"plain": [run("a"), run("b")], "plain-aa": [run("a"), run("b")],
+                          "lookup": [run("a"), run("c")]}}
+    summary = summarize(results)
+    assert summary["prompts"]["edit-1"]["lookup"]["same_text"] == 1
+    assert "Answers differing from the plain run: edit-1 lookup" in table(summary, list(results["edit-1"]))
+    results["edit-1"]["lookup"][1]["text"] = "b"
+    assert "Every drafting run's answer is its plain run's." in table(summarize(results), list(results["edit-1"]))
+
+
+def test_ngram_bench_resumes_only_a_run_made_with_the_same_settings(tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import argparse
+
+    from ngram_bench import resumed, save
+
+    args = argparse.Namespace(main="m.gguf", draft="d.gguf", n_predict=128, threads=1, repeat=3, started="t",
+                              resume=True, json=str(tmp_path / "run.json"))
+    first = resumed(args)
+    first["results"]["copy-1"] = {"plain": [dict(tps=10.0, drafted=0, accepted=0)],
+                                  "plain-aa": [dict(tps=10.0, drafted=0, accepted=0)]}
+    save(args, first)
+    assert resumed(args)["results"] == first["results"]
+    args.threads = 2
+    with pytest.raises(SystemExit, match="threads"):
+        resumed(args)
