@@ -38,7 +38,7 @@ from app.core.compare import first_difference, logit_margin  # noqa: E402
 from app.core.engine import Engine  # noqa: E402
 from app.core.frontdoor import GenerationRequest  # noqa: E402
 from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams  # noqa: E402
-from app.core.speculation.costmodel import round_robin_medians  # noqa: E402
+from app.core.speculation.calibration import round_robin_medians  # noqa: E402
 from app.core.speculation.crossvocab import CrossVocabDrafter, draft_prompt  # noqa: E402
 from app.core.speculation.events import Round, run_to_summary  # noqa: E402
 from app.core.speculation.policy_base import FixedPolicy  # noqa: E402

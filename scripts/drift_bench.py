@@ -107,7 +107,7 @@ def median_speedup(rows: list[dict]) -> float | None:
 
 
 def stale(engine: Engine, prompts, args, speculation, root: Path) -> dict:
-    n_max = speculation.draft_max + 1
+    n_max = speculation.batch_max
     with busy_core():
         print("stale: calibrating while one core is busy...", file=sys.stderr, flush=True)
         use_store(engine, root / "busy")
@@ -196,7 +196,7 @@ def with_control(engine: Engine, prompt_id: str, messages, turn: int, args, spec
     speedup, control = paired(tps, "alone", "spec"), paired(tps, "alone", "control")
     print(f"  {prompt_id}: {speedup:.2f}x (A/A {control:.2f}x), {drafted} drafted", file=sys.stderr, flush=True)
     return dict(prompt=prompt_id, tps=tps, speedup=speedup, control=control, drafted=drafted,
-                costs_after=learned_costs(engine.costs.model(speculation.draft_max + 1)))
+                costs_after=learned_costs(engine.costs.model(speculation.batch_max)))
 
 
 def learned_costs(costs: CostModel) -> dict:

@@ -62,7 +62,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.cli.bench import load_prompts  # noqa: E402
 from app.core.params import DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams  # noqa: E402
 from app.core.speculation.acceptance import HEADS, LOOKUP, MODEL, AcceptanceModel  # noqa: E402
-from app.core.speculation.costmodel import CostModel, CostProfile, round_robin_medians  # noqa: E402
+from app.core.speculation.calibration import round_robin_medians  # noqa: E402
+from app.core.speculation.costmodel import CostModel, CostProfile  # noqa: E402
 from app.core.speculation.drafters import (Draft, DraftModelDrafter, Drafter, LookupThenModelDrafter,  # noqa: E402
                                PromptLookupDrafter)
 from app.core.speculation.policy import make_policy
@@ -303,7 +304,7 @@ def replay(args: argparse.Namespace) -> int:
     machine = Machine(profile, total, factor, at, args.noise, args.seed)
     costs = None  # fixed costs: the profile's
     if args.learn or args.drift or args.cold or args.start_from or args.noise:  # the policy learns the costs, as the app does
-        n_max = args.draft_max + 1
+        n_max = params.batch_max
         warm = CostProfile(**json.loads(Path(args.start_from).read_text())) if args.start_from else profile
         costs = CostModel({}, n_max) if args.cold else CostModel.from_profile(warm, n_max)
         if args.cold and args.drafter != "lookup":

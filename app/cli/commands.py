@@ -402,11 +402,11 @@ def _check_bench_args(args) -> None:
 
 def cmd_calibrate(args) -> int:
     """An explicit measurement; the auto policy does not need one (it learns as it answers)."""
-    _speculation(args)
+    n_max = _speculation(args).batch_max
     engine = load_engine(args)
     try:
-        print(f"calibrating this machine for the auto policy (batches of 1..{args.draft_max + 1})...", file=sys.stderr)
-        profile = engine.costs.profile(args.draft_max + 1, recalibrate=True)
+        print(f"calibrating this machine for the auto policy (batches of 1..{n_max})...", file=sys.stderr)
+        profile = engine.costs.profile(n_max, recalibrate=True)
     finally:
         engine.close()
     step = profile.main_batch_s[0]

@@ -297,7 +297,7 @@ class Engine:
             return FixedPolicy(speculation)
         if speculation.policy is not PolicyName.AUTO:
             return make_policy(speculation, None, self.acceptance)
-        return make_policy(speculation, self.costs.model(speculation.draft_max + 1), self.acceptance)
+        return make_policy(speculation, self.costs.model(speculation.batch_max), self.acceptance)
 
     def _drafter(self, kind: DrafterKind) -> Drafter | None:
         """A fresh drafter for one generation; choices with the model fall back to what is loaded (a

@@ -13,8 +13,8 @@ from app.core.gguf.shared_vocab import SharedVocabulary
 from app.core.llama import binding as llama, library
 from app.core.params import ModelParams
 from app.core.speculation.batch_prior import main_batch_shape
-from app.core.speculation.costmodel import (CALIBRATION_TEXT, CostModel, CostProfile, ProfileStore, calibrate,
-                                            profile_key)
+from app.core.speculation.calibration import CALIBRATION_TEXT, calibrate
+from app.core.speculation.costmodel import CostModel, CostProfile, ProfileStore, profile_key
 from app.core.speculation.events import Event, StopReason, Summary
 
 

@@ -9,7 +9,10 @@ was drafted; with ``--drafter none`` (or nobody able to draft) they are left out
 Quickdraft's extension, in a finished generation's timings only (the final chunk, or the response):
 ``estimated_speedup``, how many times faster than the main model alone the answer's tokens after
 the first came, as the cost model estimates it (``Summary.estimated_speedup``); left out when there
-is no estimate (no cost model to say, e.g. the fixed policy, or one token).
+is no estimate (no cost model to say, e.g. the fixed policy, or one token). Where the server
+speculates, also ``drafting_rounds`` (verifications that had a draft: accepted per round is
+``draft_n_accepted / drafting_rounds``) and ``by_drafter`` ({drafter: {"drafted", "accepted"}}, as
+the CLI's ``--json`` says), which llama-server does not report.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ def summary_timings(s: Summary, speculative: bool) -> dict:
                        s.generated_tokens, s.generation_s, s.generation_tps, s.drafted, s.accepted, speculative)
     if s.estimated_speedup is not None:
         timings["estimated_speedup"] = s.estimated_speedup
+    if speculative:
+        timings["drafting_rounds"] = s.drafting_rounds
+        timings["by_drafter"] = {name: {"drafted": d, "accepted": a} for name, d, a in s.by_drafter}
     return timings
 
 

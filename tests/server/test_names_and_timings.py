@@ -122,9 +122,9 @@ def test_without_speculation_there_are_no_draft_counts(plain_served, stream):
 # --- the estimated speedup (a Quickdraft extension) -------------------------------------------------
 
 def summary(**fields) -> Summary:
+    counts = dict(drafted=0, accepted=0, drafting_rounds=0) | fields
     return Summary(prompt_tokens=10, prompt_tokens_evaluated=10, generated_tokens=5, ttft_s=0.1, prompt_s=0.1,
-                   generation_s=0.2, drafted=0, accepted=0, main_tokens=5, rounds=4, drafting_rounds=0,
-                   draft_s=0.0, verify_s=0.2, **fields)
+                   generation_s=0.2, main_tokens=5, rounds=4, draft_s=0.0, verify_s=0.2, **counts)
 
 
 def test_timings_carry_the_estimated_speedup_when_there_is_one():
@@ -141,3 +141,11 @@ def test_the_auto_policy_reports_its_estimated_speedup_in_the_final_timings(look
     assert not any("estimated_speedup" in t for t in timings[:-1])  # live timings have no estimate
     answer = post(lookup_served.url, "chat", max_tokens=30, temperature=0)
     assert answer["timings"]["estimated_speedup"] > 0
+
+
+def test_a_speculating_servers_final_timings_say_its_drafting_rounds_and_each_drafters_counts():
+    drafted = summary(drafted=6, accepted=4, drafting_rounds=3, by_drafter=(("lookup", 6, 4),))
+    timings = summary_timings(drafted, speculative=True)
+    assert timings["drafting_rounds"] == 3 and timings["draft_n_accepted"] / timings["drafting_rounds"] == 4 / 3
+    assert timings["by_drafter"] == {"lookup": {"drafted": 6, "accepted": 4}}
+    assert not {"drafting_rounds", "by_drafter"} & set(summary_timings(drafted, speculative=False))

@@ -1,7 +1,7 @@
 """A cost model of the user's machine: how long the main model takes to decode a batch of n tokens
 and the draft model one token. ``CostModel`` learns them from the rounds as they run; a profile
 stored per (models, GPU layers, threads) is only where the next start begins, and ``calibrate``
-measures one explicitly (``quickdraft calibrate``)."""
+(calibration.py) measures one explicitly (``quickdraft calibrate``)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,13 @@ import hashlib
 import json
 import math
 import statistics
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from app.core.lm import Session
-
 LOOKUP_STEP_S = 5e-5  # a prompt-lookup draft token: a dictionary probe in Python
-CALIBRATION_TEXT = (
-    "The quick brown fox jumps over the lazy dog while the programmer writes a function that merges "
-    "sorted lists, checks its edge cases, and explains each step in plain words for the reader. "
-)
 
 
 @dataclass
@@ -288,6 +281,9 @@ class CostModel:
                            learned_rounds=self.rounds, measured=[n for n in range(1, self.n_max + 1) if self._known[n]])
 
     def _most(self, times: list[float]) -> list[float]:
+        """A size never measured: a smaller size measured plus a step per extra token, the least of
+        those, and never more than the next bigger size measured (a batch of n is part of the work of
+        a bigger one: what a prompt-phase measurement of a long batch tells of the sizes below it)."""
         out, step = list(times), times[0]
         cheapest = 0.0   # the least of T(m) - m steps over the sizes m measured so far (m = 1: 0)
         for n in range(2, self.n_max + 1):
@@ -295,7 +291,21 @@ class CostModel:
                 cheapest = min(cheapest, times[n - 1] - n * step)
             else:
                 out[n - 1] = cheapest + n * step
+        bigger = math.inf   # the time of the nearest bigger size measured
+        for n in range(self.n_max, 1, -1):
+            if self._known[n]:
+                bigger = times[n - 1]
+            else:
+                out[n - 1] = min(out[n - 1], bigger)
         return out
+
+    def size_to_measure(self, room: int) -> int:
+        """A long batch size to time while a prompt is read (``AutoPolicy.batch_to_measure``): the
+        largest, then half of it, that was never measured and fits in ``room`` tokens; 0 when none."""
+        for n in (self.n_max, self.n_max // 2 + 1):
+            if n > 1 and n <= room and not self._known[n]:
+                return n
+        return 0
 
     def _least(self, times: list[float]) -> list[float]:
         out, measured = list(times), 1
@@ -357,62 +367,3 @@ class CostModel:
             error = min(self.CLIP, max(-self.CLIP, math.log(measured / self.draft_step_s)))
             self.draft_step_s *= math.exp(gain * error)
         self._draft_measured += 1
-
-
-def calibrate(main: Session, draft: Session | None, key: dict, n_max: int, filler: Sequence[int],
-              repeats: int = 3, context_tokens: int = 256,
-              progress: Callable[[str], None] | None = None,
-              draft_filler: Sequence[int] | None = None) -> CostProfile:
-    """Measure the main model's batch times for n = 1..n_max and the draft's step time at a
-    realistic context position. Sizes are measured round-robin, ``repeats`` times, and each keeps
-    its median, so a burst of load elsewhere on the machine does not land on one size only.
-    ``draft_filler``: the draft's own tokens for the filler (another vocabulary's ids differ; default
-    ``filler``). Leaves both caches empty."""
-    started = time.perf_counter()
-    prefix = _repeat(filler, min(context_tokens, main.n_ctx - n_max - 1))
-    batches = [_repeat(filler[::-1], n) for n in range(1, n_max + 1)]
-    main_times = round_robin_medians(main, prefix, batches, repeats, progress, "main model")
-    draft_time = 0.0
-    if draft is not None:
-        draft_filler = list(draft_filler) if draft_filler is not None else list(filler)
-        draft_prefix = _repeat(draft_filler, min(context_tokens, draft.n_ctx - 2))
-        draft_time = round_robin_medians(draft, draft_prefix, [draft_filler[:1] or [0]], repeats + 2, progress,
-                                         "draft model")[0]
-    for session in (main, draft):
-        if session is not None:
-            session.truncate(0)
-    return CostProfile(key=key, main_batch_s=_monotone(main_times), draft_step_s=draft_time,
-                       context_position=len(prefix), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
-                       seconds=time.perf_counter() - started, notes={"raw_main_batch_s": main_times})
-
-
-def _repeat(tokens: Sequence[int], n: int) -> list[int]:
-    tokens = list(tokens) or [0]
-    return (tokens * (n // len(tokens) + 1))[:n]
-
-
-def round_robin_medians(session: Session, prefix: list[int], batches: list[list[int]], repeats: int,
-                         progress: Callable[[str], None] | None, label: str) -> list[float]:
-    session.truncate(0)
-    session.eval(prefix)
-    session.eval(batches[0], all_logits=True)  # warm up
-    session.truncate(len(prefix))
-    times: list[list[float]] = [[] for _ in batches]
-    for rep in range(repeats):
-        for i, batch in enumerate(batches):
-            t0 = time.perf_counter()
-            session.eval(batch, all_logits=True)
-            times[i].append(time.perf_counter() - t0)
-            session.truncate(len(prefix))
-        if progress:
-            progress(f"{label}: pass {rep + 1} of {repeats}")
-    return [statistics.median(t) for t in times]
-
-
-def _monotone(times: list[float]) -> list[float]:
-    """A bigger batch never costs less than a smaller one: a size measured slow by a burst of
-    load is lowered to what a bigger batch took."""
-    out = list(times)
-    for i in range(len(out) - 2, -1, -1):
-        out[i] = min(out[i], out[i + 1])
-    return out

@@ -430,13 +430,14 @@ def test_the_engine_answers_without_calibrating_and_stores_what_it_learned(tmp_p
                                           speculation=SpeculationParams(draft_max=4), drafter=DrafterKind(drafter))))
             summary = events[-1]
             assert summary.error is None and summary.cost_rounds_observed == summary.rounds > 0
-        assert engine.costs.model(5).draft_step_s > 0          # timed with a step, not calibrated
-        assert store.load(engine.costs.key(5)).learned_rounds >= summary.rounds
+        n_max = SpeculationParams(draft_max=4).batch_max   # copies' batches: 4 x 4 + 1
+        assert n_max == 17 and engine.costs.model(n_max).draft_step_s > 0   # timed with a step, not calibrated
+        assert store.load(engine.costs.key(n_max)).learned_rounds >= summary.rounds
     finally:
         engine.close()
     again = Engine.load(*params, profile_store=store)
     try:
-        assert again.costs.model(5).warm and again.costs.model(5).draft_step_s > 0
+        assert again.costs.model(n_max).warm and again.costs.model(n_max).draft_step_s > 0
     finally:
         again.close()
 
@@ -462,7 +463,8 @@ def test_nothing_runs_on_the_draft_model_before_a_cold_starts_first_token(tmp_pa
             if isinstance(event, TokenPiece):
                 answered.append(event)
         assert decoded and all(after_first_token for after_first_token in decoded)
-        assert engine.costs.model(5).draft_step_s > 0
-        assert store.load(engine.costs.key(5)).draft_step_s > 0
+        n_max = SpeculationParams(draft_max=4).batch_max
+        assert engine.costs.model(n_max).draft_step_s > 0
+        assert store.load(engine.costs.key(n_max)).draft_step_s > 0
     finally:
         engine.close()

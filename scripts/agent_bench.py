@@ -1,0 +1,280 @@
+"""An agent's workload through `quickdraft serve`, side by side (issue 40): the main model alone, prompt
+lookup, lookup with the draft model, the suffix index alone and in the default, and llama.cpp's
+llama-server with its `ngram-mod` and `ngram-cache` drafters, all on the same requests.
+
+    taskset -c 0 .venv/bin/python scripts/agent_bench.py -m MAIN.gguf -md DRAFT.gguf -t 1 \\
+        [--llama-server PATH --lookup-create PATH] [--modes ...] --json agent.json
+
+The workload (`scripts/data/agent_workload.json`) runs in order: the same files rewritten across
+sessions with small changes, tool-call loops over a small repository (`read_file`, `run_tests`, their
+results scripted), and the same JSON shape extracted from different messages. Every server is up at
+once (one slot each, greedy, the same threads and context); each request goes to the main model alone
+first, whose answer continues the conversation (a tool call it makes gets its scripted result), then
+to the others in turn, their order rotating, so each speedup is paired in time with the main model's.
+
+What each side remembers is fed the same way: our servers start with an empty index (their own data
+folders) and index what they answer; llama-server's ngram-mod keeps its pool for the server's life;
+ngram-cache reads a static cache that `llama-lookup-create` builds, before each request, from the
+text of every request and answer before it (llama-server saves no dynamic cache), so that server is
+started again for each request with the cache of the history so far.
+
+Per workload part and mode: the median paired speedup over the main model alone (generation
+tokens/sec, the servers' own ``timings``), acceptance (accepted of drafted tokens), and tokens
+accepted per drafting round (ours only: llama-server does not report its rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from serve_vs_llama_server import wait_healthy  # noqa: E402
+
+WORKLOAD = ROOT / "scripts/data/agent_workload.json"
+MAX_TOKENS = {"rewrite": 320, "tools": 160, "extract": 160}
+TOOL_TURNS = 5   # model turns per tool loop at most
+OURS = {   # our modes: serve's flags beyond the shared ones
+    "main": ["--drafter", "none", "--suffix-index", "off"],
+    "lookup": ["--drafter", "lookup", "--suffix-index", "off"],
+    "lookup+model": ["--draft", "{draft}", "--suffix-index", "off"],
+    "suffix": ["--drafter", "suffix", "--suffix-index", "on"],
+    "default": ["--draft", "{draft}", "--suffix-index", "on"],
+}
+THEIRS = ("ngram-mod", "ngram-cache")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    workload = json.loads(Path(args.workload).read_text())
+    work = Path(tempfile.mkdtemp(prefix="agent-bench-"))
+    servers = Servers(args, work)
+    try:
+        servers.start_all()
+        requests = drive(workload, servers.ask_all)
+    finally:
+        servers.stop_all()
+    summary = summarize(requests, list(servers.modes))
+    print(table(summary))
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(settings=vars(args), requests=requests, summary=summary), indent=1))
+    return 0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("-m", "--main", required=True)
+    p.add_argument("-md", "--draft", required=True)
+    p.add_argument("-t", "--threads", type=int, default=1)
+    p.add_argument("-c", "--ctx", type=int, default=8192)
+    p.add_argument("--workload", default=str(WORKLOAD))
+    p.add_argument("--modes", nargs="+", default=[*OURS, *THEIRS], choices=[*OURS, *THEIRS])
+    p.add_argument("--llama-server", help="llama-server built from the vendored sources (for ngram-mod, ngram-cache)")
+    p.add_argument("--lookup-create", help="llama-lookup-create from the same build (for ngram-cache)")
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    if "main" not in args.modes:
+        p.error("--modes must include main: its answers continue the conversations")
+    if any(m in THEIRS for m in args.modes) and not args.llama_server:
+        p.error("ngram-mod and ngram-cache need --llama-server")
+    if "ngram-cache" in args.modes and not args.lookup_create:
+        p.error("ngram-cache needs --lookup-create")
+    return args
+
+
+# --- the workload: conversations continued by the main model's own answers ------------------------
+
+
+def drive(workload: dict, ask_all) -> list[dict]:
+    """Every request of the workload, in order, with each mode's answer: ``ask_all(messages, tools,
+    max_tokens, history)`` -> {mode: answer}, the main model's first. ``history``: the text of every
+    request and answer before this one (what ngram-cache is built from)."""
+    requests: list[dict] = []
+    history: list[str] = []
+    for session in workload["sessions"]:
+        fed = 0   # messages of this conversation already in the history
+        for messages, tools in conversation(workload, session):
+            answers = ask_all(messages, tools, MAX_TOKENS[session["part"]], "\n".join(history))
+            reference = answers["main"]
+            requests.append(dict(session=session["id"], part=session["part"], answers=answers))
+            messages.append(reference["message"])
+            history.extend(message_text(m) for m in messages[fed:])
+            fed = len(messages)
+    return requests
+
+
+def conversation(workload: dict, session: dict):
+    """Yields (messages, tools) for each request of a session; the caller appends the main model's
+    answer to ``messages`` before asking for the next, so a turn sees the answers before it."""
+    messages = [{"role": "system", "content": workload["system"]}]
+    if session["part"] == "extract":
+        messages.append({"role": "user", "content": workload["extract_shape"] + session["text"]})
+        yield messages, None
+    elif session["part"] == "rewrite":
+        source = workload["files"][session["file"]]
+        for i, turn in enumerate(session["turns"]):
+            content = f"{session['file']}:\n```python\n{source}```\n\n{turn}" if i == 0 else turn
+            messages.append({"role": "user", "content": content})
+            yield messages, None
+    else:
+        messages.append({"role": "user", "content": session["task"]})
+        for _ in range(TOOL_TURNS):
+            yield messages, workload["tools"]
+            calls = messages[-1].get("tool_calls") or []
+            if not calls:
+                return
+            messages.extend(tool_result(workload, call) for call in calls)
+
+
+def tool_result(workload: dict, call: dict) -> dict:
+    """The scripted result of a tool call: a file of the workload, or its test run's output."""
+    name = call["function"]["name"]
+    try:
+        path = json.loads(call["function"]["arguments"]).get("path", "")
+    except (json.JSONDecodeError, AttributeError):
+        path = ""
+    table = workload["files"] if name == "read_file" else workload["test_runs"] if name == "run_tests" else {}
+    content = table.get(path) or f"error: {name} has nothing at {path!r}"
+    return {"role": "tool", "tool_call_id": call.get("id", ""), "content": content}
+
+
+def message_text(message: dict) -> str:
+    calls = [json.dumps(c["function"]) for c in message.get("tool_calls") or []]
+    return "\n".join([message.get("content") or "", *calls])
+
+
+# --- the servers -----------------------------------------------------------------------------------
+
+
+class Servers:
+    """One server per mode, each on its own port; ngram-cache's is started for each request."""
+
+    def __init__(self, args, work: Path):
+        self.args, self.work = args, work
+        self.modes = {mode: 8300 + i for i, mode in enumerate(args.modes)}
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.turn = 0
+
+    def command(self, mode: str) -> list[str]:
+        a, port = self.args, str(self.modes[mode])
+        if mode in OURS:
+            flags = [f.format(draft=a.draft) for f in OURS[mode]]
+            return [sys.executable, "-m", "app.cli", "--data-dir", str(self.work / mode), "serve", "-m", a.main,
+                    "-t", str(a.threads), "-c", str(a.ctx), "-np", "1", "--port", port, *flags]
+        spec = ["--spec-type", mode] + (["-lcs", str(self.work / "history.lcs")] if mode == "ngram-cache" else [])
+        return [a.llama_server, "-m", a.main, "-t", str(a.threads), "-c", str(a.ctx), "-np", "1", "--port", port,
+                "--host", "127.0.0.1", "--no-webui", "--jinja", *spec]
+
+    def start(self, mode: str) -> None:
+        log = open(self.work / f"{mode}.log", "ab")
+        self.processes[mode] = process = subprocess.Popen(self.command(mode), cwd=ROOT, stdout=log, stderr=log)
+        wait_healthy(self.url(mode), process)
+
+    def start_all(self) -> None:
+        for mode in self.modes:
+            if mode != "ngram-cache":
+                self.start(mode)
+
+    def stop(self, mode: str) -> None:
+        process = self.processes.pop(mode, None)
+        if process is not None:
+            process.terminate()
+            process.wait(60)
+
+    def stop_all(self) -> None:
+        for mode in list(self.processes):
+            self.stop(mode)
+
+    def url(self, mode: str) -> str:
+        return f"http://127.0.0.1:{self.modes[mode]}"
+
+    def ask_all(self, messages: list[dict], tools, max_tokens: int, history: str) -> dict:
+        others = [m for m in self.modes if m != "main"]
+        k = self.turn % max(1, len(others))
+        self.turn += 1
+        answers = {"main": self.ask("main", messages, tools, max_tokens)}
+        for mode in others[k:] + others[:k]:
+            if mode == "ngram-cache":
+                self.restart_with_history(history)
+            answers[mode] = self.ask(mode, messages, tools, max_tokens)
+            print(f"{len(messages):3} {mode:13} {answers[mode]['tps']:6.2f} t/s  drafted {answers[mode]['drafted']:4}"
+                  f"  accepted {answers[mode]['accepted']:4}", file=sys.stderr, flush=True)
+        return answers
+
+    def restart_with_history(self, history: str) -> None:
+        """ngram-cache's server, started again with a static cache of the history so far."""
+        self.stop("ngram-cache")
+        corpus = self.work / "history.txt"
+        corpus.write_text(history or "\n")
+        subprocess.run([self.args.lookup_create, "-m", self.args.main, "-f", str(corpus), "-lcs",
+                        str(self.work / "history.lcs"), "-t", str(self.args.threads)], check=True,
+                       capture_output=True, timeout=1800)
+        self.start("ngram-cache")
+
+    def ask(self, mode: str, messages: list[dict], tools, max_tokens: int) -> dict:
+        body = {"model": "main", "messages": messages, "max_tokens": max_tokens, "temperature": 0}
+        if tools:
+            body["tools"] = tools
+        response = httpx.post(self.url(mode) + "/v1/chat/completions", json=body, timeout=1800)
+        if response.status_code != 200:
+            raise SystemExit(f"{mode} answered {response.status_code}: {response.text[:500]}")
+        return answer_of(response.json())
+
+
+def answer_of(body: dict) -> dict:
+    message = body["choices"][0]["message"]
+    t = body["timings"]
+    kept = {k: message[k] for k in ("role", "content", "tool_calls") if message.get(k) is not None}
+    return dict(message=kept, tps=t["predicted_per_second"], tokens=t["predicted_n"], drafted=t.get("draft_n", 0),
+                accepted=t.get("draft_n_accepted", 0), rounds=t.get("drafting_rounds"))
+
+
+# --- the table -------------------------------------------------------------------------------------
+
+
+def summarize(requests: list[dict], modes: list[str]) -> dict:
+    """Per part and mode: median paired speedup over the main model alone, acceptance, accepted per
+    drafting round (None where the server does not say), and how many answers were the main model's."""
+    parts: dict = {}
+    for part in dict.fromkeys(r["part"] for r in requests):
+        rows = [r["answers"] for r in requests if r["part"] == part]
+        parts[part] = {mode: cell([a[mode] for a in rows], [a["main"] for a in rows]) for mode in modes if mode != "main"}
+    return dict(parts=parts, requests=len(requests))
+
+
+def cell(answers: list[dict], mains: list[dict]) -> dict:
+    drafted, accepted = sum(a["drafted"] for a in answers), sum(a["accepted"] for a in answers)
+    rounds = [a["rounds"] for a in answers]
+    return dict(speedup=statistics.median(a["tps"] / m["tps"] for a, m in zip(answers, mains) if m["tps"] > 0),
+                acceptance=accepted / drafted if drafted else None, drafted=drafted,
+                per_round=accepted / sum(rounds) if None not in rounds and sum(rounds) else None,
+                same=sum(a["message"] == m["message"] for a, m in zip(answers, mains)), n=len(answers))
+
+
+def table(summary: dict) -> str:
+    modes = list(next(iter(summary["parts"].values())))
+    lines = ["| part | " + " | ".join(modes) + " |", "|" + "---|" * (1 + len(modes))]
+    for part, row in summary["parts"].items():
+        lines.append(f"| {part} ({row[modes[0]]['n']} requests) | " + " | ".join(format_cell(row[m]) for m in modes) + " |")
+    lines.append("\nEach cell: median paired speedup over the main model alone; accepted of drafted tokens; "
+                 "accepted per drafting round; answers identical to the main model's.")
+    return "\n".join(lines)
+
+
+def format_cell(c: dict) -> str:
+    accept = f"{c['acceptance']:.0%} of {c['drafted']}" if c["acceptance"] is not None else "nothing drafted"
+    per_round = f", {c['per_round']:.1f}/round" if c["per_round"] is not None else ""
+    return f"{c['speedup']:.2f}x ({accept}{per_round}; {c['same']}/{c['n']} same)"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""scripts/agent_bench.py drives the agent workload: conversations continued by the main model's own
+answers, tool calls answered from the workload's scripted repository, and a paired table per part."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from agent_bench import WORKLOAD, drive, summarize, table  # noqa: E402
+
+
+def answer(message: dict, tps: float = 10.0, drafted: int = 0, accepted: int = 0, rounds=None) -> dict:
+    return dict(message=message, tps=tps, tokens=8, drafted=drafted, accepted=accepted, rounds=rounds)
+
+
+def call(name: str, path: str) -> dict:
+    return {"id": "c1", "type": "function", "function": {"name": name, "arguments": json.dumps({"path": path})}}
+
+
+def test_the_workload_names_only_files_and_tools_it_has():
+    workload = json.loads(WORKLOAD.read_text())
+    declared = {t["function"]["name"] for t in workload["tools"]}
+    assert declared == {"read_file", "run_tests"}
+    parts = {s["part"] for s in workload["sessions"]}
+    assert parts == {"rewrite", "tools", "extract"}
+    assert all(s["file"] in workload["files"] for s in workload["sessions"] if s["part"] == "rewrite")
+    assert set(workload["test_runs"]) <= set(workload["files"])
+    rewritten = [s["file"] for s in workload["sessions"] if s["part"] == "rewrite"]
+    assert len(rewritten) > len(set(rewritten))   # a file is rewritten again in a later session
+
+
+def test_a_tool_loop_is_continued_with_the_main_models_calls_and_their_scripted_results():
+    workload = {"system": "sys", "files": {"a.py": "print(1)\n"}, "test_runs": {}, "tools": [{"t": 1}],
+                "extract_shape": "", "sessions": [{"id": "tools-1", "part": "tools", "task": "look at a.py"}]}
+    seen = []
+
+    def ask_all(messages, tools, max_tokens, history):
+        seen.append(([dict(m) for m in messages], tools, history))
+        if len(seen) == 1:
+            message = {"role": "assistant", "tool_calls": [call("read_file", "a.py"), call("run_tests", "b.py")]}
+        else:
+            message = {"role": "assistant", "content": "done"}
+        return {"main": answer(message), "lookup": answer(message, tps=15.0, drafted=4, accepted=3, rounds=2)}
+
+    requests = drive(workload, ask_all)
+    assert len(requests) == 2 and seen[0][1] == [{"t": 1}]
+    second = seen[1][0]
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "tool", "tool"]
+    assert second[3]["content"] == "print(1)\n" and "nothing at 'b.py'" in second[4]["content"]
+    assert seen[0][2] == "" and "look at a.py" in seen[1][2] and "read_file" in seen[1][2]   # the history so far
+    cell = summarize(requests, ["main", "lookup"])["parts"]["tools"]["lookup"]
+    assert cell["speedup"] == 1.5 and cell["acceptance"] == 0.75 and cell["per_round"] == 1.5 and cell["same"] == 2
+    assert "1.50x (75% of 8, 1.5/round; 2/2 same)" in table(summarize(requests, ["main", "lookup"]))
+
+
+def test_a_rewrite_session_sends_the_file_once_and_then_only_the_next_instruction():
+    workload = {"system": "sys", "files": {"a.py": "x = 1\n"}, "test_runs": {}, "tools": [], "extract_shape": "",
+                "sessions": [{"id": "rewrite-1", "part": "rewrite", "file": "a.py", "turns": ["one", "two"]}]}
+    sent = []
+
+    def ask_all(messages, tools, max_tokens, history):
+        sent.append([m["content"] for m in messages])
+        return {"main": answer({"role": "assistant", "content": f"answer {len(sent)}"})}
+
+    drive(workload, ask_all)
+    assert "x = 1" in sent[0][1] and sent[0][1].endswith("one")
+    assert sent[1][2:] == ["answer 1", "two"]
