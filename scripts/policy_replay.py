@@ -220,16 +220,8 @@ class Replay:
         self.uses_lookup = drafter in (DrafterKind.LOOKUP, DrafterKind.LOOKUP_MODEL)
         self.drafter = make_drafter(drafter, self.draft_model)
         self.drafter.prepare(self.prompt, self.policy)
-        self._time_a_long_batch()
         self.seconds = machine.main_batch(1)  # the first token comes from the prompt phase
         self.drafted = self.accepted = self.rounds = self.empty_rounds = 0
-
-    def _time_a_long_batch(self) -> None:
-        """As the loop reads a prompt: the prompt's last tokens timed as one batch of a size the policy
-        wants measured (the copies' long batches); the prompt phase is not charged to the speedup."""
-        measured = self.policy.batch_to_measure(len(self.prompt)) if self.uses_lookup else 0
-        if measured:
-            self.policy.observe_batch(measured, len(self.prompt) - measured, self.machine.main_batch(measured))
 
     def run(self) -> float:
         """Speedup against the main model alone, one step per token."""
@@ -325,7 +317,7 @@ def replay(args: argparse.Namespace) -> int:
         rates = TraceRates([trace]) if args.rates == "answer" else acceptance
         r = Replay(trace, machine, args.drafter, rates, catch_up, params, costs)
         speedups[trace["id"]] = r.run()
-        fractions[trace["id"]] = speedups[trace["id"]] / lookup_bound(trace, machine, params.copy_max, start)
+        fractions[trace["id"]] = speedups[trace["id"]] / lookup_bound(trace, machine, args.draft_max, start)
         print(f"{trace['id']:10s} {speedups[trace['id']]:7.2f}x {fractions[trace['id']]:8.2f} {r.drafted:8d} "
               f"{r.accepted:9d} {r.rounds:7d} {r.empty_rounds:8d}")
     _print_summary(speedups)
@@ -341,9 +333,8 @@ def bound(args: argparse.Namespace) -> int:
     traces, _, profile = load(args)
     speedups = {}
     machine = Machine(profile, 1)
-    copy_max = SpeculationParams(draft_max=args.draft_max).copy_max   # the longest copy lookup may draft
     for trace in traces:
-        speedups[trace["id"]] = lookup_bound(trace, machine, copy_max)
+        speedups[trace["id"]] = lookup_bound(trace, machine, args.draft_max)
         print(f"{trace['id']:10s} {speedups[trace['id']]:7.2f}x")
     _print_summary(speedups)
     return 0
@@ -389,7 +380,7 @@ def _drafted_outcomes(trace: dict):
         yield AcceptanceModel.bucket(MODEL, 0, p), guess == token
 
 
-def lookup_bound(trace: dict, machine: Machine, copy_max: int, start: int = 0) -> float:
+def lookup_bound(trace: dict, machine: Machine, draft_max: int, start: int = 0) -> float:
     """Speedup of the best possible use of lookup's proposals, knowing which will be accepted, on
     ``machine`` with this answer starting at token ``start`` of the replay."""
     prompt, answer = trace["prompt"], trace["tokens"]
@@ -397,7 +388,7 @@ def lookup_bound(trace: dict, machine: Machine, copy_max: int, start: int = 0) -
     lookup.prepare(prompt, None)
     proposals = {}  # position -> (tokens proposed, how many of them are right)
     for done in range(1, len(answer)):
-        proposal = [token for token, _ in lookup.propose(prompt + answer[:done], copy_max)]
+        proposal = [token for token, _ in lookup.propose(prompt + answer[:done], draft_max)]
         proposals[done] = (len(proposal), right_prefix(proposal, answer, done))
     finish = [0.0] * (len(answer) + 2)  # finish[i]: the least time to produce answer[i:]
     for done in range(len(answer) - 1, 0, -1):

@@ -15,7 +15,6 @@ from pathlib import Path
 from app.core.errors import InvalidParameterError
 
 DRAFT_MAX_LIMIT = 256        # more than any useful draft; each round's batch holds draft_max + 1 tokens
-COPY_MAX = 64                # the longest copy the auto policy drafts: llama.cpp's ngram-mod drafts up to 64
 SEED_LIMIT = 2**64           # numpy's generator takes seeds in [0, 2**64)
 
 
@@ -149,18 +148,10 @@ class SpeculationParams:
     policy: PolicyName = PolicyName.AUTO
 
     @property
-    def copy_max(self) -> int:
-        """The most tokens a copy (prompt lookup: drafting costs nothing) may draft under the auto
-        policy: COPY_MAX, or ``draft_max`` if that is more, but at most four times ``draft_max`` (short
-        drafts asked for, short copies given). A long copy pays where a long batch is cheap per token:
-        on a CPU, verifying 64 tokens cost 0.44 of a step each against 0.85 for 2 to 11 (the 1.5B
-        Qwen, one thread), so an edit's copies lost to llama.cpp's 48-token n-gram drafts at 16."""
-        return max(self.draft_max, min(COPY_MAX, 4 * self.draft_max))
-
-    @property
     def batch_max(self) -> int:
-        """The largest batch a round verifies: the sizes the cost model learns."""
-        return max(self.draft_max, self.copy_max) + 1
+        """The largest batch a round verifies (the draft and the main model's own token): the sizes the
+        cost model learns."""
+        return self.draft_max + 1
 
     def __post_init__(self) -> None:
         _require("draft_max", self.draft_max, _integer(self.draft_max) and 0 <= self.draft_max <= DRAFT_MAX_LIMIT,

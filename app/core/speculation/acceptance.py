@@ -23,9 +23,6 @@ HEADS = frozenset({MTP, EAGLE3})
 # depends on the block's length, timed by each answer's rounds; only verifying grows with length
 BLOCKS = frozenset({DFLASH})
 SOURCES = (MODEL, CROSS, LOOKUP, MTP, EAGLE3, DFLASH)   # every drafter a round can name
-# The drafters that copy text (no model runs: a token costs nothing to draft), whose drafts may run to
-# SpeculationParams.copy_max rather than draft_max
-COPIES = frozenset({LOOKUP})
 
 
 @dataclass(frozen=True)

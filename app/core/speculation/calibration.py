@@ -1,13 +1,11 @@
 """Measuring the main model's batch times and the draft model's step on purpose (``quickdraft
-calibrate``): what the cost model (costmodel.py) otherwise learns from the rounds as they run."""
+calibrate``), where the cost model (costmodel.py) otherwise learns them from the rounds as they run."""
 
 from __future__ import annotations
 
 import statistics
 import time
 from typing import Callable, Sequence
-
-import numpy as np
 
 from app.core.lm import Session
 from app.core.speculation.costmodel import CostProfile
@@ -29,10 +27,8 @@ def calibrate(main: Session, draft: Session | None, key: dict, n_max: int, fille
     ``filler``). Leaves both caches empty."""
     started = time.perf_counter()
     prefix = _repeat(filler, min(context_tokens, main.n_ctx - n_max - 1))
-    sizes = calibrated_sizes(n_max)
-    batches = [_repeat(filler[::-1], n) for n in sizes]
-    main_times = np.interp(range(1, n_max + 1), sizes,
-                           round_robin_medians(main, prefix, batches, repeats, progress, "main model")).tolist()
+    batches = [_repeat(filler[::-1], n) for n in range(1, n_max + 1)]
+    main_times = round_robin_medians(main, prefix, batches, repeats, progress, "main model")
     draft_time = 0.0
     if draft is not None:
         draft_filler = list(draft_filler) if draft_filler is not None else list(filler)
@@ -44,19 +40,7 @@ def calibrate(main: Session, draft: Session | None, key: dict, n_max: int, fille
             session.truncate(0)
     return CostProfile(key=key, main_batch_s=_monotone(main_times), draft_step_s=draft_time,
                        context_position=len(prefix), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
-                       seconds=time.perf_counter() - started, notes={"raw_main_batch_s": main_times},
-                       measured=None if len(sizes) == n_max else sizes)
-
-
-CALIBRATED_UP_TO = 17   # every size up to a default chain's batch (16 drafted + 1); beyond, a few
-
-
-def calibrated_sizes(n_max: int) -> list[int]:
-    """The batch sizes calibrate times: every one up to CALIBRATED_UP_TO, then half of n_max and
-    n_max (the long copies' batches; the sizes between are interpolated), so that calibrating for
-    64-token copies does not take four times as long."""
-    every = list(range(1, min(n_max, CALIBRATED_UP_TO) + 1))
-    return sorted(set(every) | ({n_max // 2 + 1, n_max} if n_max > CALIBRATED_UP_TO else set()))
+                       seconds=time.perf_counter() - started, notes={"raw_main_batch_s": main_times})
 
 
 def _repeat(tokens: Sequence[int], n: int) -> list[int]:

@@ -281,9 +281,6 @@ class CostModel:
                            learned_rounds=self.rounds, measured=[n for n in range(1, self.n_max + 1) if self._known[n]])
 
     def _most(self, times: list[float]) -> list[float]:
-        """A size never measured: a smaller size measured plus a step per extra token, the least of
-        those, and never more than the next bigger size measured (a batch of n is part of the work of
-        a bigger one: what a prompt-phase measurement of a long batch tells of the sizes below it)."""
         out, step = list(times), times[0]
         cheapest = 0.0   # the least of T(m) - m steps over the sizes m measured so far (m = 1: 0)
         for n in range(2, self.n_max + 1):
@@ -291,21 +288,7 @@ class CostModel:
                 cheapest = min(cheapest, times[n - 1] - n * step)
             else:
                 out[n - 1] = cheapest + n * step
-        bigger = math.inf   # the time of the nearest bigger size measured
-        for n in range(self.n_max, 1, -1):
-            if self._known[n]:
-                bigger = times[n - 1]
-            else:
-                out[n - 1] = min(out[n - 1], bigger)
         return out
-
-    def size_to_measure(self, room: int) -> int:
-        """A long batch size to time while a prompt is read (``AutoPolicy.batch_to_measure``): the
-        largest, then half of it, that was never measured and fits in ``room`` tokens; 0 when none."""
-        for n in (self.n_max, self.n_max // 2 + 1):
-            if n > 1 and n <= room and not self._known[n]:
-                return n
-        return 0
 
     def _least(self, times: list[float]) -> list[float]:
         out, measured = list(times), 1

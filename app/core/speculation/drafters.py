@@ -21,8 +21,6 @@ if TYPE_CHECKING:
 
 class Drafter(Protocol):
     name: str
-    # whether its drafts may be copies, longer than other drafts (SpeculationParams.copy_max): a drafter
-    # without the attribute never copies
 
     def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
         """Read the prompt before the first round (part of prompt processing)."""
@@ -158,7 +156,6 @@ class PromptLookupDrafter:
     """
 
     name = LOOKUP
-    copies = True   # its drafts may run to SpeculationParams.copy_max (the loop times such batches)
 
     def __init__(self, ngram_max: int = 16, ngram_min: int = 1):
         self.ngram_max = ngram_max
@@ -267,7 +264,6 @@ class LookupThenModelDrafter:
     """Prompt lookup first; the draft model when lookup has nothing worth proposing."""
 
     name = DrafterKind.LOOKUP_MODEL
-    copies = True
 
     def __init__(self, lookup: PromptLookupDrafter, model: Drafter):   # a DraftModelDrafter or CrossVocabDrafter
         self.lookup = lookup

@@ -15,8 +15,6 @@ import threading
 import time
 from typing import Callable, Iterator, Protocol, Sequence
 
-import numpy as np
-
 from app.core.errors import PromptTooLongError, QuickdraftError
 from app.core.lm import Session, Vocabulary, common_prefix_length, prefill
 from app.core.params import SamplingParams
@@ -84,38 +82,16 @@ class SpeculativeGeneration:
 
     def _read_prompt(self, prompt: Sequence[int]) -> Iterator[Event]:
         """Bring the main model's cache to ``prompt`` (``prefill``), READ_CHUNK tokens at a time with a
-        Reading after each when there is more than one chunk to read; returns the last token's logits.
-        Where the policy wants a long batch size timed (``batch_to_measure``), the prompt's last
-        tokens are that batch, decoded with every row's logits as a verification is."""
+        Reading after each when there is more than one chunk to read; returns the last token's logits."""
         keep = min(common_prefix_length(self.main.cached, prompt), len(prompt) - 1)
         todo = prompt[keep:]
-        measured = self._batch_to_measure(len(todo))
-        if len(todo) <= READ_CHUNK and not measured:
+        if len(todo) <= READ_CHUNK:
             return prefill(self.main, prompt)
         self.main.truncate(keep)
-        head = todo[:len(todo) - measured]
-        pieces = [head[start:start + READ_CHUNK] for start in range(0, len(head), READ_CHUNK)]
-        pieces += [todo[len(head):]] if measured else []
-        done = 0
-        for piece in pieces:
-            if measured and done + len(piece) == len(todo):
-                logits = self._timed_batch(piece, keep + done)
-            else:
-                logits = self.main.eval(piece, all_logits=False)
-            done += len(piece)
-            if len(todo) > READ_CHUNK:
-                yield Reading(done, len(todo), self._now())
+        for start in range(0, len(todo), READ_CHUNK):
+            logits = self.main.eval(todo[start:start + READ_CHUNK], all_logits=False)
+            yield Reading(min(start + READ_CHUNK, len(todo)), len(todo), self._now())
         return logits[-1]
-
-    def _batch_to_measure(self, room: int) -> int:
-        """A batch size the policy wants timed, where the drafter copies (only a copy drafts that long)."""
-        return self.policy.batch_to_measure(room) if getattr(self.drafter, "copies", False) else 0
-
-    def _timed_batch(self, tokens: Sequence[int], context: int) -> np.ndarray:
-        t0 = time.perf_counter()
-        rows = self.main.eval(tokens, all_logits=True)
-        self.policy.observe_batch(len(tokens), context, time.perf_counter() - t0)
-        return rows
 
     def run(self, prompt: Sequence[int]) -> Iterator[Event]:
         check_prompt_fits(prompt, self.main.n_ctx)

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Hashable, Sequence
 
 from app.core.params import PolicyName, SpeculationParams
-from app.core.speculation.acceptance import (BLOCKS, COPIES, DRAFT_MODELS, HEADS, LOOKUP, AcceptanceModel,
-                                              LookupMatch, Score)
+from app.core.speculation.acceptance import (BLOCKS, DRAFT_MODELS, HEADS, LOOKUP, AcceptanceModel, LookupMatch,
+                                              Score)
 from app.core.speculation.costmodel import CostModel, CostProfile
 from app.core.speculation.draft import Draft
 from app.core.speculation.policy_base import Decision, DraftPolicy, FixedPolicy, below_p_min
@@ -57,8 +57,7 @@ class AutoPolicy:
         self.readings = CostReadings(costs)
         self.standings = DrafterStandings()
         self.acceptance = acceptance or AcceptanceModel()
-        self.max_len = max(0, min(params.draft_max, self.costs.n_max - 1))   # a chain's (draft model, head, block)
-        self.copy_len = max(0, min(params.copy_max, self.costs.n_max - 1))   # a copy's (lookup)
+        self.max_len = max(0, min(params.draft_max, self.costs.n_max - 1))
         self._chain: list[float] = []          # this round's acceptance chances
         self._chain_cost: list[float] = []     # and the cost of drafting each token
         self._model_in_play = False            # a draft model drafter asked may_draft
@@ -233,32 +232,13 @@ class AutoPolicy:
         if source in DRAFT_MODELS and self._main_is_unsure():
             return 0
         self._round_source = self._standing = source
-        return self._longest(source)
-
-    def _longest(self, source: str) -> int:
-        return self.copy_len if source in COPIES else self.max_len
+        return self.max_len
 
     def _main_is_unsure(self) -> bool:
         return self._main_confidence is not None and self._main_confidence < self._model.break_even
 
     def main_step_s(self, context: int) -> float | None:
         return self.costs.main_batch(1, context) if self.costs.rounds_now or self.costs.known(1) else None
-
-    def batch_to_measure(self, room: int) -> int:
-        """A copy may run longer than any other draft, and verifying a long batch is where a CPU's
-        batches get cheap per token (0.44 of a step at 64, 0.85 at 2 to 11), so the copies' long
-        sizes must be known for the policy to verify them (``_may_verify``); the rounds alone would
-        never get there, as a probe of a size never measured must be nearly sure to pay. So while a
-        prompt is read, its last tokens are decoded as one batch of such a size with every row's
-        logits, as a round's verification would: once per size, kept in the stored profile. 0: none
-        wanted (the costs are fixed, or copies are no longer than other drafts)."""
-        if not self.readings.learns or self.copy_len <= self.max_len:
-            return 0
-        return self.costs.size_to_measure(room)
-
-    def observe_batch(self, n: int, context: int, seconds: float) -> None:
-        self.readings.learn_batch(n, seconds, context)
-        self._model_terms = None
 
     def wants_main_confidence(self) -> bool:
         # the main model's confidence only decides whether to ask a draft model: with lookup alone,
@@ -281,7 +261,7 @@ class AutoPolicy:
         future = self._optimistic_future(n, score, source)
         if with_token <= best_now and future <= best_now:
             return Decision.STOP
-        if n + 1 >= self._longest(source) or future <= max(best_now, with_token):
+        if n + 1 >= self.max_len or future <= max(best_now, with_token):
             return Decision.LAST
         self._more += 1
         return Decision.MORE
@@ -293,7 +273,7 @@ class AutoPolicy:
         spent = self._sunk(source, self._chain_cost)
         later = self.acceptance.chance(source, n + 1, score)  # every later token falls in one bucket
         cost, batches, best = self.token_cost(source), self._batch_costs(source), 0.0
-        for m in range(n + 1, self._longest(source)):   # a draft of m + 1 tokens: a batch of m + 2
+        for m in range(n + 1, self.max_len):   # a draft of m + 1 tokens: a batch of m + 2
             run *= later
             expected += run
             spent += cost

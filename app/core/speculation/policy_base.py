@@ -44,13 +44,6 @@ class DraftPolicy(Protocol):
     def wants_main_confidence(self) -> bool:
         """Whether ``observe`` should be given the main model's confidence in each new token."""
 
-    def batch_to_measure(self, room: int) -> int:
-        """A batch size (at most ``room``) to time on the prompt's last tokens, decoded with every
-        row's logits as a verification is; 0 for none. Its time goes to ``observe_batch``."""
-
-    def observe_batch(self, n: int, context: int, seconds: float) -> None:
-        """A batch of ``n`` tokens after ``context`` cached positions took ``seconds``."""
-
     def observe(self, draft: "Draft", accepted: int, draft_s: float | None = None,
                 main_confidence: Sequence[float] = (), verify_s: float | None = None,
                 context: int | None = None) -> None:
@@ -96,12 +89,6 @@ class FixedPolicy:
 
     def wants_main_confidence(self) -> bool:
         return False
-
-    def batch_to_measure(self, room: int) -> int:
-        return 0   # no costs weighed, none to learn
-
-    def observe_batch(self, n: int, context: int, seconds: float) -> None:
-        pass
 
     def observe(self, draft: "Draft", accepted: int, draft_s: float | None = None,
                 main_confidence: Sequence[float] = (), verify_s: float | None = None,

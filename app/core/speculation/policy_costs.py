@@ -58,11 +58,6 @@ class CostReadings:
         batch, assumed to batch as well as the main model does."""
         return self.profile.main_batch(self.profile.n_max) / self.profile.n_max / self.profile.main_batch(1)
 
-    def learn_batch(self, batch: int, seconds: float, context: int) -> None:
-        """Teach the cost model a batch timed outside a round (the prompt's last tokens)."""
-        self.costs.observe_main(batch, context, seconds)
-        self._read = {}
-
     def learn(self, batch: int, verify_s: float, context: int, draft_s: float | None, source: str | None,
               behind: int, more: int) -> None:
         """Teach the cost model one round's times: the verify batch, and the drafter's work when it

@@ -430,8 +430,8 @@ def test_the_engine_answers_without_calibrating_and_stores_what_it_learned(tmp_p
                                           speculation=SpeculationParams(draft_max=4), drafter=DrafterKind(drafter))))
             summary = events[-1]
             assert summary.error is None and summary.cost_rounds_observed == summary.rounds > 0
-        n_max = SpeculationParams(draft_max=4).batch_max   # copies' batches: 4 x 4 + 1
-        assert n_max == 17 and engine.costs.model(n_max).draft_step_s > 0   # timed with a step, not calibrated
+        n_max = SpeculationParams(draft_max=4).batch_max
+        assert n_max == 5 and engine.costs.model(n_max).draft_step_s > 0   # timed with a step, not calibrated
         assert store.load(engine.costs.key(n_max)).learned_rounds >= summary.rounds
     finally:
         engine.close()
