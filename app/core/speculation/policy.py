@@ -290,6 +290,9 @@ class AutoPolicy:
         allowed = [k for k in range(len(chances) + 1) if self._may_verify(k, chances)]
         return max(allowed, key=speeds.__getitem__)
 
+    def observe_undrafted(self, source: str, score: Score, right: bool) -> None:
+        self.acceptance.update(source, 0, score, right)
+
     def observe(self, draft: "Draft", accepted: int, draft_s: float | None = None,
                 main_confidence: Sequence[float] = (), verify_s: float | None = None,
                 context: int | None = None) -> None:

@@ -333,3 +333,39 @@ def test_p_min_ends_a_draft_under_every_policy_and_only_for_model_and_mtp_tokens
         if name != "auto":   # auto may stop a sure token too, for its own reasons
             off = make_policy(SpeculationParams(draft_max=8, policy=name), flat)
             assert off.step(0, 0.3, MODEL) is Decision.MORE
+
+
+def test_a_proposal_lookup_did_not_draft_still_teaches_how_often_such_a_match_is_right():
+    """An edit's answer re-joins the prompt after each change with a short match that the policy,
+    going by its prior, does not draft; the next token says whether it would have been right, so the
+    kind of match earns drafts once it has been (issue 43's copy-2: 0.86x replayed, bound 1.21x)."""
+    steps = [1, 1.8, 2.47, 3.12, 3.85, 4.85, 5.34, 7.19, 7.94]   # one thread of a CPU: a token is 0.8 of a step
+    policy = AutoPolicy(AUTO, profile([STEP * s for s in steps]))
+    short = LookupMatch(2, in_prompt=True)
+    lookup = PromptLookupDrafter()
+    text = [7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8]          # ends with the 2-token match [7, 8]: copy 9, 1, 2 ...
+    lookup.prepare(text, policy)
+    declined = 0
+    while not lookup.draft(text, 8, policy, sampler=None).tokens and declined < 40:
+        declined += 1
+        lookup.sync(text + [9])                       # not drafted, but it would have been right
+    assert 1 <= declined < 40                         # the prior declined it; what it saw earned it drafts
+    fresh = AutoPolicy(AUTO, profile([STEP * s for s in steps]))
+    prior = fresh.acceptance.chance(LOOKUP, 0, short)
+    lookup.draft(text, 8, fresh, sampler=None)
+    lookup.sync(text + [4])                           # a wrong one counts against it
+    assert fresh.acceptance.chance(LOOKUP, 0, short) < prior
+
+
+def test_the_default_does_not_teach_lookup_from_what_it_left_to_the_draft_model():
+    policy = AutoPolicy(AUTO, profile([STEP * (1 + 0.3 * n) for n in range(9)], draft_step=0.1 * STEP))
+    short = LookupMatch(2, in_prompt=True)
+    before = policy.acceptance.chance(LOOKUP, 0, short)
+    model = DraftModelDrafter(ReferenceSession(ReferenceModel(n_vocab=12, seed=1)))
+    both = LookupThenModelDrafter(PromptLookupDrafter(), model)
+    text = [7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8]
+    both.prepare(text, policy)
+    for _ in range(5):
+        both.lookup.draft(text, 8, policy, sampler=None)
+        both.sync(text + [9])
+    assert policy.acceptance.chance(LOOKUP, 0, short) == before
