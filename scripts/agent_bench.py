@@ -56,6 +56,8 @@ THEIRS = ("ngram-mod", "ngram-cache")
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     workload = json.loads(Path(args.workload).read_text())
+    if args.sessions:   # the first N sessions: a shorter run, still in the workload's order
+        workload["sessions"] = workload["sessions"][:args.sessions]
     work = Path(tempfile.mkdtemp(prefix="agent-bench-"))
     servers = Servers(args, work)
     try:
@@ -77,6 +79,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("-t", "--threads", type=int, default=1)
     p.add_argument("-c", "--ctx", type=int, default=8192)
     p.add_argument("--workload", default=str(WORKLOAD))
+    p.add_argument("--sessions", type=int, default=0, help="run only the first N sessions (0: all)")
     p.add_argument("--modes", nargs="+", default=[*OURS, *THEIRS], choices=[*OURS, *THEIRS])
     p.add_argument("--llama-server", help="llama-server built from the vendored sources (for ngram-mod, ngram-cache)")
     p.add_argument("--lookup-create", help="llama-lookup-create from the same build (for ngram-cache)")
