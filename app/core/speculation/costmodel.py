@@ -19,6 +19,7 @@ import numpy as np
 from app.core.lm import Session
 
 LOOKUP_STEP_S = 5e-5  # a prompt-lookup draft token: a dictionary probe in Python
+SUFFIX_STEP_S = 3e-4  # a suffix-index draft token: a few binary searches per segment (scripts/suffix_index_size.py)
 CALIBRATION_TEXT = (
     "The quick brown fox jumps over the lazy dog while the programmer writes a function that merges "
     "sorted lists, checks its edge cases, and explains each step in plain words for the reader. "
