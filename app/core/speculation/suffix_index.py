@@ -78,7 +78,8 @@ class Segment:
         if narrow_lo == narrow_hi or k == len(query):
             return (k - 1, lo, hi) if narrow_lo == narrow_hi else (k, narrow_lo, narrow_hi)
         back = np.arange(k + 1, len(query) + 1)
-        rows = self.text[self.order[narrow_lo:narrow_hi, None] - back]   # [position, k + 1 back, k + 2, ...]
+        # [position, k + 1 back, k + 2, ...]; before the text's start reads its first separator: a mismatch
+        rows = self.text[np.maximum(self.order[narrow_lo:narrow_hi, None] - back, 0)]
         differ = rows != np.asarray(query[::-1][k:], dtype=np.int32)
         agree = np.where(differ.any(axis=1), differ.argmax(axis=1), differ.shape[1])
         most = int(agree.max())
