@@ -132,7 +132,8 @@ class Engine:
             placement=tuple((name, where.describe()) for name, where in placement),
             has_draft_model=self.draft is not None, drafts_as=self._drafter_file_kind,
             other_vocabulary=self.shared_vocab.describe() if self.shared_vocab is not None else None,
-            thinking=thinking, thinking_off=thinking_off, chat_template=self.main.model.chat_template())
+            thinking=thinking, thinking_off=thinking_off, chat_template=self.main.model.chat_template(),
+            suffix_index=self.suffix is not None)
 
     def _thinking_formats(self) -> tuple[ThinkingFormat | None, ThinkingFormat | None]:
         """How the main model marks its reasoning with thinking on, and with its template's switch off

@@ -72,6 +72,7 @@ class LoadedPair:
     thinking_off: ThinkingFormat | None = None  # the same with its template's switch off (None: no switch)
     chat_template: str | None = None
     remote_url: str | None = None        # a server answers, at this address as it was given
+    suffix_index: bool = False           # the engine keeps a suffix index: the default asks it after lookup
 
     @property
     def model_id(self) -> str:
@@ -88,10 +89,13 @@ class LoadedPair:
 
     def who_drafts(self, chosen: DrafterKind, speculation: SpeculationParams | None = None) -> DrafterKind:
         """Who drafts with this pair when ``chosen`` is asked for (``DrafterKind.for_pair``: lookup
-        drafts without a draft model, a drafter file drafts as its kind); NONE when nobody does,
+        drafts without a draft model, or the default does where a suffix index can stand in for the
+        model; a drafter file drafts as its kind); NONE when nobody does,
         which is also so when ``speculation`` drafts at most 0 tokens (no round can draft)."""
         if speculation is not None and speculation.draft_max == 0:
             return DrafterKind.NONE
+        if chosen is DrafterKind.LOOKUP_MODEL and self.suffix_index and self.drafts_as is None:
+            return chosen   # the default stays itself: lookup, else the suffix index (else the model, if any)
         return chosen.for_pair(self.has_draft_model, self.drafts_as)
 
 
