@@ -25,3 +25,21 @@ def test_the_switch_the_limit_and_clear(qtbot, tmp_path):
     panel.suffix_clear.click()
     assert list_indexes(tmp_path) == [] and panel.suffix_clear.text() == "Clear (0.0 MB)"
     assert not panel.suffix_clear.isEnabled()
+
+
+def test_the_speculation_panel_names_each_drafter_that_drafted(qtbot):
+    from app.gui.panels.stats_panel import StatsPanel
+    from app.gui.runtime.live_stats import LiveStats
+
+    panel = StatsPanel()
+    qtbot.addWidget(panel)
+    live = LiveStats()
+    live.by_drafter = {"lookup": [14, 12], "suffix": [31, 30], "model": [0, 0]}
+    panel.update_from(live)
+    assert panel.drafters.text() == "Prompt lookup: 12 of 14 accepted  ·  Suffix index: 30 of 31 accepted"
+    assert not panel.drafters.isHidden()
+    panel.clear()
+    assert panel.drafters.isHidden()
+    live.by_drafter = {"suffix": [31, 30]}
+    panel.update_from(live)
+    assert panel.drafters.isHidden()   # one drafter did it all: the tiles say it
