@@ -230,3 +230,16 @@ def test_ngram_bench_pairs_each_side_with_its_own_plain_run_and_reports_the_aa_n
     assert summary["aa_noise"] == dict(median=1.05, worst=pytest.approx(0.1), n=2)
     printed = table(summary, list(results["copy-1"]))
     assert "| copy-1 | 1.05x | 1.25x (67% of 30) | 1.35x (75% of 32) |" in printed and "A/A noise" in printed
+
+
+def test_replay_feeds_the_suffix_index_each_answer_and_drafts_the_next_from_it(tmp_path):
+    data = json.loads((ROOT / "scripts/gpu/data/qwen2.5-coder-1.5b+0.5b-traces.json").read_text())
+    first = next(t for t in data["traces"] if t["id"] == "edit-1")
+    data["traces"] = [{**first, "id": "edit-a"}, {**first, "id": "edit-b"}]   # the same request twice
+    traces = tmp_path / "twice.json"
+    traces.write_text(json.dumps(data))
+    out = script("scripts/policy_replay.py", "replay", str(traces), str(ROOT / "tests/scripts/cpu-2core-profile.json"),
+                 "--drafter", "suffix", "--suffix-index", "empty")
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("edit-")}
+    assert int(rows["edit-a"][4]) == 0   # accepted: nothing was in the index yet
+    assert int(rows["edit-b"][4]) > 0.6 * len(first["tokens"])   # the first answer, fed, drafts the second

@@ -84,11 +84,14 @@ class AcceptanceModel:
         ("answer", "next"): {1: 0.5, 2: 0.65, 3: 0.7, 4: 0.7, 6: 0.75, 9: 0.75, 13: 0.7, 16: 0.7},
     }
 
-    # a suffix-index token's prior by its confidence bucket (a guess, learned from there), averaged with
-    # an in-answer lookup match's of its length: a match in past documents resembles one said before
+    # a suffix-index token's prior (a guess, learned from there): by the match's length, the first token of
+    # a draft apart, times a factor for the token's share of the match's continuations. A long match in
+    # past documents is an agent's loop or a file written again: what followed it once mostly follows
+    # again, so one continuation seen once (confidence 0.5) must be worth drafting after a 16-token match
     SUFFIX_CONFIDENCE_BUCKETS = (0.0, 0.4, 0.6, 0.8)
-    SUFFIX_PRIOR = {"first": {0.0: 0.2, 0.4: 0.45, 0.6: 0.65, 0.8: 0.8},
-                    "next": {0.0: 0.4, 0.4: 0.6, 0.6: 0.75, 0.8: 0.88}}
+    SUFFIX_PRIOR = {"first": {1: 0.15, 2: 0.3, 3: 0.4, 4: 0.5, 6: 0.6, 9: 0.8, 13: 0.9, 16: 0.95},
+                    "next": {1: 0.4, 2: 0.55, 3: 0.65, 4: 0.7, 6: 0.8, 9: 0.9, 13: 0.95, 16: 0.97}}
+    SUFFIX_CONFIDENCE_FACTOR = {0.0: 0.6, 0.4: 0.9, 0.6: 0.95, 0.8: 1.0}
 
     def __init__(self) -> None:
         self._counts: dict[tuple, list[float]] = {}
@@ -109,7 +112,7 @@ class AcceptanceModel:
             return self.LOOKUP_PRIOR[where, which][length]
         if key[0] == SUFFIX:
             _, which, length, confidence = key
-            return (self.LOOKUP_PRIOR["answer", which][length] + self.SUFFIX_PRIOR[which][confidence]) / 2
+            return self.SUFFIX_PRIOR[which][length] * self.SUFFIX_CONFIDENCE_FACTOR[confidence]
         return (key[1] + 0.5) / 10
 
     def chance(self, source: str, n: int, score: Score) -> float:
