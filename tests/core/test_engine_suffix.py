@@ -47,6 +47,7 @@ def test_an_answer_fed_to_the_index_is_drafted_again_and_the_greedy_answer_is_un
         engine.close()
     reloaded = Engine.load(ModelParams(str(tiny_models.main), n_ctx=512), suffix=config)
     try:
+        reloaded.suffix.flush()   # built on the writer thread
         assert reloaded.suffix.index.documents == 3   # every answer's document, read back from disk
         assert answer(reloaded, DrafterKind.SUFFIX).token_ids == plain.token_ids
     finally:

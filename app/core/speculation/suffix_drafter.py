@@ -3,6 +3,7 @@ default is: prompt lookup, else the suffix index, else the draft model."""
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Sequence
 
 from app.core.errors import DrafterUnavailableError
@@ -34,12 +35,14 @@ class SuffixDrafter:
 
     name = SUFFIX
 
-    def __init__(self, index: SuffixIndex, min_length: int = 1):
+    def __init__(self, index: SuffixIndex, min_length: int = 1, ready: threading.Event | None = None):
         self.index = index
         self.min_length = min_length   # a shorter match at the context's end drafts nothing
+        self.ready = ready             # set once the index holds what its log held (None: it does)
 
     def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
-        pass   # the index is built: nothing to read
+        if self.ready is not None and policy.may_draft(SUFFIX):
+            self.ready.wait()   # an index still being built after the model loaded: once, in the prompt phase
 
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
         max_len = min(max_len, policy.draft_length(SUFFIX))
@@ -91,11 +94,12 @@ def suffix_drafter(kind: DrafterKind, memory: "SuffixMemory | None", model: Sequ
         raise DrafterUnavailableError("The suffix index is off for this run: turn it on in Settings, or with "
                                       "--suffix-index on (`quickdraft suffix-index on` for every run).")
     if kind is DrafterKind.SUFFIX:
-        return SuffixDrafter(memory.index)
-    return default_chain(memory.index, model, kind)
+        return SuffixDrafter(memory.index, ready=memory.ready)
+    return default_chain(memory.index, model, kind, memory.ready)
 
 
-def default_chain(index: SuffixIndex, model: Sequence[Drafter], name: str) -> FirstOfDrafter:
+def default_chain(index: SuffixIndex, model: Sequence[Drafter], name: str,
+                  ready: threading.Event | None = None) -> FirstOfDrafter:
     """Prompt lookup, else the suffix index from a match of DEFAULT_MIN_MATCH tokens or more, else the
     draft model (``model``: its drafter, or none)."""
-    return FirstOfDrafter([PromptLookupDrafter(), SuffixDrafter(index, DEFAULT_MIN_MATCH), *model], name)
+    return FirstOfDrafter([PromptLookupDrafter(), SuffixDrafter(index, DEFAULT_MIN_MATCH, ready), *model], name)

@@ -1,6 +1,11 @@
 """A main model's suffix index kept across runs: loaded from its log (suffix_store.py) into the index
 (suffix_index.py) when the engine loads, and fed after each answer, off the token path.
 
+The log is read when the engine loads (reading it checks every record: a fraction of a second at the
+bound), and the index is built from it on the writer thread (seconds at the bound: scripts/
+suffix_index_size.py), so that loading the model is not held up; the first answer that drafts from it
+waits in its prompt phase until it is built (``ready``).
+
 What is fed: after each answer, the tokens of the request's context that are new to the conversation
 (the prompt past what the previous answer of the same engine already fed, then the answer), as one
 document; tool calls and tool results are in the prompt, so they are fed too. The append (an fsync)
@@ -36,29 +41,34 @@ class SuffixMemory:
         self.store = store
         self.index = index
         self.problem = ""
-        self._queue: queue.Queue[np.ndarray | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[str, list[np.ndarray]] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.ready = threading.Event()   # the index holds what the log held
 
     @classmethod
     def open(cls, config: SuffixConfig, model_path: str, fingerprint: str, model_name: str) -> "SuffixMemory":
         """The index of the main model at ``model_path``, read from its log. Raises the store's
         VocabularyMismatchError for another vocabulary's index, OSError where it cannot be read."""
         store = SuffixStore(config.folder / index_key(model_path), fingerprint, model_name, config.limit_bytes)
-        return cls(store, SuffixIndex(store.open()))
+        memory = cls(store, SuffixIndex())
+        memory._put("load", store.open())   # built on the writer thread: the model answers meanwhile
+        return memory
 
     def feed(self, tokens: Sequence[int]) -> None:
         """Add one document (kept on disk, then searchable), on the writer thread."""
-        if not len(tokens):
-            return
+        if len(tokens):
+            self._put("add", [np.asarray(tokens, dtype=np.int32)])
+
+    def _put(self, job: str, docs: list[np.ndarray]) -> None:
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._write, name="suffix-index", daemon=True)
                 self._thread.start()
-        self._queue.put(np.asarray(tokens, dtype=np.int32))
+        self._queue.put((job, docs))
 
     def flush(self) -> None:
-        """Wait until every document fed is on disk and searchable."""
+        """Wait until the index is built and every document fed is on disk and searchable."""
         self._queue.join()
 
     def close(self) -> None:
@@ -71,11 +81,15 @@ class SuffixMemory:
 
     def _write(self) -> None:
         while True:
-            doc = self._queue.get()
+            job = self._queue.get()
             try:
-                if doc is None:
+                if job is None:
                     return
-                self._add(doc)
+                if job[0] == "load":
+                    self.index.replace(job[1])
+                    self.ready.set()
+                else:
+                    self._add(job[1][0])
             finally:
                 self._queue.task_done()
 
