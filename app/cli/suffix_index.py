@@ -12,17 +12,22 @@ ACTIONS = ("status", "clear", "on", "off")
 def add_suffix_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suffix-index", choices=("on", "off"), default=None,
                    help="draft from the index of past answers and prompts kept for the main model, and feed it "
-                        "this run's answers (default: the setting, on unless `quickdraft suffix-index off`)")
+                        "this run's answers (default: the setting, on unless `quickdraft suffix-index off`; "
+                        "bench: off, as its plain answers would feed the speculative runs of the same prompts)")
 
 
 def suffix_config(args):
-    """The run's SuffixConfig (None: off): --suffix-index, else the settings' switch and limit."""
+    """The run's SuffixConfig (None: off): --suffix-index, else the settings' switch and limit. ``bench``
+    uses it only when asked: it answers each prompt plainly and then speculatively, and the plain answer,
+    fed to the index, would be drafted back whole by the run after it."""
     from app.paths import app_paths
     from app.storage.settings import SettingsStore
 
     paths = app_paths()
     settings = SettingsStore(paths.settings_file).load()
     wanted = getattr(args, "suffix_index", None)
+    if wanted is None and getattr(args, "command", None) == "bench":
+        return None
     if wanted is not None:
         from dataclasses import replace
 

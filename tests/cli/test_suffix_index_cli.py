@@ -65,3 +65,13 @@ def test_the_default_asks_the_index_after_lookup_and_lookup_alone_never_does(tin
     assert by_drafter(default)["suffix"]["accepted"] > 0
     assert json.loads(default.stdout)["text"] == json.loads(plain.stdout)["text"]
     assert "suffix" not in by_drafter(generate(tiny_models, tmp_path, "--drafter", "lookup"))
+
+
+def test_bench_leaves_the_index_alone_unless_asked(tiny_models, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "p0", "messages": [{"role": "user", "content": "the cat sat"}]}))
+    args = ("bench", "-m", str(tiny_models.main), "--prompts", str(prompts), "-n", "12", "--drafter", "lookup")
+    assert quickdraft(*args, tmp_path=tmp_path).returncode == 0
+    assert not (tmp_path / "data" / "data" / "suffix-index").exists()
+    assert quickdraft(*args, "--suffix-index", "on", tmp_path=tmp_path).returncode == 0
+    assert (tmp_path / "data" / "data" / "suffix-index").exists()
