@@ -104,3 +104,12 @@ def test_speculative_sampling_with_the_suffix_drafter_keeps_the_main_models_dist
     counts = sample_many(lambda: SuffixDrafter(index), n_runs, keyed=keyed)
     assert sum(counts.values()) == n_runs
     assert chi2(counts, dist, n_runs) < chi2_critical(len(dist) - 1)
+
+
+def test_the_suffix_indexs_accepted_tokens_have_an_origin_of_their_own():
+    from app.core.speculation.events import Origin, TokenPiece
+
+    answer = plain_greedy(MAIN, PROMPT, 40)
+    events, _, _ = run(SuffixDrafter(SuffixIndex([np.array(PROMPT + answer)])))
+    origins = Counter(e.origin for e in events if isinstance(e, TokenPiece) for _ in e.token_ids)
+    assert origins[Origin.SUFFIX] == events[-1].accepted > 0 and Origin.DRAFT not in origins

@@ -43,3 +43,12 @@ def test_the_speculation_panel_names_each_drafter_that_drafted(qtbot):
     live.by_drafter = {"suffix": [31, 30]}
     panel.update_from(live)
     assert panel.drafters.isHidden()   # one drafter did it all: the tiles say it
+
+
+def test_tokens_from_the_suffix_index_have_a_colour_of_their_own():
+    from app.gui.chat.render import render_runs
+    from app.gui.widgets import theme
+
+    html = render_runs([["a", "draft"], ["b", "suffix"], ["c", "main"]])
+    assert theme.SUFFIX_BG in html and theme.DRAFT_BG in html and theme.MAIN_BG in html
+    assert len({theme.SUFFIX_BG, theme.DRAFT_BG, theme.MAIN_BG}) == 3
