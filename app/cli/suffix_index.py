@@ -13,13 +13,13 @@ def add_suffix_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suffix-index", choices=("on", "off"), default=None,
                    help="draft from the index of past answers and prompts kept for the main model, and feed it "
                         "this run's answers (default: the setting, on unless `quickdraft suffix-index off`; "
-                        "bench: off, as its plain answers would feed the speculative runs of the same prompts)")
+                        "bench: off, as the index may hold earlier answers to the prompts it times)")
 
 
 def suffix_config(args):
     """The run's SuffixConfig (None: off): --suffix-index, else the settings' switch and limit. ``bench``
-    uses it only when asked: it answers each prompt plainly and then speculatively, and the plain answer,
-    fed to the index, would be drafted back whole by the run after it."""
+    reads it only when asked: the index may hold earlier answers to the very prompts it times (its own
+    runs feed nothing: app/core/compare.py)."""
     from app.paths import app_paths
     from app.storage.settings import SettingsStore
 

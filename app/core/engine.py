@@ -260,7 +260,7 @@ class Engine:
             constraint=constraint,
         )
         events = generation.run(tokens)
-        if self._feed is not None:
+        if self._feed is not None and request.feed_suffix_index:
             events = self._feed.feeding(events, tokens)
         if isinstance(policy, AutoPolicy):
             uses_model = any(isinstance(d, (DraftModelDrafter, LookupThenModelDrafter, CrossVocabDrafter))

@@ -45,6 +45,9 @@ class GenerationRequest:
     # a GBNF grammar the answer must follow (llama.cpp's syntax, start rule "root"), enforced on the main
     # model's distribution at every verified position (app/core/speculation/constraint.py); None: free text
     grammar: str | None = None
+    # whether the answer feeds the engine's suffix index (app/core/speculation/suffix_memory.py): a
+    # comparison's runs do not, or its plain answer would be drafted back whole by its speculative run
+    feed_suffix_index: bool = True
 
     def __post_init__(self) -> None:
         # a name is parsed where it is typed (argparse, settings, HTTP): the core takes only the kind

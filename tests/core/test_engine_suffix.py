@@ -102,3 +102,17 @@ def test_server_slots_share_the_index_and_each_feeds_its_own_conversation(tiny_m
     finally:
         slot.close()
         engine.close()
+
+
+def test_a_comparisons_runs_feed_nothing(tiny_models, config):
+    from app.core.compare import greedy_run
+
+    engine = Engine.load(ModelParams(str(tiny_models.main), n_ctx=512), suffix=config)
+    try:
+        tokens = engine.prompt(MESSAGES).tokens
+        greedy_run(engine, tokens, DrafterKind.NONE, 16, SpeculationParams())
+        greedy_run(engine, tokens, DrafterKind.SUFFIX, 16, SpeculationParams())
+        engine.suffix.flush()
+        assert engine.suffix.index.documents == 0
+    finally:
+        engine.close()
