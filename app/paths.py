@@ -42,6 +42,11 @@ class AppPaths:
         """Cache states kept between conversations (app/core/llama/state_cache.py)."""
         return self.cache_dir / "states"
 
+    @property
+    def suffix_index_dir(self) -> Path:
+        """The suffix index of past documents, a folder per main model (app/core/speculation/suffix_store.py)."""
+        return self.data_dir / "suffix-index"
+
     def ensure(self) -> "AppPaths":
         for d in (self.config_dir, self.data_dir, self.cache_dir, self.models_dir):
             d.mkdir(parents=True, exist_ok=True)

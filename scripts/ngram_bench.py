@@ -20,6 +20,8 @@ Each side's speedup is over its own plain decoding in the same repeat (ours over
 over llama), so a ratio is paired in time; per prompt and repeat the runs take turns, their order
 rotating. The chat template is rendered by Quickdraft (`render_prompt`, what `generate --messages`
 sends) and given to llama.cpp as the same text. Acceptance: accepted / drafted tokens of each run.
+Our runs keep the suffix index off: this compares drafting from the context, and the index would
+draft a prompt's answer back from the runs before it.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ DRAFTED, ACCEPTED = re.compile(r"n_drafted\s*=\s*(\d+)"), re.compile(r"n_accept\
 def quickdraft(args, messages: Path, extra: list[str], data_dir: Path) -> dict:
     cmd = [sys.executable, "-m", "app.cli", "--data-dir", str(data_dir), "generate", "-m", args.main,
            "--messages", str(messages), "-n", str(args.n_predict), "-t", str(args.threads), "--temp", "0",
-           "--json", *extra]
+           "--json", "--suffix-index", "off", *extra]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=1800)
     if r.returncode != 0:
         raise SystemExit(f"quickdraft failed: {r.stderr[-2000:]}")

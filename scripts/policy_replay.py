@@ -14,6 +14,16 @@ another machine replays what the policy would do there.
     .venv/bin/python scripts/policy_replay.py replay traces.json PROFILE.json --drafter lookup+model
     .venv/bin/python scripts/policy_replay.py bound traces.json PROFILE.json
 
+The suffix index (app/core/speculation/suffix_index.py) is replayed as the engine feeds it:
+`--suffix-index empty` starts it empty and feeds it each replayed answer (its prompt and tokens, one
+document) after it is replayed, so later answers draft from earlier ones; `--suffix-index PATH` starts
+it from a real index's log (`tokens.log` under the data folder's `suffix-index/<model>/`: the record of
+past documents) and feeds it likewise. `--drafter suffix` replays it alone, `--drafter lookup+model`
+with it the default (lookup, else the index, else the model), each suffix round charged SUFFIX_STEP_S
+per token looked up.
+
+    .venv/bin/python scripts/policy_replay.py replay traces.json PROFILE.json --drafter suffix --suffix-index empty
+
 `bound` is what prompt lookup could reach at best on that profile: an oracle that knows before each round
 how many of lookup's proposed tokens will be accepted and drafts exactly the length that finishes the
 answer soonest (dynamic programming over the answer). No policy can beat it with this drafter. `replay`
@@ -61,13 +71,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.cli.bench import load_prompts  # noqa: E402
 from app.core.params import DrafterKind, ModelParams, PolicyName, SamplingParams, SpeculationParams  # noqa: E402
-from app.core.speculation.acceptance import HEADS, LOOKUP, MODEL, AcceptanceModel  # noqa: E402
+from app.core.speculation.acceptance import HEADS, LOOKUP, MODEL, SUFFIX, AcceptanceModel  # noqa: E402
 from app.core.speculation.calibration import round_robin_medians  # noqa: E402
-from app.core.speculation.costmodel import CostModel, CostProfile  # noqa: E402
+from app.core.speculation.costmodel import SUFFIX_STEP_S, CostModel, CostProfile  # noqa: E402
 from app.core.speculation.drafters import (Draft, DraftModelDrafter, Drafter, LookupThenModelDrafter,  # noqa: E402
                                PromptLookupDrafter)
 from app.core.speculation.policy import make_policy
 from app.core.speculation.sampling import Sampler, top_probability  # noqa: E402
+from app.core.speculation.suffix_drafter import SuffixDrafter, default_chain  # noqa: E402
+from app.core.speculation.suffix_index import SuffixIndex  # noqa: E402
+from app.core.speculation.suffix_store import read_log  # noqa: E402
 
 
 # -- record -----------------------------------------------------------------------------------------
@@ -208,7 +221,8 @@ class Replay:
     LOOKUP_ROUND_S = 1e-4  # a lookup probe in Python
 
     def __init__(self, trace: dict, machine: Machine, drafter: DrafterKind, acceptance: AcceptanceModel,
-                 catch_up: dict[int, float], params: SpeculationParams, costs: CostModel | None = None):
+                 catch_up: dict[int, float], params: SpeculationParams, costs: CostModel | None = None,
+                 index: SuffixIndex | None = None):
         self.trace = trace
         self.machine = machine
         profile = machine.profile
@@ -218,7 +232,8 @@ class Replay:
         self.draft_model = RecordedDraftModel(trace, profile.draft_step_s, catch_up_time(catch_up, profile),
                                               machine.speed)
         self.uses_lookup = drafter in (DrafterKind.LOOKUP, DrafterKind.LOOKUP_MODEL)
-        self.drafter = make_drafter(drafter, self.draft_model)
+        self.drafter = make_drafter(drafter, self.draft_model, index)
+        self.index = index
         self.drafter.prepare(self.prompt, self.policy)
         self.seconds = machine.main_batch(1)  # the first token comes from the prompt phase
         self.drafted = self.accepted = self.rounds = self.empty_rounds = 0
@@ -231,6 +246,8 @@ class Replay:
             done += step
             self.machine.done += step
         self.machine.done = self.start + len(self.answer)
+        if self.index is not None:
+            self.index.add(self.prompt + self.answer)   # as the engine feeds it after an answer
         alone = sum(self.machine.main_batch(1, self.start + i) for i in range(len(self.answer)))
         return alone / self.seconds
 
@@ -243,6 +260,8 @@ class Replay:
             before = self.draft_model.seconds
             draft = self.drafter.draft(context, budget, self.policy, GREEDY)
             spent = self.draft_model.seconds - before + (self.LOOKUP_ROUND_S if self.uses_lookup else 0.0)
+            if draft.sources and draft.sources[0] == SUFFIX:   # each token looked up, and the one that ended it
+                spent += SUFFIX_STEP_S * (len(draft) + 1)
             draft = draft.cut(self.policy.cut(draft))
         accepted = right_prefix(draft.tokens, self.answer, done)
         verify_s = self.machine.main_batch(len(draft) + 1)
@@ -261,10 +280,29 @@ class Replay:
 GREEDY = Sampler(SamplingParams(temperature=0.0))
 
 
-def make_drafter(kind: DrafterKind, draft_model: RecordedDraftModel) -> Drafter:
+def make_drafter(kind: DrafterKind, draft_model: RecordedDraftModel, index: SuffixIndex | None = None) -> Drafter:
+    """The engine's drafter for ``kind``: with a suffix index, the default asks it after lookup."""
     model = DraftModelDrafter(draft_model)
+    if kind is DrafterKind.SUFFIX:
+        if index is None:
+            raise SystemExit("error: --drafter suffix needs --suffix-index empty or PATH")
+        return SuffixDrafter(index)
+    if kind is DrafterKind.LOOKUP_MODEL and index is not None:
+        return default_chain(index, [model], kind)
     return {DrafterKind.MODEL: model, DrafterKind.LOOKUP: PromptLookupDrafter(),
-            DrafterKind.LOOKUP_MODEL: LookupThenModelDrafter(PromptLookupDrafter(), model)}[kind]
+            DrafterKind.LOOKUP_MODEL: LookupThenModelDrafter(PromptLookupDrafter(tells_unasked=False), model)}[kind]
+
+
+def suffix_index(source: str | None) -> SuffixIndex | None:
+    """--suffix-index: none, an empty index, or one read from a suffix index's log."""
+    if not source or source == "off":
+        return None
+    if source == "empty":
+        return SuffixIndex()
+    docs, _ = read_log(Path(source))
+    if not docs:
+        raise SystemExit(f"error: {source} holds no suffix-index documents")
+    return SuffixIndex(docs)
 
 
 def catch_up_time(catch_up: dict[int, float], profile: CostProfile):
@@ -310,12 +348,13 @@ def replay(args: argparse.Namespace) -> int:
         if args.cold and args.drafter != "lookup":
             costs.observe_draft(1, profile.draft_step_s)  # as if timed after an answer before these (the engine's way)
     speedups, fractions = {}, {}
+    index = suffix_index(args.suffix_index)
     print(f"{'prompt':10s} {'speedup':>8s} {'of bound':>8s} {'drafted':>8s} {'accepted':>9s} {'rounds':>7s} "
           f"{'0-draft':>8s}")
     for trace in traces:
         start = machine.done
         rates = TraceRates([trace]) if args.rates == "answer" else acceptance
-        r = Replay(trace, machine, args.drafter, rates, catch_up, params, costs)
+        r = Replay(trace, machine, args.drafter, rates, catch_up, params, costs, index)
         speedups[trace["id"]] = r.run()
         fractions[trace["id"]] = speedups[trace["id"]] / lookup_bound(trace, machine, args.draft_max, start)
         print(f"{trace['id']:10s} {speedups[trace['id']]:7.2f}x {fractions[trace['id']]:8.2f} {r.drafted:8d} "
@@ -448,6 +487,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="each replayed batch's time varies by this much (standard deviation of its log, "
                           "e.g. 0.1; a shared 2-core machine reads 0.05-0.15): learning from noisy times")
     rep.add_argument("--seed", type=int, default=0, help="the noise's seed")
+    rep.add_argument("--suffix-index", default="off",
+                     help="off (default), empty (grows with the replayed answers), or a suffix index's tokens.log "
+                          "to start from; the default drafter then asks it after lookup")
     rep.add_argument("--start-from", help="learn from this stored profile instead (a stale warm start: e.g. one "
                      "calibrated while another program kept a core busy)")
     top = sub.add_parser("bound", help="the best prompt lookup could do, knowing what will be accepted")

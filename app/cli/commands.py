@@ -7,6 +7,7 @@
     quickdraft info [FILE.gguf] [-m MAIN [-md DRAFT]]
     quickdraft check-pair MAIN DRAFT
     quickdraft models ...
+    quickdraft suffix-index status|clear|on|off [-m MAIN] [--limit-mb N]
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from app import __version__
 from app.cli.model_args import load_engine, model_params
+from app.cli.suffix_index import add_suffix_flag, add_suffix_index_parser
 from app.core.params import DEFAULT_DRAFTER, DrafterKind, PolicyName
 from app.paths import DATA_DIR_ENV
 
@@ -129,7 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     cal.set_defaults(handler=cmd_calibrate)
 
     _add_serve(sub)
-    _add_models(sub)
+    from app.models.cli import add_models_parser
+    add_models_parser(sub)
+    add_suffix_index_parser(sub)
     return parser
 
 
@@ -147,12 +151,14 @@ def _model_args(p: argparse.ArgumentParser, main_required: bool = True) -> None:
                         "fixed: --draft-max every round; pmin: the same, named for its --draft-p-min")
     p.add_argument("--drafter", choices=DrafterKind.values(), default=None,
                    help="who drafts: the draft model (of any vocabulary: one of another drafts through text), "
-                        "prompt lookup (n-gram copy), lookup then the model, "
+                        "prompt lookup (n-gram copy), suffix (the index of past answers and prompts), lookup then "
+                        "the model, "
                         "mtp (the main model's own MTP heads, or the MTP drafter given with --draft), "
                         "eagle3 or dflash (the EAGLE-3 or DFlash/DSpark drafter given with --draft: a block in one "
-                        "pass), or nobody (default: lookup+model with "
-                        "--draft, the drafter file's kind with one, else lookup)")
+                        "pass), or nobody (default: lookup+model with --draft, the drafter file's kind with one, else "
+                        "lookup; either with the suffix index after lookup when it is on)")
     _gpu_layer_args(p)
+    add_suffix_flag(p)
     p.add_argument("-c", "--ctx", type=int, default=4096, help="context size of the main model (4096)")
     p.add_argument("-cd", "--ctx-draft", type=int, default=None, help="context size of the draft (= --ctx)")
     p.add_argument("-t", "--threads", type=int, default=None,
@@ -223,12 +229,6 @@ def _generation_engine(args):
     if not args.main:
         raise QuickdraftError("give a main model (-m FILE.gguf) or a server (--remote URL)")
     return load_engine(args)
-
-
-def _add_models(sub) -> None:
-    from app.models.cli import add_models_parser
-
-    add_models_parser(sub)
 
 
 def _chosen_drafter(args) -> DrafterKind:

@@ -8,13 +8,16 @@ import sys
 
 def load_engine(args, states=None):
     """The pair the arguments name, loaded, with its warnings on stderr (costs kept in the profiles folder;
-    cache states between conversations in ``states``, a StatesConfig, when given)."""
+    cache states between conversations in ``states``, a StatesConfig, when given; the suffix index as
+    --suffix-index or the settings say, for the commands that take the flag)."""
     from app.core.speculation.costmodel import ProfileStore
+    from app.cli.suffix_index import suffix_config
     from app.core.engine import Engine
     from app.paths import app_paths
 
     main, draft = model_params(args)
-    engine = Engine.load(main, draft, profile_store=ProfileStore(app_paths().profiles_dir), states=states)
+    engine = Engine.load(main, draft, profile_store=ProfileStore(app_paths().profiles_dir), states=states,
+                         suffix=suffix_config(args) if hasattr(args, "suffix_index") else None)
     for warning in engine.pair.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if engine.pair.other_vocabulary is not None:

@@ -102,11 +102,12 @@ def _reporter(progress: Callable[[CompareProgress], None] | None, run: int, draf
 def greedy_run(engine: AnswerEngine, tokens: Sequence[int], drafter: DrafterKind, max_tokens: int,
                speculation: SpeculationParams, cancel: threading.Event | None = None,
                on_event: Callable[[Event], None] | None = None) -> Summary:
-    """One greedy generation from an empty cache (so no run gets a head start); its Summary.
+    """One greedy generation from an empty cache (so no run gets a head start), feeding no suffix index
+    (the plain run's answer would be drafted back by the next run); its Summary.
     ``on_event`` hears each event before the Summary."""
     request = GenerationRequest(prompt=list(tokens), sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens),
                                 speculation=speculation, drafter=drafter, cancel=cancel or threading.Event(),
-                                empty_cache=True)
+                                empty_cache=True, feed_suffix_index=False)   # a comparison is not a conversation
     summary = run_to_summary(engine.generate(request), on_event)
     if summary.error:
         raise QuickdraftError(summary.error)

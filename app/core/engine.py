@@ -28,7 +28,7 @@ from app.core.llama.state_cache import StateCache
 from app.core.llama.ram import total_memory_bytes
 from app.core.frontdoor import GenerationRequest, LoadedPair
 from app.core.pair_costs import PairCosts
-from app.core.params import AUTO, DrafterKind, ModelParams, PolicyName, SpeculationParams, StatesConfig
+from app.core.params import DrafterKind, ModelParams, PolicyName, SpeculationParams, StatesConfig, SuffixConfig
 from app.core.speculation.acceptance import AcceptanceModel
 from app.core.speculation.constraint import GrammarConstraint
 from app.core.speculation.costmodel import ProfileStore, model_identity
@@ -39,6 +39,8 @@ from app.core.speculation.events import Event
 from app.core.speculation.loop import SpeculativeGeneration
 from app.core.speculation.policy import AutoPolicy, make_policy
 from app.core.speculation.policy_base import DraftPolicy, FixedPolicy
+from app.core.speculation.suffix_drafter import suffix_drafter
+from app.core.speculation.suffix_memory import ConversationFeed, SuffixMemory, open_memory
 
 
 class Engine:
@@ -71,28 +73,31 @@ class Engine:
         self._state_caches: dict[str, StateCache] = {}
         self._owns_models = True   # False for another slot's engine (another_slot): it only borrows them
         self._infill: "infill.InfillFilter | None" = None   # llama-server's "infill" sampler, once asked for
+        self.suffix: SuffixMemory | None = None    # the main model's index of past documents (Engine.load)
+        self._feed: ConversationFeed | None = None   # what this engine's answers fed it
 
     # --- loading -------------------------------------------------------------------------------
 
     @classmethod
     def load(cls, main: ModelParams, draft: ModelParams | None = None,
              profile_store: ProfileStore | None = None, cancelled: Callable[[], bool] | None = None,
-             states: "StatesConfig | None" = None) -> "Engine":
+             states: "StatesConfig | None" = None, suffix: "SuffixConfig | None" = None) -> "Engine":
         """Check the files, then load the main model and the draft. Raises QuickdraftError
         subclasses with a message for the user; nothing stays loaded after a failure.
         ``profile_store`` keeps cost profiles between runs (else they live as long as the engine).
         A main model that carries MTP layers is loaded with them, so that it can draft for itself.
         ``cancelled``, asked as llama.cpp reads the files, cuts the load short (LoadCancelledError).
-        ``states``: where cache states are kept between conversations (state_cache.py; None: nowhere)."""
+        ``states``: where cache states are kept between conversations (state_cache.py; None: nowhere);
+        ``suffix``: where the suffix index is (None: none read or written; one unusable is a warning)."""
         main_info, draft_info, warnings = read_pair(main.path, draft.path if draft else None)
         if main_info.mtp_layers:
             main = dataclasses.replace(main, load_mtp=True)
         device = devices.choose_device(main.device)
-        main, draft = on_device(main, device), on_device(draft, device)
+        main, draft = devices.on_device(main, device), devices.on_device(draft, device)
         placement = plan_gpu_layers(main, main_info, draft, draft_info, devices.free_bytes(device))
         main = resolved(main, placement.main_layers)
         draft = resolved(draft, placement.draft_layers) if draft is not None else None
-        warnings += placement.notes + _device_notes(main, draft, device)
+        warnings += placement.notes + devices.device_notes(main, draft, device)
         _check_fits_in_memory(main_info, main, draft_info, draft)
         loaded: list = []
         draft_session = drafter_file = None
@@ -106,9 +111,11 @@ class Engine:
             for obj in reversed(loaded):
                 obj.close()
             raise
-        engine = cls(main_session, main_info, draft_session, draft_info, warnings, main, draft, profile_store,
-                     drafter_file)
+        memory, problem = open_memory(suffix, main.path, main_info) if suffix is not None else (None, "")
+        engine = cls(main_session, main_info, draft_session, draft_info, warnings + ([problem] if problem else []),
+                     main, draft, profile_store, drafter_file)
         engine.states = states
+        engine.suffix, engine._feed = memory, ConversationFeed(memory) if memory is not None else None
         return engine
 
     @functools.cached_property
@@ -125,7 +132,8 @@ class Engine:
             placement=tuple((name, where.describe()) for name, where in placement),
             has_draft_model=self.draft is not None, drafts_as=self._drafter_file_kind,
             other_vocabulary=self.shared_vocab.describe() if self.shared_vocab is not None else None,
-            thinking=thinking, thinking_off=thinking_off, chat_template=self.main.model.chat_template())
+            thinking=thinking, thinking_off=thinking_off, chat_template=self.main.model.chat_template(),
+            suffix_index=self.suffix is not None)
 
     def _thinking_formats(self) -> tuple[ThinkingFormat | None, ThinkingFormat | None]:
         """How the main model marks its reasoning with thinking on, and with its template's switch off
@@ -158,6 +166,7 @@ class Engine:
                       drafter_file=self.drafter_file)
         slot.costs, slot.acceptance = self.costs, self.acceptance
         slot.states, slot._state_caches, slot._owns_models = self.states, self._state_caches, False
+        slot.suffix, slot._feed = self.suffix, ConversationFeed(self.suffix) if self.suffix is not None else None
         return slot
 
     @property
@@ -182,6 +191,8 @@ class Engine:
                     session.close()
             self.draft = None
             return
+        if self.suffix is not None:
+            self.suffix.close()   # what was fed is written before the process ends
         if self.drafter_file is not None:
             self.drafter_file.close()
             self.drafter_file = None
@@ -249,8 +260,11 @@ class Engine:
             constraint=constraint,
         )
         events = generation.run(tokens)
+        if self._feed is not None and request.feed_suffix_index:
+            events = self._feed.feeding(events, tokens)
         if isinstance(policy, AutoPolicy):
-            uses_model = isinstance(chosen, (DraftModelDrafter, LookupThenModelDrafter, CrossVocabDrafter))
+            uses_model = any(isinstance(d, (DraftModelDrafter, LookupThenModelDrafter, CrossVocabDrafter))
+                             for d in getattr(chosen, "drafters", (chosen,)))
             untimed = uses_model and policy.costs.draft_step_s is None
             events = self.costs.keep_what_is_learned(events, policy.costs, tokens[-1:] if untimed else None)
         return events
@@ -301,12 +315,17 @@ class Engine:
 
     def _drafter(self, kind: DrafterKind) -> Drafter | None:
         """A fresh drafter for one generation; choices with the model fall back to what is loaded (a
-        drafter file is the pair's draft model: it drafts as its kind, MTP or EAGLE-3)."""
+        drafter file is the pair's draft model: it drafts as its kind, MTP or EAGLE-3). With a suffix
+        index the default asks it after prompt lookup, before the draft model."""
+        default = kind is DrafterKind.LOOKUP_MODEL and self.suffix is not None
         kind = kind.for_pair(self.draft is not None, self._drafter_file_kind)
+        if kind is DrafterKind.SUFFIX or (default and kind in (DrafterKind.LOOKUP, DrafterKind.LOOKUP_MODEL)):
+            model = [self._model_drafter()] if kind is DrafterKind.LOOKUP_MODEL else []
+            return suffix_drafter(kind, self.suffix, model)
         if kind is DrafterKind.LOOKUP:
             return PromptLookupDrafter()
         if kind is DrafterKind.LOOKUP_MODEL:
-            return LookupThenModelDrafter(PromptLookupDrafter(), self._model_drafter())
+            return LookupThenModelDrafter(PromptLookupDrafter(tells_unasked=False), self._model_drafter())
         if kind is DrafterKind.MODEL:
             return self._model_drafter()
         if kind in (DrafterKind.MTP, DrafterKind.EAGLE3):
@@ -359,21 +378,6 @@ class Engine:
 
 def _messages_key(messages: list[dict]) -> tuple:
     return tuple(tuple(sorted((k, repr(v)) for k, v in m.items())) for m in messages)
-
-
-def on_device(params: ModelParams | None, device: "devices.Device | None") -> ModelParams | None:
-    """``params`` bound to the one device the pair runs on (the CPU when ``device`` is None)."""
-    if params is None:
-        return None
-    return dataclasses.replace(params, device=device.name if device else devices.CPU_ONLY)
-
-
-def _device_notes(main: ModelParams, draft: ModelParams | None, device: "devices.Device | None") -> tuple[str, ...]:
-    """GPU layers asked for by number where no GPU is used: they stay in RAM, say so."""
-    asked = [p for p in (main, draft) if p is not None and p.n_gpu_layers not in (0, AUTO)]
-    if device is not None or not asked:
-        return ()
-    return ("GPU layers were asked for, but the models run on the CPU (no usable GPU, or device 'cpu' chosen)",)
 
 
 def _open_model(params: ModelParams, loaded: list, cancelled: Callable[[], bool] | None) -> "llama.LlamaModel":

@@ -45,6 +45,9 @@ class GenerationRequest:
     # a GBNF grammar the answer must follow (llama.cpp's syntax, start rule "root"), enforced on the main
     # model's distribution at every verified position (app/core/speculation/constraint.py); None: free text
     grammar: str | None = None
+    # whether the answer feeds the engine's suffix index (app/core/speculation/suffix_memory.py): a
+    # comparison's runs do not, or its plain answer would be drafted back whole by its speculative run
+    feed_suffix_index: bool = True
 
     def __post_init__(self) -> None:
         # a name is parsed where it is typed (argparse, settings, HTTP): the core takes only the kind
@@ -72,6 +75,7 @@ class LoadedPair:
     thinking_off: ThinkingFormat | None = None  # the same with its template's switch off (None: no switch)
     chat_template: str | None = None
     remote_url: str | None = None        # a server answers, at this address as it was given
+    suffix_index: bool = False           # the engine keeps a suffix index: the default asks it after lookup
 
     @property
     def model_id(self) -> str:
@@ -88,10 +92,13 @@ class LoadedPair:
 
     def who_drafts(self, chosen: DrafterKind, speculation: SpeculationParams | None = None) -> DrafterKind:
         """Who drafts with this pair when ``chosen`` is asked for (``DrafterKind.for_pair``: lookup
-        drafts without a draft model, a drafter file drafts as its kind); NONE when nobody does,
+        drafts without a draft model, or the default does where a suffix index can stand in for the
+        model; a drafter file drafts as its kind); NONE when nobody does,
         which is also so when ``speculation`` drafts at most 0 tokens (no round can draft)."""
         if speculation is not None and speculation.draft_max == 0:
             return DrafterKind.NONE
+        if chosen is DrafterKind.LOOKUP_MODEL and self.suffix_index and self.drafts_as is None:
+            return chosen   # the default stays itself: lookup, else the suffix index (else the model, if any)
         return chosen.for_pair(self.has_draft_model, self.drafts_as)
 
 

@@ -44,6 +44,7 @@ class DrafterKind(Choice):
     LOOKUP_MODEL = "lookup+model", "Lookup + draft"   # prompt lookup, else the draft model
     MODEL = "model", "Draft model"
     LOOKUP = "lookup", "Prompt lookup"                # copies text that repeats, free
+    SUFFIX = "suffix", "Suffix index"                 # what followed the context's end in past answers and prompts
     MTP = "mtp", "MTP heads"                          # the main model's own MTP (nextn) layers
     EAGLE3 = "eagle3", "EAGLE-3"                      # an EAGLE-3 drafter file on the main model's hidden states
     DFLASH = "dflash", "DFlash"                       # a DFlash (or DSpark) drafter file: a block in one pass
@@ -68,6 +69,7 @@ class DrafterKind(Choice):
 
 # Who drafts when nobody says: the CLI, the server, the window's first start, Engine.generate. Without a
 # draft model it is prompt lookup (``without_model``); with an MTP drafter file, MTP (the engine's rule).
+# Where the engine keeps a suffix index, the default asks it after prompt lookup and before the model.
 DEFAULT_DRAFTER = DrafterKind.LOOKUP_MODEL
 
 
@@ -232,6 +234,19 @@ def _bias(value) -> bool:
 
 def _integer(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class SuffixConfig:
+    """Where the suffix index of past documents is kept (app/core/speculation/suffix_store.py: a folder
+    per main model under ``folder``) and how many bytes each model's log may take."""
+
+    folder: Path
+    limit_bytes: int
+
+    def __post_init__(self) -> None:
+        _require("suffix index limit", self.limit_bytes, _integer(self.limit_bytes) and self.limit_bytes >= 1 << 20,
+                 "must be at least 1 MB")
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,7 @@ class MainWindow(QMainWindow):
         self.composer = Composer()
         self.speculation = SpeculationPanel()
         self.stats_panel, self.charts = self.speculation.stats, self.speculation.charts
-        self.settings_panel = SettingsPanel(self.controller.settings)
+        self.settings_panel = SettingsPanel(self.controller.settings, suffix_folder=self.controller.paths.suffix_index_dir)
         self.server_panel = ServerPanel(self.controller.settings)
         self.hardware = HardwareStatus()
         self.statusBar().addPermanentWidget(self.hardware, 1)

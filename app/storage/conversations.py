@@ -52,7 +52,7 @@ LINK_MESSAGES = """UPDATE messages SET parent_id = (SELECT MAX(earlier.id) FROM 
     WHERE earlier.conversation_id = messages.conversation_id AND earlier.id < messages.id)"""
 LEAF = -1   # add_message's default parent: the last message of the path shown
 
-Run = tuple[str, str]  # (text, origin value: "draft" or "main")
+Run = tuple[str, str]  # (text, origin value: "draft", "suffix" or "main")
 
 
 @dataclass(frozen=True)

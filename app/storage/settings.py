@@ -13,7 +13,7 @@ from typing import Any
 
 from app.core.errors import QuickdraftError
 from app.core.params import (AUTO, DEFAULT_DRAFTER, Choice, DrafterKind, ModelParams, PolicyName, SamplingParams,
-                             SpeculationParams, parse_gpu_layers)
+                             SpeculationParams, SuffixConfig, parse_gpu_layers)
 from app.storage.files import keep_aside
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "draft_gpu_layers": (-1, 999),
     "threads": (0, 512),
     "conversation_cache_mb": (0, 1_048_576),
+    "suffix_index_mb": (1, 65536),
     "server_port": (1, 65535),
     "conversations_width": (0, 10000),
     "side_panel_width": (0, 10000),
@@ -63,6 +64,8 @@ class Settings:
     device: str = AUTO                  # the GPU both models run on: auto, cpu, or a name (CUDA0, Vulkan1)
     threads: int = 0                    # 0 = the engine's default for this machine
     conversation_cache_mb: int = 2048   # disk for cache states kept between conversations; 0 = none
+    suffix_index: bool = True           # draft from past answers and prompts (app/core/speculation/suffix_store.py)
+    suffix_index_mb: int = 64           # the most each main model's suffix index may take on disk
     colour_tokens: bool = False
     default_system_prompt: str = "You are a helpful assistant."
     server_host: str = "127.0.0.1"      # the window's "Local server"; another address needs an API key
@@ -84,6 +87,10 @@ class Settings:
     def speculation(self) -> SpeculationParams:
         return SpeculationParams(draft_max=self.draft_max, draft_min=min(self.draft_min, self.draft_max),
                                  p_min=self.p_min, policy=self.draft_policy)
+
+    def suffix_config(self, folder: Path) -> SuffixConfig | None:
+        """Where the suffix index is kept and how large, or None when it is off."""
+        return SuffixConfig(folder, self.suffix_index_mb << 20) if self.suffix_index else None
 
     def main_params(self, path: str) -> ModelParams:
         return ModelParams(path=path, n_gpu_layers=self.main_gpu_layers, n_ctx=self.n_ctx,

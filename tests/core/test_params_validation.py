@@ -71,7 +71,7 @@ def test_min_p_one_keeps_the_best_token():
 
 def test_choices_keep_their_stored_names_and_have_labels():
     """The values are what settings files and JSON hold: they must not change."""
-    assert DrafterKind.values() == ("lookup+model", "model", "lookup", "mtp", "eagle3", "dflash", "none")
+    assert DrafterKind.values() == ("lookup+model", "model", "lookup", "suffix", "mtp", "eagle3", "dflash", "none")
     assert PolicyName.values() == ("auto", "fixed", "pmin")
     assert all(kind.label and kind.label != kind.value for kind in DrafterKind)
     assert json.dumps({"drafter": DrafterKind.LOOKUP_MODEL}) == '{"drafter": "lookup+model"}'
@@ -109,9 +109,22 @@ def test_who_drafts_with_the_pair_as_loaded():
     from app.core.params import DrafterKind as K
 
     assert [k.for_pair(draft_model=True) for k in K] == list(K)
-    assert [k.for_pair(draft_model=False) for k in K] == [K.LOOKUP, K.NONE, K.LOOKUP, K.MTP, K.EAGLE3, K.DFLASH,
-                                                          K.NONE]
-    assert [k.for_pair(draft_model=False, drafter_file=K.MTP) for k in K] == [K.MTP, K.MTP, K.LOOKUP, K.MTP,
+    assert [k.for_pair(draft_model=False) for k in K] == [K.LOOKUP, K.NONE, K.LOOKUP, K.SUFFIX, K.MTP, K.EAGLE3,
+                                                          K.DFLASH, K.NONE]
+    assert [k.for_pair(draft_model=False, drafter_file=K.MTP) for k in K] == [K.MTP, K.MTP, K.LOOKUP, K.SUFFIX, K.MTP,
                                                                               K.EAGLE3, K.DFLASH, K.NONE]
-    assert [k.for_pair(draft_model=False, drafter_file=K.DFLASH) for k in K] == [K.DFLASH, K.DFLASH, K.LOOKUP, K.MTP,
-                                                                                 K.EAGLE3, K.DFLASH, K.NONE]
+    assert [k.for_pair(draft_model=False, drafter_file=K.DFLASH) for k in K] == [K.DFLASH, K.DFLASH, K.LOOKUP,
+                                                                                 K.SUFFIX, K.MTP, K.EAGLE3, K.DFLASH,
+                                                                                 K.NONE]
+
+
+def test_with_a_suffix_index_the_default_stays_itself_without_a_draft_model():
+    """The engine then drafts with lookup, else the index (app/core/speculation/suffix_drafter.py); a
+    drafter file still drafts as its kind, and lookup alone stays lookup alone."""
+    from app.core.frontdoor import LoadedPair
+    from app.core.params import DrafterKind as K
+
+    pair = LoadedPair("m", "m.gguf", suffix_index=True)
+    assert pair.who_drafts(K.LOOKUP_MODEL) is K.LOOKUP_MODEL and pair.who_drafts(K.LOOKUP) is K.LOOKUP
+    assert LoadedPair("m", "m.gguf").who_drafts(K.LOOKUP_MODEL) is K.LOOKUP
+    assert LoadedPair("m", "m.gguf", suffix_index=True, drafts_as=K.MTP).who_drafts(K.LOOKUP_MODEL) is K.MTP

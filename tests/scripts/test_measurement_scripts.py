@@ -267,3 +267,24 @@ def test_ngram_bench_resumes_only_a_run_made_with_the_same_settings(tmp_path):
     args.threads = 2
     with pytest.raises(SystemExit, match="threads"):
         resumed(args)
+
+
+def test_replay_feeds_the_suffix_index_each_answer_and_drafts_the_next_from_it(tmp_path):
+    data = json.loads((ROOT / "scripts/gpu/data/qwen2.5-coder-1.5b+0.5b-traces.json").read_text())
+    first = next(t for t in data["traces"] if t["id"] == "edit-1")
+    data["traces"] = [{**first, "id": "edit-a"}, {**first, "id": "edit-b"}]   # the same request twice
+    traces = tmp_path / "twice.json"
+    traces.write_text(json.dumps(data))
+    out = script("scripts/policy_replay.py", "replay", str(traces), str(ROOT / "tests/scripts/cpu-2core-profile.json"),
+                 "--drafter", "suffix", "--suffix-index", "empty")
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("edit-")}
+    assert int(rows["edit-a"][4]) == 0   # accepted: nothing was in the index yet
+    assert int(rows["edit-b"][4]) > 0.6 * len(first["tokens"])   # the first answer, fed, drafts the second
+
+
+def test_suffix_index_size_prints_its_table_and_keeps_to_the_limit(tmp_path):
+    out = script("scripts/suffix_index_size.py", "--days", "1", "--limit-mb", "1", "--lookups", "5",
+                 "--json", str(tmp_path / "s.json"))
+    assert "us/drafted" in out
+    row = json.loads((tmp_path / "s.json").read_text())["rows"][0]
+    assert 0 < row["log_bytes"] <= 1 << 20 and row["tokens"] > 0 and row["drafted"] > 0

@@ -8,13 +8,14 @@ registry then says which devices each found and how much memory each has free.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from app.core.errors import QuickdraftError
 from app.core.llama import backends
 from app.core.llama.library import ensure_backend, lib
-from app.core.params import AUTO
+from app.core.params import AUTO, ModelParams
 
 # enum ggml_backend_dev_type (ggml-backend.h)
 _DEVICE_KINDS = {0: "CPU", 1: "GPU", 2: "integrated GPU", 3: "accelerator", 4: "meta"}
@@ -212,3 +213,18 @@ def _device(ggml, dev) -> Device:
 
 def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
+
+
+def on_device(params: ModelParams | None, device: "Device | None") -> ModelParams | None:
+    """``params`` bound to the one device the pair runs on (the CPU when ``device`` is None)."""
+    if params is None:
+        return None
+    return dataclasses.replace(params, device=device.name if device else CPU_ONLY)
+
+
+def device_notes(main: ModelParams, draft: ModelParams | None, device: "Device | None") -> tuple[str, ...]:
+    """GPU layers asked for by number where no GPU is used: they stay in RAM, say so."""
+    asked = [p for p in (main, draft) if p is not None and p.n_gpu_layers not in (0, AUTO)]
+    if device is not None or not asked:
+        return ()
+    return ("GPU layers were asked for, but the models run on the CPU (no usable GPU, or device 'cpu' chosen)",)

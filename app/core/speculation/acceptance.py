@@ -10,8 +10,8 @@ from app.core.params import DrafterKind
 
 # Which drafter proposed a token: DrafterKind's members (a draft's ``sources``, a Round's ``drafter``),
 # by their short names here
-MODEL, LOOKUP, MTP, EAGLE3, DFLASH = (DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.MTP, DrafterKind.EAGLE3,
-                                      DrafterKind.DFLASH)
+MODEL, LOOKUP, MTP, EAGLE3, DFLASH, SUFFIX = (DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.MTP,
+                                              DrafterKind.EAGLE3, DrafterKind.DFLASH, DrafterKind.SUFFIX)
 # A draft model of another vocabulary (chosen as ``model``, drafting through text: crossvocab.py): named
 # apart so that its acceptance is learned apart and the statistics show it by name
 CROSS = "model (other vocabulary)"
@@ -22,7 +22,9 @@ HEADS = frozenset({MTP, EAGLE3})
 # The drafters that propose a whole block in one pass (DFlash, DSpark): one call whose cost hardly
 # depends on the block's length, timed by each answer's rounds; only verifying grows with length
 BLOCKS = frozenset({DFLASH})
-SOURCES = (MODEL, CROSS, LOOKUP, MTP, EAGLE3, DFLASH)   # every drafter a round can name
+# The drafters that copy: deterministic proposals (q None), free to make; only a failed verification costs
+COPIERS = frozenset({LOOKUP, SUFFIX})
+SOURCES = (MODEL, CROSS, LOOKUP, SUFFIX, MTP, EAGLE3, DFLASH)   # every drafter a round can name
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,23 @@ class LookupMatch:
     in_prompt: bool = False
 
 
-Score = float | LookupMatch  # a drafted token's score: the draft model's top probability, or a lookup match
+@dataclass(frozen=True)
+class SuffixMatch:
+    """The score of a suffix-index draft (suffix_index.py): how many tokens of the context's end matched
+    in past documents, how often the drafted token followed them there and how often any token did."""
+
+    length: int
+    count: int
+    total: int
+
+    @property
+    def confidence(self) -> float:
+        """The drafted token's share of the continuations, shrunk by the evidence: 1 of 1 is 0.5, 9 of
+        9 is 0.9 (as if one more continuation had been another token)."""
+        return self.count / (self.total + 1)
+
+
+Score = float | LookupMatch | SuffixMatch  # a drafted token's score: the draft model's top probability, or a match
 
 
 class AcceptanceModel:
@@ -66,6 +84,15 @@ class AcceptanceModel:
         ("answer", "next"): {1: 0.5, 2: 0.65, 3: 0.7, 4: 0.7, 6: 0.75, 9: 0.75, 13: 0.7, 16: 0.7},
     }
 
+    # a suffix-index token's prior (a guess, learned from there): by the match's length, the first token of
+    # a draft apart, times a factor for the token's share of the match's continuations. A long match in
+    # past documents is an agent's loop or a file written again: what followed it once mostly follows
+    # again, so one continuation seen once (confidence 0.5) must be worth drafting after a 16-token match
+    SUFFIX_CONFIDENCE_BUCKETS = (0.0, 0.4, 0.6, 0.8)
+    SUFFIX_PRIOR = {"first": {1: 0.15, 2: 0.3, 3: 0.4, 4: 0.5, 6: 0.6, 9: 0.8, 13: 0.9, 16: 0.95},
+                    "next": {1: 0.4, 2: 0.55, 3: 0.65, 4: 0.7, 6: 0.8, 9: 0.9, 13: 0.95, 16: 0.97}}
+    SUFFIX_CONFIDENCE_FACTOR = {0.0: 0.6, 0.4: 0.9, 0.6: 0.95, 0.8: 1.0}
+
     def __init__(self) -> None:
         self._counts: dict[tuple, list[float]] = {}
 
@@ -74,12 +101,18 @@ class AcceptanceModel:
         if source == LOOKUP:
             where = "prompt" if score.in_prompt else "answer"
             return (LOOKUP, where, "next" if n > 0 else "first", _length_bucket(score.length))
+        if source == SUFFIX:
+            confidence = max(b for b in AcceptanceModel.SUFFIX_CONFIDENCE_BUCKETS if b <= score.confidence)
+            return (SUFFIX, "next" if n > 0 else "first", _length_bucket(score.length), confidence)
         return (source if source in HEADS | BLOCKS | {CROSS} else MODEL, min(9, int(score * 10)))
 
     def prior(self, key: tuple) -> float:
         if key[0] == LOOKUP:
             _, where, which, length = key
             return self.LOOKUP_PRIOR[where, which][length]
+        if key[0] == SUFFIX:
+            _, which, length, confidence = key
+            return self.SUFFIX_PRIOR[which][length] * self.SUFFIX_CONFIDENCE_FACTOR[confidence]
         return (key[1] + 0.5) / 10
 
     def chance(self, source: str, n: int, score: Score) -> float:

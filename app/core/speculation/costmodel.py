@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 LOOKUP_STEP_S = 5e-5  # a prompt-lookup draft token: a dictionary probe in Python
+SUFFIX_STEP_S = 3e-4  # a suffix-index draft token: a few binary searches per segment (scripts/suffix_index_size.py)
 
 
 @dataclass

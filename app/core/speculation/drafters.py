@@ -157,9 +157,10 @@ class PromptLookupDrafter:
 
     name = LOOKUP
 
-    def __init__(self, ngram_max: int = 16, ngram_min: int = 1):
+    def __init__(self, ngram_max: int = 16, ngram_min: int = 1, tells_unasked: bool = True):
         self.ngram_max = ngram_max
         self.ngram_min = ngram_min
+        self.tells_unasked = tells_unasked   # False beside a draft model (``_tell_unasked``)
         self._indexed: list[int] = []
         self._prompt_length = 0
         self._unasked: tuple[int, int, LookupMatch, DraftPolicy] | None = None   # see ``_tell_unasked``
@@ -251,8 +252,12 @@ class PromptLookupDrafter:
         re-joins the prompt after each change with a 2-token match whose copy runs on for 10 tokens,
         and the policy, which had never seen a 2-token match right, waited for 9 (issue 43's copy-2:
         0.86x replayed, against a bound of 1.21x). Free to make, a proposal is free to check; under
-        sampling the token produced equals it with the chance verification would have accepted it."""
-        if self._unasked is None:
+        sampling the token produced equals it with the chance verification would have accepted it.
+        Not told beside a draft model, which takes the rounds lookup leaves: there a kind of match
+        learned right more often took rounds the model drafted better (replayed on the 2-core profile,
+        the copy prompts' median 1.14x -> 1.09x; copy-5 1.19x -> 0.99x)."""
+        if self._unasked is None or not self.tells_unasked:
+            self._unasked = None
             return
         at, token, match, policy = self._unasked
         self._unasked = None
@@ -296,7 +301,5 @@ class LookupThenModelDrafter:
         return draft if len(draft) else self.model.draft(context, max_len, policy, sampler)
 
     def sync(self, context: Sequence[int]) -> None:
-        # lookup's undrafted proposals are not told here: with a draft model to take the rounds lookup
-        # leaves, a kind of match learned right more often took rounds the model drafted better
-        # (replayed on the 2-core profile, the copy prompts' median 1.14x -> 1.09x; copy-5 1.19x -> 0.99x)
+        self.lookup.sync(context)
         self.model.sync(context)

@@ -19,6 +19,7 @@ class Origin(str, Enum):
     """Where a token came from."""
 
     DRAFT = "draft"  # a drafted token the main model accepted
+    SUFFIX = "suffix"  # a token drafted from the suffix index (past answers and prompts) the main model accepted
     MAIN = "main"    # the main model's own token: a correction after a rejection, or a bonus
 
 

@@ -18,6 +18,7 @@ from typing import Callable, Iterator, Protocol, Sequence
 from app.core.errors import PromptTooLongError, QuickdraftError
 from app.core.lm import Session, Vocabulary, common_prefix_length, prefill
 from app.core.params import SamplingParams
+from app.core.speculation.acceptance import SUFFIX
 from app.core.speculation.constraint import GrammarConstraint, cut_to_grammar, settle
 from app.core.speculation.drafters import Draft, Drafter
 from app.core.speculation.events import Event, Origin, Reading, Round, Started, StopReason, TokenPiece
@@ -168,7 +169,8 @@ class SpeculativeGeneration:
         used_drafts = min(accepted, len(new_tokens))
         self.policy.observe(draft, accepted, draft_s=t1 - t0, main_confidence=confidence,
                             verify_s=t2 - t1, context=len(self.context) - 1)
-        yield from self._emit(new_tokens, n_from_draft=used_drafts)
+        yield from self._emit(new_tokens, n_from_draft=used_drafts,
+                              drafted=Origin.SUFFIX if draft.sources[:1] == [SUFFIX] else Origin.DRAFT)
         if self.drafter is not None:
             self.drafter.sync(self.context)
         yield self._record(Round(self.stats.rounds, len(draft), used_drafts, t1 - t0, t2 - t1, len(self.generated),
@@ -190,8 +192,9 @@ class SpeculativeGeneration:
             return Draft()  # too short to be worth a batch: the main model decodes alone
         return draft
 
-    def _emit(self, tokens: list[int], n_from_draft: int) -> Iterator[TokenPiece]:
-        """Append tokens to the answer and yield their text; an end-of-generation token ends it."""
+    def _emit(self, tokens: list[int], n_from_draft: int, drafted: Origin = Origin.DRAFT) -> Iterator[TokenPiece]:
+        """Append tokens to the answer and yield their text; an end-of-generation token ends it. The first
+        ``n_from_draft`` were drafted: their origin is ``drafted`` (the suffix index's tokens show apart)."""
         for i, token in enumerate(tokens):
             self.context.append(token)
             self.generated.append(token)
@@ -200,7 +203,7 @@ class SpeculativeGeneration:
                 return
             if self.text.stopped:
                 continue  # generated past a stop string: counted, not shown
-            origin = Origin.DRAFT if i < n_from_draft else Origin.MAIN
+            origin = drafted if i < n_from_draft else Origin.MAIN
             piece = self.text.push(token, self.vocab.piece(token), origin)
             if piece is not None:
                 yield self._record(piece)

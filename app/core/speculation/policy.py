@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Hashable, Sequence
 
 from app.core.params import PolicyName, SpeculationParams
-from app.core.speculation.acceptance import (BLOCKS, DRAFT_MODELS, HEADS, LOOKUP, AcceptanceModel, LookupMatch,
-                                              Score)
-from app.core.speculation.costmodel import CostModel, CostProfile
+from app.core.speculation.acceptance import (BLOCKS, COPIERS, DRAFT_MODELS, HEADS, SUFFIX,
+                                              AcceptanceModel, LookupMatch, Score, SuffixMatch)
+from app.core.speculation.costmodel import SUFFIX_STEP_S, CostModel, CostProfile
 from app.core.speculation.draft import Draft
 from app.core.speculation.policy_base import Decision, DraftPolicy, FixedPolicy, below_p_min
 from app.core.speculation.policy_costs import CostReadings
@@ -62,7 +62,7 @@ class AutoPolicy:
         self._chain_cost: list[float] = []     # and the cost of drafting each token
         self._model_in_play = False            # a draft model drafter asked may_draft
         self._round_source: str | None = None
-        self._standing: Hashable = None        # the key this round's result settles (lookup_standing)
+        self._standing: Hashable = None        # the key this round's result settles (copier_standing)
         self._behind = 0                       # tokens the draft model read before this round's draft
         self._more = 0                         # draft-model steps after the first, this round
         self._main_confidence: float | None = None  # unknown until the first round is verified
@@ -133,7 +133,7 @@ class AutoPolicy:
         once where it could pay (read off its neighbours, the jumps of a real machine's batch costs
         trap the policy in short drafts). A draft model's tokens cost steps whether verified or not:
         it drafts on the estimates."""
-        return self.readings.hopeful if source == LOOKUP else self.readings.profile
+        return self.readings.hopeful if source in COPIERS else self.readings.profile
 
     def token_cost(self, source: str) -> float:
         """Seconds to draft one token (the steps do not depend on the context: no profile is read); a
@@ -142,6 +142,8 @@ class AutoPolicy:
             return 0.0
         if source in HEADS:
             return self._head_step()
+        if source == SUFFIX:
+            return SUFFIX_STEP_S
         return (self.costs.draft_step_s or 0.0) if source in DRAFT_MODELS else self.costs.lookup_step_s
 
     def _head_step(self) -> float:
@@ -227,8 +229,8 @@ class AutoPolicy:
             return 0
         if self.readings.learns and self.costs.unconfirmed:
             return 0  # the stored profile's first round: a step of the main model alone times it
-        if source != LOOKUP and self.standings.sits_out(source):
-            return 0   # lookup's standing is its match's: asked at its first token (``step``)
+        if source not in COPIERS and self.standings.sits_out(source):
+            return 0   # a copier's standing is its match's: asked at its first token (``step``)
         if source in DRAFT_MODELS and self._main_is_unsure():
             return 0
         self._round_source = self._standing = source
@@ -248,8 +250,8 @@ class AutoPolicy:
     def step(self, n: int, score: Score, source: str) -> Decision:
         if below_p_min(self.params, score, source):
             return Decision.STOP
-        if source == LOOKUP and n == 0:
-            self._standing = lookup_standing(score)
+        if source in COPIERS and n == 0:
+            self._standing = copier_standing(source, score)
             if self.standings.sits_out(self._standing):
                 return Decision.STOP
         a = self.acceptance.chance(source, n, score)
@@ -315,11 +317,11 @@ class AutoPolicy:
         would have taken one step per token. ``spent`` is the drafting time, measured when the loop
         measures it: a draft model's catch-up on skipped tokens and the step that found its next
         token not worth drafting cost time even when the draft is cut to nothing."""
-        if verified == 0 and source == LOOKUP:
-            return  # lookup proposed nothing: it cost nothing
+        if verified == 0 and source in COPIERS:
+            return  # a copier proposed nothing: it cost nothing
         step = self.readings.profile.main_batch(1)
         saved = (accepted + 1) * step - (spent + self.readings.profile.main_batch(verified + 1))
-        if source != LOOKUP:
+        if source not in COPIERS:
             self.standings.settle(source, saved, step)
             return
         # Lookup's misses cost only their verification: where no draft model could take its rounds,
@@ -330,10 +332,12 @@ class AutoPolicy:
         self.standings.settle(self._standing, saved, step, forgiven)
 
 
-def lookup_standing(score: LookupMatch) -> tuple:
-    """The standing a lookup draft is kept under: its first token's acceptance bucket (where the
-    match was found, how long it is), so that losing short matches do not sit out long copies."""
-    return AcceptanceModel.bucket(LOOKUP, 0, score)
+def copier_standing(source: str, score: LookupMatch | SuffixMatch) -> tuple:
+    """The standing a copier's draft (lookup, the suffix index) is kept under: its first token's
+    acceptance bucket (the kind of match: where it was found or how often it held, how long it is), so
+    that losing short matches do not sit out long copies."""
+    return AcceptanceModel.bucket(source, 0, score)
+
 
 
 def expected_tokens(chances: Sequence[float]) -> list[float]:

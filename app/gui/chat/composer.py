@@ -64,8 +64,10 @@ class Composer(QWidget):
         # short, so that the row fits a 1000 px window beside Regenerate ("accepted draft" was cut there)
         legend = QLabel(
             f'<span style="background-color:{theme.DRAFT_BG};">&nbsp;draft&nbsp;</span>&nbsp;'
+            f'<span style="background-color:{theme.SUFFIX_BG};">&nbsp;past&nbsp;</span>&nbsp;'
             f'<span style="background-color:{theme.MAIN_BG};">&nbsp;main&nbsp;</span>')
-        legend.setToolTip("Green: draft tokens the main model accepted. Blue: tokens the main model wrote itself.")
+        legend.setToolTip("Green: draft tokens the main model accepted. Sand: accepted tokens drafted from past "
+                          "answers (the suffix index). Blue: tokens the main model wrote itself.")
         legend.setObjectName("statName")
         self.legend = legend
         self.colour_tokens.toggled.connect(legend.setVisible)

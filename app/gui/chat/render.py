@@ -144,7 +144,7 @@ def render_runs(runs: list[tuple[str, str]] | list[list[str]]) -> str:
 
 
 def _origin_span(text: str, origin: str, style: str = "") -> str:
-    colour = theme.DRAFT_BG if origin == "draft" else theme.MAIN_BG
+    colour = {"draft": theme.DRAFT_BG, "suffix": theme.SUFFIX_BG}.get(origin, theme.MAIN_BG)
     escaped = html.escape(text).replace("\n", "<br/>")
     return f'<span style="background-color:{colour};{style}">{escaped}</span>'
 

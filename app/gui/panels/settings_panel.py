@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QWidget
+from pathlib import Path
+
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QPushButton,
+                               QSpinBox, QWidget)
 
 from app.core.llama.devices import CPU_ONLY, preferred_gpu
 from app.core.params import AUTO, PolicyName
@@ -32,6 +35,9 @@ FIELDS = [
     ("conversation_cache_mb", "Conversation cache (MB)", 256,
      "Disk kept for the caches of conversations left, so that switching back reads only the new message; "
      "the least recently used go first. 0 = none (reload to apply)"),
+    ("suffix_index_mb", "Suffix index (MB)", 16,
+     "The most each main model's index of past answers and prompts may take on disk; the oldest go first "
+     "(reload to apply)"),
 ]
 SECTIONS = {"temperature": "SAMPLING", "draft_max": "SPECULATION", "n_ctx": "LOADING"}
 # shown instead of the minimum value, which means something special
@@ -43,9 +49,10 @@ class SettingsPanel(QWidget):
     changed = Signal(object)      # Settings: the panel's own copy, with the edit
     edited = Signal(str, object)  # the one setting edited and its value: what the window saves
 
-    def __init__(self, settings: Settings, parent=None, gpus: tuple | None = None):
+    def __init__(self, settings: Settings, parent=None, gpus: tuple | None = None, suffix_folder: Path | None = None):
         super().__init__(parent)
         self._settings = settings
+        self._suffix_folder = suffix_folder   # the suffix index's folder, for its size and Clear (None: not shown)
         self._gpus = gpus
         self.editors: dict[str, QSpinBox | QDoubleSpinBox] = {}
         form = QFormLayout(self)
@@ -67,8 +74,10 @@ class SettingsPanel(QWidget):
                 form.addRow("Draft length", self._policy_editor(settings.draft_policy))
             if name == "draft_gpu_layers":
                 form.addRow("Device", self._device_editor(settings.device))
-        note = QLabel("Context, GPU layers, device, threads and the conversation cache apply when models are "
-                      "(re)loaded.")
+            if name == "suffix_index_mb":
+                form.addRow("", self._suffix_editor(settings.suffix_index))
+        note = QLabel("Context, GPU layers, device, threads, the conversation cache and the suffix index apply "
+                      "when models are (re)loaded.")
         note.setObjectName("statName")
         note.setWordWrap(True)
         form.addRow(note)
@@ -101,6 +110,45 @@ class SettingsPanel(QWidget):
         self.policy.currentIndexChanged.connect(lambda _i: self._edited("draft_policy", self.policy.currentData()))
         return self.policy
 
+    def _suffix_editor(self, on: bool) -> QWidget:
+        """Use the suffix index (draft from past answers and prompts) or not, and Clear, with its size."""
+        row = QWidget()
+        layout = QHBoxLayout(row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.suffix_on = QCheckBox("Draft from past answers")
+        self.suffix_on.setChecked(on)
+        self.suffix_on.setToolTip("The suffix index: what followed the text's end in earlier answers, tool calls "
+                                  "and prompts of this model, drafted after prompt lookup (reload to apply)")
+        self.suffix_on.toggled.connect(lambda checked: self._edited("suffix_index", checked))
+        self.suffix_clear = QPushButton()
+        self.suffix_clear.setToolTip("Delete every model's suffix index; a loaded model forgets it when reloaded")
+        self.suffix_clear.clicked.connect(self.clear_suffix_index)
+        layout.addWidget(self.suffix_on)
+        layout.addWidget(self.suffix_clear)
+        row.setVisible(self._suffix_folder is not None)
+        self.show_suffix_size()
+        return row
+
+    def show_suffix_size(self) -> None:
+        """The Clear button says how much the index takes on disk now."""
+        from app.core.speculation.suffix_store import list_indexes
+
+        size = sum(s.bytes for s in list_indexes(self._suffix_folder)) if self._suffix_folder else 0
+        self.suffix_clear.setText(f"Clear ({size / 2**20:.1f} MB)")
+        self.suffix_clear.setEnabled(size > 0)
+
+    def clear_suffix_index(self) -> None:
+        from app.core.speculation.suffix_store import clear_indexes
+
+        if self._suffix_folder is not None:
+            clear_indexes(self._suffix_folder)
+        self.show_suffix_size()
+
+    def showEvent(self, event) -> None:
+        if self._suffix_folder is not None:
+            self.show_suffix_size()   # answers fed it since it was last shown
+        super().showEvent(event)
+
     def _device_editor(self, current: str) -> QComboBox:
         """auto, the CPU alone, or one of the GPUs llama.cpp found (a saved one that is gone is kept,
         marked, so loading says what is wrong instead of the setting changing silently)."""
@@ -132,6 +180,9 @@ class SettingsPanel(QWidget):
         return self._settings
 
     def set_value(self, name: str, value) -> None:
+        if name == "suffix_index":
+            self.suffix_on.setChecked(value)
+            return
         self.editors[name].setValue(_editor_value(value))
 
     def _edited(self, name: str, value) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
+from app.core.params import DrafterKind
 from app.gui.panels.charts import ChartsPanel
 from app.gui.runtime.live_stats import LiveStats, format_estimate, format_parts, parts_json
 
@@ -29,6 +30,8 @@ LEARNING_TIP = ("The auto policy drafts cautiously until it has measured what dr
 NOT_REPORTED = "not reported"   # a remote server said nothing about drafting
 PARTS_TIP = ("Speed and acceptance apart for each part of the answer: the model's thinking, its answer, and "
              "the JSON of its tool calls. Drafting pays most where the text is predictable.")
+DRAFTERS_TIP = ("Who drafted this answer's tokens: prompt lookup copies the conversation, the suffix index "
+                "what followed the same words in earlier answers and prompts, the draft model guesses")
 THREADS_TIP = ("CPU threads each model decoded with. Unless you set them, they are learned while the "
                "app answers: fewer when another program keeps cores busy, all of them when the machine is quiet.")
 
@@ -83,6 +86,11 @@ class StatsPanel(QWidget):
         self.parts.setToolTip(PARTS_TIP)
         self.parts.setWordWrap(True)
         layout.addWidget(self.parts)
+        self.drafters = QLabel()   # who drafted: prompt lookup, the suffix index, the draft model ...
+        self.drafters.setObjectName("statName")
+        self.drafters.setToolTip(DRAFTERS_TIP)
+        self.drafters.setWordWrap(True)
+        layout.addWidget(self.drafters)
         self.threads = QLabel()
         self.threads.setObjectName("statName")
         self.threads.setToolTip(THREADS_TIP)
@@ -129,6 +137,8 @@ class StatsPanel(QWidget):
         self.threads.setText("")
         self.parts.setText("")
         self.parts.hide()
+        self.drafters.setText("")
+        self.drafters.hide()
         self.set_learning(False)
 
     def set_learning(self, learning: bool) -> None:
@@ -159,6 +169,9 @@ class StatsPanel(QWidget):
         parts = format_parts(parts_json(stats), "\n")
         self.parts.setText(parts)
         self.parts.setVisible(bool(parts))
+        drafters = format_drafters(stats.by_drafter)
+        self.drafters.setText(drafters)
+        self.drafters.setVisible(bool(drafters))
         self.set_learning(stats.learning)
 
     def _show_rates(self, stats: LiveStats) -> None:
@@ -171,6 +184,14 @@ class StatsPanel(QWidget):
         self._values["speedup"].setText(format_speedup(summary.estimated_speedup if summary else None))
         if summary is not None:
             self.threads.setText(format_threads(summary.threads, summary.draft_threads))
+
+
+def format_drafters(by_drafter: dict[str, list[int]]) -> str:
+    """Each drafter that drafted, by its name, with its tokens accepted of those drafted; "" where one
+    drafter did it all (the tiles say it), as the parts' line is shown only for more than one part."""
+    names = {kind.value: kind.label for kind in DrafterKind}
+    drafted = [(names.get(name, name), d, a) for name, (d, a) in by_drafter.items() if d]
+    return "  ·  ".join(f"{name}: {a} of {d} accepted" for name, d, a in drafted) if len(drafted) > 1 else ""
 
 
 class SpeculationPanel(QWidget):

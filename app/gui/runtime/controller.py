@@ -338,7 +338,8 @@ class ChatController(QObject):
             return False
         request = LoadRequest(self.settings.main_params(main_path),
                               self.settings.draft_params(draft_path) if draft_path else None,
-                              StatesConfig(self.paths.states_dir, self.settings.conversation_cache_mb << 20))
+                              StatesConfig(self.paths.states_dir, self.settings.conversation_cache_mb << 20),
+                              self.settings.suffix_config(self.paths.suffix_index_dir))
         self._load_cancel = request.cancel
         self.loading = True
         self.model_loading.emit(Path(main_path).name)

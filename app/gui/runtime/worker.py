@@ -19,7 +19,7 @@ from app.core.compare import CompareProgress, compare_greedy
 from app.core.engine import Engine, read_pair
 from app.core.errors import QuickdraftError
 from app.core.frontdoor import AnswerEngine, GenerationRequest
-from app.core.params import DrafterKind, ModelParams, SpeculationParams, StatesConfig
+from app.core.params import DrafterKind, ModelParams, SpeculationParams, StatesConfig, SuffixConfig
 from app.core.remote.client import RemoteEngine
 from app.core.speculation.costmodel import ProfileStore
 from app.core.speculation.events import Round, Started, Summary, TokenPiece, run_to_summary
@@ -36,6 +36,7 @@ class LoadRequest:
     main: ModelParams
     draft: ModelParams | None
     states: StatesConfig | None = None   # where conversations' cache states are kept (None: nowhere)
+    suffix: SuffixConfig | None = None   # where the suffix index of past answers is kept (None: off)
     # set from the GUI thread (the window closing): the load ends at llama.cpp's next tensor
     cancel: threading.Event = field(default_factory=threading.Event, compare=False)
 
@@ -125,7 +126,7 @@ class EngineWorker(QObject):
             read_pair(request.main.path, request.draft.path if request.draft else None)
             self._close_engine()
             engine = Engine.load(request.main, request.draft, profile_store=self._profiles,
-                                 cancelled=request.cancel.is_set, states=request.states)
+                                 cancelled=request.cancel.is_set, states=request.states, suffix=request.suffix)
             pair = engine.pair   # renders the chat template: a template that fails is a failed load
         except QuickdraftError as exc:
             self._load_failed(str(exc))

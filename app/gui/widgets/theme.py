@@ -18,6 +18,7 @@ ERROR_FG = "#a4161a"
 WARN_BG = "#fff6dc"
 INFO_BG = "#e8f4ec"
 DRAFT_BG = "#c9f0d6"     # an accepted draft token
+SUFFIX_BG = "#f3e2b8"    # an accepted token drafted from the suffix index (past answers and prompts)
 MAIN_BG = "#dbe7fb"      # a token the main model produced itself
 DRAFT_LINE = "#1a7f37"
 MAIN_LINE = "#2f6feb"

@@ -362,7 +362,7 @@ def test_the_default_does_not_teach_lookup_from_what_it_left_to_the_draft_model(
     short = LookupMatch(2, in_prompt=True)
     before = policy.acceptance.chance(LOOKUP, 0, short)
     model = DraftModelDrafter(ReferenceSession(ReferenceModel(n_vocab=12, seed=1)))
-    both = LookupThenModelDrafter(PromptLookupDrafter(), model)
+    both = LookupThenModelDrafter(PromptLookupDrafter(tells_unasked=False), model)   # as the engine makes it
     text = [7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8]
     both.prepare(text, policy)
     for _ in range(5):

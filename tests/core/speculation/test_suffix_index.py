@@ -1,0 +1,115 @@
+"""The suffix index (app/core/speculation/suffix_index.py) against a brute-force count, and its drafter
+in the loop: greedy output unchanged, the sampling rule's distribution kept."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from app.core.params import SamplingParams, SpeculationParams
+from app.core.speculation import suffix_index
+from app.core.speculation.acceptance import SUFFIX, SuffixMatch
+from app.core.speculation.suffix_drafter import SuffixDrafter
+from app.core.speculation.suffix_index import DEPTH, SuffixIndex
+from tests.core.speculation.reference_model import ReferenceModel
+from tests.core.speculation.test_loop import (MAIN, PROMPT, SAMPLING, SMALL, chi2, chi2_critical, exact_distribution,
+                                              plain_greedy, run, sample_many)
+
+
+def brute_force(docs, query):
+    """(token, length, count, total) of the most frequent continuation of the longest match, by counting
+    every occurrence in every document (ties: the lowest token)."""
+    for k in range(min(DEPTH, len(query)), 0, -1):
+        gram, found = list(query[-k:]), Counter()
+        for doc in docs:
+            doc = list(doc)
+            for end in range(k, len(doc)):
+                if doc[end - k:end] == gram:
+                    found[doc[end]] += 1
+        if found:
+            top = max(found.values())
+            return min(t for t in found if found[t] == top), k, top, sum(found.values())
+    return None
+
+
+@pytest.mark.parametrize("segment_tokens", [1 << 20, 50])
+def test_the_longest_matchs_most_frequent_continuation_is_found_in_every_segment(monkeypatch, segment_tokens):
+    monkeypatch.setattr(suffix_index, "SEGMENT_TOKENS", segment_tokens)   # 50: many segments, each asked
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 5, size=int(rng.integers(1, 70))).astype(np.int32) for _ in range(40)]
+    index = SuffixIndex(docs[:25])
+    for doc in docs[25:]:
+        index.add(doc)
+    assert index.documents == 40 and index.tokens == sum(len(d) for d in docs)
+    for _ in range(1500):
+        query = [int(t) for t in rng.integers(0, 6, size=int(rng.integers(1, 24)))]  # 5: never in the index
+        found = index.continuation(query)
+        expected = brute_force(docs, query)
+        assert (found.token, found.length, found.count, found.total) == expected if expected else found is None
+
+
+def test_a_match_never_crosses_a_documents_start():
+    index = SuffixIndex([np.array([1, 2, 3]), np.array([4, 5])])
+    assert index.continuation([3]) is None          # 3 ends its document: nothing followed it
+    assert index.continuation([3, 4]).length == 1    # "3 4" is not in the text, "4" is
+    assert index.continuation([2, 3, 4]).token == 5
+
+
+def test_a_chain_drafts_on_from_what_it_drafted_and_stops_where_nothing_followed():
+    index = SuffixIndex([np.array([7, 1, 2, 3, 4, 5]), np.array([7, 1, 2, 9])])
+    chain = list(index.chain([0, 7, 1], 10))
+    # after "7 1" came 2 twice; after "7 1 2" 3 once and 9 once: the lower id, 3, then the copy runs on
+    assert [c.token for c in chain] == [2, 3, 4, 5]
+    assert (chain[0].count, chain[0].total, chain[0].length) == (2, 2, 2)
+    assert (chain[1].count, chain[1].total) == (1, 2)
+    assert list(index.chain([0, 7, 1], 2)) == chain[:2]
+
+
+def test_an_empty_index_finds_nothing():
+    assert SuffixIndex().continuation([1, 2]) is None and list(SuffixIndex().chain([1], 4)) == []
+
+
+def test_the_score_carries_the_match_and_its_frequency():
+    assert SuffixMatch(4, 9, 9).confidence == 0.9 and SuffixMatch(4, 1, 1).confidence == 0.5
+
+
+@pytest.mark.parametrize("draft_max", [1, 4, 8])
+def test_greedy_output_with_the_suffix_drafter_is_the_main_models(draft_max):
+    answer = plain_greedy(MAIN, PROMPT, 40)
+    other = ReferenceModel(n_vocab=12, seed=5)
+    # the answer itself (so drafts are accepted) and another model's answer (so some are rejected)
+    index = SuffixIndex([np.array(PROMPT + answer), np.array(PROMPT + plain_greedy(other, PROMPT, 40))])
+    events, _, _ = run(SuffixDrafter(index), spec=SpeculationParams(policy="fixed", draft_max=draft_max))
+    summary = events[-1]
+    assert list(summary.token_ids) == answer
+    assert dict((name, (d, a)) for name, d, a in summary.by_drafter)[SUFFIX][1] > 0   # it drafted, and was right
+
+
+def test_greedy_output_is_the_main_models_when_the_index_is_mostly_wrong():
+    wrong = [(t + 1) % 12 for t in plain_greedy(MAIN, PROMPT, 40)]
+    events, _, _ = run(SuffixDrafter(SuffixIndex([np.array(PROMPT + wrong)])))
+    assert list(events[-1].token_ids) == plain_greedy(MAIN, PROMPT, 40)
+    assert events[-1].drafted > 4 * events[-1].accepted   # a short match may be right by chance
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["unseeded", "seeded"])
+def test_speculative_sampling_with_the_suffix_drafter_keeps_the_main_models_distribution(keyed):
+    """The index holds sequences of SMALL's 3 tokens, so it drafts every round, right or wrong."""
+    rng = np.random.default_rng(3)
+    index = SuffixIndex([rng.integers(0, 3, size=30).astype(np.int32) for _ in range(8)])
+    n_runs = 6000
+    dist = exact_distribution(SMALL, [0, 1], 4, SamplingParams(**SAMPLING))
+    counts = sample_many(lambda: SuffixDrafter(index), n_runs, keyed=keyed)
+    assert sum(counts.values()) == n_runs
+    assert chi2(counts, dist, n_runs) < chi2_critical(len(dist) - 1)
+
+
+def test_the_suffix_indexs_accepted_tokens_have_an_origin_of_their_own():
+    from app.core.speculation.events import Origin, TokenPiece
+
+    answer = plain_greedy(MAIN, PROMPT, 40)
+    events, _, _ = run(SuffixDrafter(SuffixIndex([np.array(PROMPT + answer)])))
+    origins = Counter(e.origin for e in events if isinstance(e, TokenPiece) for _ in e.token_ids)
+    assert origins[Origin.SUFFIX] == events[-1].accepted > 0 and Origin.DRAFT not in origins
