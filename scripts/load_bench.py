@@ -97,7 +97,7 @@ def load(scenario: str, halfway_after_s: float | None = None):
 
 def quickdraft(args, prompt: str, extra: list[str], data_dir: Path) -> dict:
     cmd = [sys.executable, "-m", "app.cli", "--data-dir", str(data_dir), "generate", "-m", args.main,
-           "--messages", prompt, "-n", str(args.n_predict), "--temp", "0", "--json", *extra]
+           "--messages", prompt, "-n", str(args.n_predict), "--temp", "0", "--json", "--suffix-index", "off", *extra]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
     wall = time.perf_counter() - t0

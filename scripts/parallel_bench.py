@@ -70,7 +70,7 @@ def ours(args, parallel: int) -> list[str]:
     return [sys.executable, "-m", "app.cli", *(["--data-dir", args.data_dir] if args.data_dir else []), "serve",
             "-m", args.main, *(["-md", args.draft, "-ngld", args.gpu_layers] if args.draft else []),
             "-ngl", args.gpu_layers, "-c", str(args.ctx), "-t", str(args.threads), "--parallel", str(parallel),
-            "--state-cache-mb", "0"]
+            "--state-cache-mb", "0", "--suffix-index", "off"]   # no history: each run answers as the first
 
 
 def theirs(args) -> list[str]:

@@ -68,7 +68,8 @@ def servers(args) -> dict[str, list[str]]:
     n = str(args.draft_max)
     return {
         "quickdraft": [sys.executable, "-m", "app.cli", "serve", *common, "--port", str(PORTS["quickdraft"]),
-                       "--queue", "0", "--drafter", "model", "--policy", "fixed", "--draft-max", n],
+                       "--queue", "0", "--drafter", "model", "--policy", "fixed", "--draft-max", n,
+                       "--suffix-index", "off"],
         "llama-server": [args.llama_server, *common, "--port", str(PORTS["llama-server"]), "-td", str(args.threads),
                          "-np", "1", "--host", "127.0.0.1", "--spec-type", "draft-simple", "--spec-draft-n-max", n,
                          "--no-webui"],
