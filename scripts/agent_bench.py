@@ -60,16 +60,25 @@ def main(argv: list[str] | None = None) -> int:
         workload["sessions"] = workload["sessions"][:args.sessions]
     work = Path(tempfile.mkdtemp(prefix="agent-bench-"))
     servers = Servers(args, work)
+    requests: list[dict] = []
     try:
         servers.start_all()
-        requests = drive(workload, servers.ask_all)
+        drive(workload, servers.ask_all, lambda: save(args, requests, list(servers.modes)), requests)
     finally:
         servers.stop_all()
-    summary = summarize(requests, list(servers.modes))
-    print(table(summary))
-    if args.json:
-        Path(args.json).write_text(json.dumps(dict(settings=vars(args), requests=requests, summary=summary), indent=1))
+    print(table(save(args, requests, list(servers.modes))))
     return 0
+
+
+def save(args, requests: list[dict], modes: list[str]) -> dict:
+    """The summary of the requests so far, written to ``--json`` (after every request: a run cut short
+    keeps what it measured)."""
+    summary = summarize(requests, modes)
+    if args.json:
+        temp = Path(args.json + ".tmp")
+        temp.write_text(json.dumps(dict(settings=vars(args), requests=requests, summary=summary), indent=1))
+        temp.replace(args.json)
+    return summary
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -97,11 +106,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 # --- the workload: conversations continued by the main model's own answers ------------------------
 
 
-def drive(workload: dict, ask_all) -> list[dict]:
+def drive(workload: dict, ask_all, done=None, requests: list[dict] | None = None) -> list[dict]:
     """Every request of the workload, in order, with each mode's answer: ``ask_all(messages, tools,
     max_tokens, history)`` -> {mode: answer}, the main model's first. ``history``: the text of every
-    request and answer before this one (what ngram-cache is built from)."""
-    requests: list[dict] = []
+    request and answer before this one (what ngram-cache is built from). ``done()`` is called after each
+    request is answered and appended to ``requests``."""
+    requests = [] if requests is None else requests
     history: list[str] = []
     for session in workload["sessions"]:
         fed = 0   # messages of this conversation already in the history
@@ -109,6 +119,8 @@ def drive(workload: dict, ask_all) -> list[dict]:
             answers = ask_all(messages, tools, MAX_TOKENS[session["part"]], "\n".join(history))
             reference = answers["main"]
             requests.append(dict(session=session["id"], part=session["part"], answers=answers))
+            if done is not None:
+                done()
             messages.append(reference["message"])
             history.extend(message_text(m) for m in messages[fed:])
             fed = len(messages)

@@ -66,6 +66,8 @@ def test_a_rewrite_session_sends_the_file_once_and_then_only_the_next_instructio
         sent.append([m["content"] for m in messages])
         return {"main": answer({"role": "assistant", "content": f"answer {len(sent)}"})}
 
-    drive(workload, ask_all)
+    saved = []
+    requests = drive(workload, ask_all, lambda: saved.append(len(requests)), requests := [])
+    assert saved == [1, 2] and len(requests) == 2   # told after each request, with it appended
     assert "x = 1" in sent[0][1] and sent[0][1].endswith("one")
     assert sent[1][2:] == ["answer 1", "two"]
