@@ -227,5 +227,8 @@ def test_a_stopped_decode_is_decoded_again_and_the_answer_is_the_same(tiny_sessi
 def test_a_session_starts_from_timed_first_tokens_and_leaves_its_cache_empty(tiny_session):
     session = tiny_session()
     assert session.cached == [] and session.kv_positions() == (-1, -1)
-    assert (1, 1) in session.threads._times            # one thread was timed at start
+    if session.threads.most > 1:
+        assert (1, 1) in session.threads._times        # one thread was timed at start, against the default
+    else:
+        assert session.threads._times == {}            # one core to run on: no count to choose, none timed
     session.close()
