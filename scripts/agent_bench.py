@@ -38,6 +38,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from ngram_bench import rotated, write_whole  # noqa: E402
 from serve_vs_llama_server import wait_healthy  # noqa: E402
 
 WORKLOAD = ROOT / "scripts/data/agent_workload.json"
@@ -75,9 +76,7 @@ def save(args, requests: list[dict], modes: list[str]) -> dict:
     keeps what it measured)."""
     summary = summarize(requests, modes)
     if args.json:
-        temp = Path(args.json + ".tmp")
-        temp.write_text(json.dumps(dict(settings=vars(args), requests=requests, summary=summary), indent=1))
-        temp.replace(args.json)
+        write_whole(args.json, dict(settings=vars(args), requests=requests, summary=summary))
     return summary
 
 
@@ -214,10 +213,9 @@ class Servers:
 
     def ask_all(self, messages: list[dict], tools, max_tokens: int, history: str) -> dict:
         others = [m for m in self.modes if m != "main"]
-        k = self.turn % max(1, len(others))
-        self.turn += 1
+        turn, self.turn = self.turn, self.turn + 1
         answers = {"main": self.ask("main", messages, tools, max_tokens)}
-        for mode in others[k:] + others[:k]:
+        for mode in rotated(others, turn) if others else []:
             if mode == "ngram-cache":
                 self.restart_with_history(history)
             answers[mode] = self.ask(mode, messages, tools, max_tokens)

@@ -148,9 +148,15 @@ def save(args, result: dict) -> None:
     if not args.json:
         return
     result["summary"] = summarize(result["results"])
-    temp = Path(args.json + ".tmp")
-    temp.write_text(json.dumps(result, indent=1))
-    temp.replace(args.json)   # a run stopped mid-write keeps the last whole file
+    write_whole(args.json, result)
+
+
+def write_whole(path: str, data: dict) -> None:
+    """``data`` as JSON at ``path``, through a temporary file: a run stopped mid-write keeps the last
+    whole file."""
+    temp = Path(path + ".tmp")
+    temp.write_text(json.dumps(data, indent=1))
+    temp.replace(path)
 
 
 def summarize(results: dict) -> dict:

@@ -263,8 +263,8 @@ class Engine:
         if self._feed is not None and request.feed_suffix_index:
             events = self._feed.feeding(events, tokens)
         if isinstance(policy, AutoPolicy):
-            uses_model = any(isinstance(d, (DraftModelDrafter, LookupThenModelDrafter, CrossVocabDrafter))
-                             for d in getattr(chosen, "drafters", (chosen,)))
+            uses_model = any(isinstance(d, (DraftModelDrafter, CrossVocabDrafter))
+                             for d in getattr(chosen, "drafters", (chosen,)))   # a chain's (FirstOfDrafter)
             untimed = uses_model and policy.costs.draft_step_s is None
             events = self.costs.keep_what_is_learned(events, policy.costs, tokens[-1:] if untimed else None)
         return events

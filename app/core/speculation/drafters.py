@@ -283,23 +283,36 @@ class PromptLookupDrafter:
         self._indexed.extend(context[done:])
 
 
-class LookupThenModelDrafter:
+class FirstOfDrafter:
+    """The first of several drafters that proposes anything drafts the round (the default: prompt
+    lookup, else the suffix index, else the draft model). Each reads the prompt and follows the context."""
+
+    def __init__(self, drafters: Sequence[Drafter], name: str):
+        self.drafters = tuple(drafters)
+        self.name = name
+
+    def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
+        for drafter in self.drafters:
+            drafter.prepare(prompt, policy)
+
+    def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
+        for drafter in self.drafters:
+            draft = drafter.draft(context, max_len, policy, sampler)
+            if len(draft):
+                return draft
+        return Draft()
+
+    def sync(self, context: Sequence[int]) -> None:
+        for drafter in self.drafters:
+            drafter.sync(context)
+
+
+class LookupThenModelDrafter(FirstOfDrafter):
     """Prompt lookup first; the draft model when lookup has nothing worth proposing."""
 
     name = DrafterKind.LOOKUP_MODEL
 
     def __init__(self, lookup: PromptLookupDrafter, model: Drafter):   # a DraftModelDrafter or CrossVocabDrafter
+        super().__init__([lookup, model], DrafterKind.LOOKUP_MODEL)
         self.lookup = lookup
         self.model = model
-
-    def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
-        self.lookup.prepare(prompt, policy)
-        self.model.prepare(prompt, policy)
-
-    def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
-        draft = self.lookup.draft(context, max_len, policy, sampler)
-        return draft if len(draft) else self.model.draft(context, max_len, policy, sampler)
-
-    def sync(self, context: Sequence[int]) -> None:
-        self.lookup.sync(context)
-        self.model.sync(context)

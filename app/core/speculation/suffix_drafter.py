@@ -10,7 +10,7 @@ from app.core.errors import DrafterUnavailableError
 from app.core.params import DrafterKind
 from app.core.speculation.acceptance import SUFFIX, SuffixMatch
 from app.core.speculation.draft import Draft
-from app.core.speculation.drafters import Drafter, PromptLookupDrafter
+from app.core.speculation.drafters import Drafter, FirstOfDrafter, PromptLookupDrafter
 from app.core.speculation.policy_base import Decision, DraftPolicy
 from app.core.speculation.sampling import Sampler
 from app.core.speculation.suffix_index import SuffixIndex
@@ -61,30 +61,6 @@ class SuffixDrafter:
 
     def sync(self, context: Sequence[int]) -> None:
         pass   # the index does not follow the context: only an answer's end feeds it
-
-
-class FirstOfDrafter:
-    """The first of several drafters that proposes anything drafts the round (the default: prompt
-    lookup, else the suffix index, else the draft model). Each reads the prompt and follows the context."""
-
-    def __init__(self, drafters: Sequence[Drafter], name: str):
-        self.drafters = tuple(drafters)
-        self.name = name
-
-    def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
-        for drafter in self.drafters:
-            drafter.prepare(prompt, policy)
-
-    def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
-        for drafter in self.drafters:
-            draft = drafter.draft(context, max_len, policy, sampler)
-            if len(draft):
-                return draft
-        return Draft()
-
-    def sync(self, context: Sequence[int]) -> None:
-        for drafter in self.drafters:
-            drafter.sync(context)
 
 
 def suffix_drafter(kind: DrafterKind, memory: "SuffixMemory | None", model: Sequence[Drafter]) -> Drafter:
