@@ -29,7 +29,14 @@ CHECKS = {
     "gpu-python-log": "... with llama-cpp-python's Python log callback",
     "gpu-quickdraft": "... through Quickdraft's start (its log callback, its backend loading, its device list)",
 }
-LIBRARIES = re.compile(r"lib(stdc\+\+|gomp|cuda|cudart|cublas|cublasLt|ggml[\w-]*|llama[\w-]*|python[\d.]*)\.so")
+# Tried only when a check crashes: each is an environment for the whole process that could stop the
+# crash, so the run can go on with the first one under which Quickdraft's own load works.
+FIXES = {
+    "same-c++-runtime": "llama-bench's libstdc++ and libgcc_s preloaded (two C++ runtimes in one process)",
+    "one-blas-thread": "numpy's OpenBLAS and OpenMP held to one thread (their threads started before CUDA's)",
+    "cuda-eager": "CUDA's modules loaded at start (CUDA_MODULE_LOADING=EAGER)",
+}
+LIBRARIES = re.compile(r"lib(stdc\+\+|gcc_s|gomp|cuda|cudart|cublas|cublasLt|ggml[\w-]*|llama[\w-]*|python[\d.]*)\.so")
 
 HANDLER_C = r"""
 #define _GNU_SOURCE
@@ -104,9 +111,41 @@ def diagnose(model: str, tools: Path, out: Path, gpu_layers: int, env: dict | No
                                                       "-p", "16", "-n", "16", "-r", "1"], env, out)
     report["llama-bench"]["libraries"] = linked_libraries(tools / "llama-bench")
     for check in CHECKS:
-        argv = [python, __file__, "--check", check, model, "--gpu-layers", str(gpu_layers)]
-        report[check] = run_check(check, argv, env, out)
+        report[check] = run_check(check, check_argv(python, check, model, gpu_layers), env, out)
+    if any(report[check]["exit"] != 0 for check in CHECKS):
+        report["fixes"] = try_fixes(model, gpu_layers, env, out, python, report["llama-bench"]["libraries"])
     return report
+
+
+def check_argv(python: str, check: str, model: str, gpu_layers: int) -> list[str]:
+    return [python, __file__, "--check", check, model, "--gpu-layers", str(gpu_layers)]
+
+
+def try_fixes(model: str, gpu_layers: int, env: dict, out: Path, python: str, bench_libraries: list[str]) -> dict:
+    """Quickdraft's own load under each fix's environment; a fix that loads carries its environment
+    (``env``: only the variables it sets) for the caller to run everything else with."""
+    fixes = {}
+    for name, what in FIXES.items():
+        extra = fix_env(name, bench_libraries)
+        if extra is None:
+            continue
+        with_handler = {**env, **extra}
+        if "LD_PRELOAD" in extra and env.get("LD_PRELOAD"):
+            with_handler["LD_PRELOAD"] = f"{extra['LD_PRELOAD']} {env['LD_PRELOAD']}"
+        result = run_check(f"fix-{name}", check_argv(python, "gpu-quickdraft", model, gpu_layers), with_handler, out)
+        fixes[name] = {**result, "what": what, "env": extra}
+    return fixes
+
+
+def fix_env(name: str, bench_libraries: list[str]) -> dict | None:
+    if name == "same-c++-runtime":
+        runtime = [lib for lib in bench_libraries if re.search(r"lib(stdc\+\+|gcc_s)\.so", lib)]
+        if not runtime:
+            return None
+        return {"LD_PRELOAD": " ".join(runtime)}
+    if name == "one-blas-thread":
+        return {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return {"CUDA_MODULE_LOADING": "EAGER"}
 
 
 def compile_handler(out: Path) -> Path | None:

@@ -11,7 +11,8 @@ measured beside llama.cpp's on the same files in the same run.
 
 Stages, in order (name some to run only those): probe build doctor info plain race profiles replay overhead
 mtp eagle3 dflash. A stage makes the models it needs on first use. Every figure is read from a tool's output; one that
-cannot be read, or a tool that fails, stops the run with the tool's log (never a 0 in a table). Results
+cannot be read, or a tool that fails, fails its stage with the tool's log (never a 0 in a table); a failed
+probe, build, doctor or info stage stops the run, any other failure leaves the later stages to run. Results
 go under --out ($OUT, else results/gpu) as each stage ends: results.json, stages.json (each stage's
 wall time), logs/, profile-*.json, summary.md (the tables README shows). Work (the build, the models)
 stays in --work, so a second call on a warm machine reuses it; the CPU build is kept in
@@ -41,6 +42,8 @@ sys.path.insert(0, str(REPO / "scripts" / "gpu"))   # make_shapes, beside this s
 STAGES = ("probe", "build", "doctor", "info", "plain", "race", "profiles", "replay", "overhead", "mtp", "eagle3",
           "dflash", "slots")
 PROMPT = "Write a Python function that parses an ISO 8601 date and returns the weekday, with tests."
+# a failure in one of these stops the run; any other stage's failure is recorded and the next one starts
+NEEDED_BY_ALL = ("probe", "build", "doctor", "info")
 # llama.cpp's own tools, and what the product's build adds to build them from the same tree
 TOOLS = ("llama-bench", "llama-speculative-simple")
 TOOL_FLAGS = ("-DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAVA_BUILD=OFF "
@@ -89,6 +92,7 @@ class Run:
     site: Path | None = None        # the product's Python packages with the build's libraries
     results: dict = field(default_factory=dict)
     stages: list = field(default_factory=list)
+    fix: dict = field(default_factory=dict)   # the environment the doctor found a crashing load needs
 
     # --- running tools ------------------------------------------------------------------------------
 
@@ -112,7 +116,7 @@ class Run:
         env.pop("LLAMA_CPP_LIB_PATH", None)   # the build's libraries sit in its llama_cpp package, as a wheel's
         paths = [str(self.site)] if self.site else []
         env["PYTHONPATH"] = os.pathsep.join(paths + [str(REPO)])
-        return env
+        return {**env, **self.fix}
 
     def quickdraft(self, name: str, *args: str) -> dict:
         """Our CLI's JSON answer to ``args`` (each command given --json)."""
@@ -285,8 +289,14 @@ def stage_doctor(r: Run) -> None:
     report = doctor.diagnose(str(r.model(r.plan.draft)), r.tools, r.out / "doctor", int(r.plan.gpu_layers),
                              env=r.env(), python=r.python)
     r.record("doctor", report)
-    failed = [name for name, check in report.items() if isinstance(check, dict) and check["exit"] != 0]
-    if failed:
+    failed = [name for name in ("llama-bench", *doctor.CHECKS) if name in report and report[name]["exit"] != 0]
+    fixed = [name for name, fix in report.get("fixes", {}).items() if fix["exit"] == 0]
+    if failed and fixed:   # go on under the fix, and say so in every table's run
+        r.fix = report["fixes"][fixed[0]]["env"]
+        r.record("fix", {"name": fixed[0], "what": doctor.FIXES[fixed[0]], "env": r.fix, "crashed_without": failed})
+        write_json(r.work / "fix.json", r.fix)   # a later call on this warm machine runs under it too
+        print(f"  the doctor's fix {fixed[0]} loads ({doctor.FIXES[fixed[0]]}): the run goes on with {r.fix}", flush=True)
+    elif failed:
         first = report[failed[0]]
         where = first.get("native_frames", ["no native frame"])[0]
         raise StageError(f"a model load failed: {', '.join(failed)}; the first, {failed[0]} ({first['what']}), "
@@ -538,6 +548,11 @@ def drafter_race(r: Run, kind: str, main: Path, drafter: Path, k: int) -> dict:
 def summary_markdown(results: dict, device: str) -> str:
     """The tables README shows, one for each stage that recorded results."""
     parts = [f"Measured on {device}."]
+    if "fix" in results:
+        fix = results["fix"]
+        parts.append(f"Every load from Python crashed as it was ({', '.join(fix['crashed_without'])}); these figures "
+                     f"were run, llama.cpp's tools included, under the doctor's fix `{fix['name']}`: {fix['what']} "
+                     f"({' '.join(f'{k}={v}' for k, v in fix['env'].items())}).")
     if "plain" in results:
         p = results["plain"]
         parts.append(table(["plain decoding", "ours t/s", "llama-bench t/s", "ours / llama.cpp"],
@@ -640,10 +655,10 @@ def drive(run: Run, stages: list[str], deadline: float | None) -> int:
     start = time.monotonic()
     if "build" not in stages:   # a later call on a warm machine: the build the first call made
         reuse_build(run)
-    status = 0
+    status, stopped = 0, False
     for stage in stages:
-        if status or (deadline is not None and time.monotonic() - start > deadline):
-            why = "after a failed stage" if status else f"{deadline:.0f} s had passed"
+        if stopped or (deadline is not None and time.monotonic() - start > deadline):
+            why = "after a failed stage that every later one needs" if stopped else f"{deadline:.0f} s had passed"
             print(f"=== {stage}: not started, {why}")
             run.stages.append({"stage": stage, "seconds": 0.0, "status": f"not started ({why})"})
             write_json(run.out / "stages.json", run.stages)
@@ -655,6 +670,7 @@ def drive(run: Run, stages: list[str], deadline: float | None) -> int:
             outcome = "ok"
         except StageError as exc:
             outcome, status = f"failed: {exc}", 1
+            stopped = stage in NEEDED_BY_ALL   # a failed measurement leaves the others theirs to make
         seconds = time.monotonic() - began
         run.stages.append({"stage": stage, "seconds": round(seconds, 1), "status": outcome.split("\n")[0]})
         write_json(run.out / "stages.json", run.stages)
@@ -671,6 +687,8 @@ def reuse_build(run: Run) -> None:
     built = sorted(run.build_cache.glob("*/built"))
     if site.exists() and built:
         run.site, run.tools = site, built[-1].parent / "build" / "bin"
+    if (run.work / "fix.json").exists():
+        run.fix = json.loads((run.work / "fix.json").read_text(encoding="utf-8"))
 
 
 if __name__ == "__main__":

@@ -141,3 +141,21 @@ def test_a_load_that_crashes_fails_the_doctor_stage_with_its_frame(measure, tmp_
     with pytest.raises(measure.StageError, match=r"gpu \(the plainest load.*\), in libllama.so \+0x1234 llama_model::print_info"):
         measure.stage_doctor(run)
     assert run.results["doctor"] is report
+
+
+def test_a_crash_that_a_fix_stops_lets_the_run_go_on_under_it(measure, tmp_path, monkeypatch):
+    import doctor
+
+    run = rehearsal(measure, tmp_path, tmp_path / "tools")
+    run.site = tmp_path / "site"
+    crash = {"exit": -11, "what": "the plainest load with every layer on the GPU"}
+    report = {"handler": True, "llama-bench": {"exit": 0, "what": "llama.cpp's own llama-bench"},
+              "cpu": {"exit": 0, "what": "cpu"}, "gpu": crash, "gpu-quickdraft": crash,
+              "fixes": {"same-c++-runtime": {"exit": -11, "env": {"LD_PRELOAD": "/lib/libstdc++.so.6"}},
+                        "one-blas-thread": {"exit": 0, "env": {"OPENBLAS_NUM_THREADS": "1"}}}}
+    monkeypatch.setattr(doctor, "diagnose", lambda *a, **k: report)
+    monkeypatch.setattr(measure.Run, "model", lambda self, key: tmp_path / f"{key}.gguf")
+    measure.stage_doctor(run)
+    assert run.env()["OPENBLAS_NUM_THREADS"] == "1"
+    assert run.results["fix"]["crashed_without"] == ["gpu", "gpu-quickdraft"]
+    assert "one-blas-thread" in measure.summary_markdown(run.results, "a GPU")
