@@ -32,7 +32,8 @@ CHECKS = {
 # Tried only when a check crashes: each is an environment for the whole process that could stop the
 # crash, so the run can go on with the first one under which Quickdraft's own load works.
 FIXES = {
-    "same-c++-runtime": "llama-bench's libstdc++ and libgcc_s preloaded (two C++ runtimes in one process)",
+    "same-c++-runtime": "the system's libstdc++ preloaded, so every library binds to that one C++ runtime (a toolchain "
+                        "that links libstdc++ into each library leaves a copy in each, and two copies' locales mix)",
     "one-blas-thread": "numpy's OpenBLAS and OpenMP held to one thread (their threads started before CUDA's)",
     "cuda-eager": "CUDA's modules loaded at start (CUDA_MODULE_LOADING=EAGER)",
 }
@@ -113,7 +114,8 @@ def diagnose(model: str, tools: Path, out: Path, gpu_layers: int, env: dict | No
     for check in CHECKS:
         report[check] = run_check(check, check_argv(python, check, model, gpu_layers), env, out)
     if any(report[check]["exit"] != 0 for check in CHECKS):
-        report["fixes"] = try_fixes(model, gpu_layers, env, out, python, report["llama-bench"]["libraries"])
+        seen = report["llama-bench"]["libraries"] + [lib for check in CHECKS for lib in report[check]["mapped"]]
+        report["fixes"] = try_fixes(model, gpu_layers, env, out, python, seen)
     return report
 
 
@@ -121,12 +123,12 @@ def check_argv(python: str, check: str, model: str, gpu_layers: int) -> list[str
     return [python, __file__, "--check", check, model, "--gpu-layers", str(gpu_layers)]
 
 
-def try_fixes(model: str, gpu_layers: int, env: dict, out: Path, python: str, bench_libraries: list[str]) -> dict:
+def try_fixes(model: str, gpu_layers: int, env: dict, out: Path, python: str, libraries: list[str]) -> dict:
     """Quickdraft's own load under each fix's environment; a fix that loads carries its environment
     (``env``: only the variables it sets) for the caller to run everything else with."""
     fixes = {}
     for name, what in FIXES.items():
-        extra = fix_env(name, bench_libraries)
+        extra = fix_env(name, libraries)
         if extra is None:
             continue
         with_handler = {**env, **extra}
@@ -137,12 +139,11 @@ def try_fixes(model: str, gpu_layers: int, env: dict, out: Path, python: str, be
     return fixes
 
 
-def fix_env(name: str, bench_libraries: list[str]) -> dict | None:
+def fix_env(name: str, libraries: list[str]) -> dict | None:
+    """``libraries``: what llama-bench links and the checks mapped (the system's libstdc++ among them)."""
     if name == "same-c++-runtime":
-        runtime = [lib for lib in bench_libraries if re.search(r"lib(stdc\+\+|gcc_s)\.so", lib)]
-        if not runtime:
-            return None
-        return {"LD_PRELOAD": " ".join(runtime)}
+        runtime = next((lib for lib in libraries if re.search(r"/libstdc\+\+\.so", lib)), None)
+        return {"LD_PRELOAD": runtime} if runtime else None
     if name == "one-blas-thread":
         return {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     return {"CUDA_MODULE_LOADING": "EAGER"}

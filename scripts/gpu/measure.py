@@ -179,15 +179,18 @@ def stage_probe(r: Run) -> None:
     probes = {
         "gpu": ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,compute_cap", "--format=csv,noheader"],
         "nvcc": ["nvcc", "--version"], "cmake": ["cmake", "--version"], "ninja": ["ninja", "--version"],
-        "compiler": ["c++", "--version"],
+        "compiler": ["c++", "--version"], "c++ runtime": ["c++", "-print-file-name=libstdc++.so"],
     }
     found = {}
     for name, argv in probes.items():
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-            found[name] = tail(done.stdout, 1) if done.returncode == 0 else f"exit {done.returncode}"
+            first = name == "compiler"   # its version is its first line; the others' their last
+            found[name] = (done.stdout.strip().splitlines() or [""])[0 if first else -1] if done.returncode == 0 \
+                else f"exit {done.returncode}"
         except (OSError, subprocess.TimeoutExpired) as exc:
             found[name] = f"missing ({exc.__class__.__name__})"
+    found["linker flags"] = " ".join(f"{k}={os.environ[k]}" for k in ("LDFLAGS", "CXXFLAGS", "CFLAGS") if k in os.environ)
     found["python"] = sys.version.split()[0]
     for package in ("numpy", "torch", "jinja2", "yaml"):
         try:
@@ -218,7 +221,17 @@ def stage_build(r: Run) -> None:
         compile_tree(r, root, flags)
     r.tools = root / "build" / "bin"
     r.site = lay_out_site(r, root)
-    r.record("build", {"cmake_flags": flags, "key": key, "sources_sha256": sha})
+    runtime = cxx_runtime(r.site / "llama_cpp" / "lib" / "libllama.so")
+    print(f"  libllama.so's C++ runtime: {runtime}")
+    r.record("build", {"cmake_flags": flags, "key": key, "sources_sha256": sha, "cxx_runtime": runtime})
+
+
+def cxx_runtime(library: Path) -> str:
+    """The libstdc++ a library loads, or "static" where the toolchain linked a copy into it (the first GPU
+    machine's did: every load from Python then crashed in a stream whose locale two copies had made)."""
+    done = subprocess.run(["ldd", str(library)], capture_output=True, text=True)
+    found = [line.split("=>")[-1].split("(")[0].strip() for line in done.stdout.splitlines() if "libstdc++" in line]
+    return found[0] if found else "static (no libstdc++ among what ldd lists)"
 
 
 def product_flags(plan: Plan) -> str:
