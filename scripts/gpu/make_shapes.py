@@ -85,6 +85,17 @@ LAID_OUT = {
 BLOCKS = {"Q4_K": (144, QK_K), "Q6_K": (210, QK_K), "Q5_0": (22, 32), "Q8_0": (34, 32)}
 FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}
 SCALE_OFFSETS = {"Q4_K": (0, 2), "Q6_K": (208,), "Q5_0": (0,), "Q8_0": (0,)}  # where fp16 scales sit in a block
+# the largest |weight| a block's random bits make, in units of its fp16 scale: quant x sub-block scale
+# (Q4_K: 15 x 63, 6-bit sub-scales; Q6_K: 32 x 128, int8 sub-scales). A layer's scale divides by it, so
+# its weights stay under 0.5/sqrt(columns) and activations stay ordinary numbers through every layer
+# (leaving the sub-scales out, as the first version did, made weights up to 60x larger than that).
+SPAN = {"Q4_K": 15 * 63, "Q6_K": 32 * 128, "Q5_0": 16, "Q8_0": 127}
+# The output matrix alone keeps large weights (its input is normalized and its products are float), and
+# each of its rows gets a scale of its own: rows drawn from the repeated pool were otherwise equal, so
+# ten tokens tied for the best at every step. Our greedy pick took the first of them; llama.cpp's
+# drafter samples its top 10 at temperature 1, so a model drafting for itself agreed with itself 2 to
+# 14% of the time. Peaked logits with one best token make the race the ceiling it is meant to be.
+HEAD_SPAN = 16
 
 
 def use_more_bits(i_layer: int, n_layer: int) -> bool:
@@ -107,14 +118,19 @@ def tensor_type(name: str, n_cols: int, i_layer: int, n_layer: int) -> str:
 POOL_BLOCKS = 1 << 14
 
 
-def random_blocks(rng: np.random.Generator, kind: str, n_rows: int, n_cols: int) -> np.ndarray:
+def random_blocks(rng: np.random.Generator, kind: str, n_rows: int, n_cols: int, span: int,
+                  row_scales: bool = False) -> np.ndarray:
+    """``row_scales``: each row's scale drawn from 0.5 to 1.5 times the base, so no two rows are equal."""
     size, per_block = BLOCKS[kind]
     n_blocks = n_rows * (n_cols // per_block)
     pool = rng.integers(0, 256, size=(min(n_blocks, POOL_BLOCKS), size), dtype=np.uint8)
-    scale = np.frombuffer(np.float16(0.5 / (16 * np.sqrt(n_cols))).tobytes(), dtype=np.uint8)
+    base = 0.5 / (span * np.sqrt(n_cols))
+    blocks = np.resize(pool, (n_blocks, size)).reshape(n_rows, n_cols // per_block, size)
+    factors = rng.uniform(0.5, 1.5, size=(n_rows, 1)) if row_scales else np.ones((1, 1))
+    scales = (base * factors).astype(np.float16).view(np.uint8).reshape(-1, 1, 2)
     for offset in SCALE_OFFSETS[kind]:
-        pool[:, offset:offset + 2] = scale
-    return np.resize(pool, (n_blocks, size)).reshape(n_rows, -1)
+        blocks[:, :, offset:offset + 2] = scales
+    return blocks.reshape(n_rows, -1)
 
 
 def tensors(shape: Shape):
@@ -200,9 +216,12 @@ def _write_tensors(w, path: Path, planned, rng: np.random.Generator) -> Path:
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
+    names = {name for name, *_ in planned}
+    head = "output.weight" if "output.weight" in names else "token_embd.weight"   # tied: the embedding is the head
     for name, kind, shape, data in planned:
         if kind not in ("F32", "RAW"):
-            data = random_blocks(rng, kind, *shape)
+            data = (random_blocks(rng, kind, *shape, span=HEAD_SPAN, row_scales=True) if name == head
+                    else random_blocks(rng, kind, *shape, span=SPAN[kind]))
         elif data is None:
             data = np.ones(shape, np.float32) if "norm" in name else (rng.standard_normal(shape) * 0.02).astype(np.float32)
         w.write_tensor_data(data)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,3 +144,21 @@ def test_calibrate_then_auto_bench_reuses_the_profile(tiny_models, tmp_path):
     assert b.returncode == 0, b.stderr
     assert "calibrating" not in b.stderr          # the stored profile was reused
     assert "draft len" in b.stdout and "0-draft" in b.stdout
+
+
+def test_a_model_whose_output_is_nan_fails_with_a_message_not_garbage(tmp_path):
+    """A GPU's half-precision sums overflowed random weights into NaN logits on the lent H100; greedy
+    decoding then printed the first token over and over, as if it were the answer."""
+    import gguf
+
+    from app.core.gguf.tiny import TinySpec, write_tiny_model
+
+    path = write_tiny_model(tmp_path / "nan.gguf", TinySpec(seed=0))
+    reader = gguf.GGUFReader(path, "r+")
+    [head] = [t for t in reader.tensors if t.name in ("output.weight", "token_embd.weight")][-1:]
+    head.data[...] = np.nan
+    del reader
+    r = quickdraft("generate", "-m", str(path), "-p", "the cat", "-n", "8", "--temp", "0", tmp_path=tmp_path)
+    assert r.returncode == 1
+    assert "not a number (NaN or infinity)" in r.stderr
+    assert "Traceback" not in r.stderr

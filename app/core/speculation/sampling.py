@@ -12,11 +12,30 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
 
+from app.core.errors import QuickdraftError
 from app.core.params import SamplingParams
 from app.core.speculation.keyed import keyed_choice
 
 if TYPE_CHECKING:
     from app.core.speculation.constraint import GrammarConstraint
+
+
+class NonFiniteLogits(QuickdraftError):
+    """The model's logits hold NaN or +inf: its weights or the backend's arithmetic overflowed (a GPU's
+    half-precision sums can where the CPU's float ones do not). Every choice would then be garbage that
+    looks like an answer, so the generation stops with this instead."""
+
+    def __init__(self) -> None:
+        super().__init__("the model's output at this step is not a number (NaN or infinity): its weights or "
+                         "the backend's arithmetic overflowed, so the answer stops here rather than go on with "
+                         "garbage; try the CPU (--device cpu) or another quantization of the model")
+
+
+def _finite(value: float) -> None:
+    """np.argmax and np.max return NaN where a row holds any, and +inf is never a real logit (a bias or
+    a grammar only ever sets -inf): one look at the chosen value covers the whole row."""
+    if value != value or value == np.inf:
+        raise NonFiniteLogits()
 
 
 @dataclass(frozen=True)
@@ -46,10 +65,18 @@ def _tempered(logits: np.ndarray, ids: np.ndarray, temperature: float) -> np.nda
 def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     # the temperature divides only after the maximum is subtracted: a tiny temperature then sends
     # the other logits to -inf (probability 0) instead of overflowing them all to inf (NaN)
+    top = float(np.max(logits))
+    _finite(top)
     with np.errstate(over="ignore"):
-        z = (logits.astype(np.float64) - float(np.max(logits))) / temperature
+        z = (logits.astype(np.float64) - top) / temperature
     e = np.exp(z)
     return e / e.sum()
+
+
+def _argmax(logits: np.ndarray) -> int:
+    best = int(np.argmax(logits))
+    _finite(float(logits[best]))
+    return best
 
 
 _scratch = threading.local()
@@ -108,6 +135,7 @@ class Sampler:
         return out
 
     def _filtered(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        _finite(float(np.max(logits)))   # the filters' comparisons would drop a NaN quietly
         params = self.params
         if params.samplers is not None:
             return self._chain(logits)
@@ -193,7 +221,7 @@ class Sampler:
     def _choose(self, logits: np.ndarray, position: int) -> int:
         """A token from logits the bias has already shaped, for ``position``."""
         if self.greedy:
-            return int(np.argmax(logits))
+            return _argmax(logits)
         ids, p = self._filtered(logits)
         if self.keyed:
             return keyed_choice(ids, p, self.params.seed, position)
@@ -203,7 +231,7 @@ class Sampler:
         """A drafter's next token: the argmax when greedy, else a sample from the draft's own
         distribution q, kept for the acceptance rule."""
         if self.greedy:
-            token = int(np.argmax(logits))
+            token = _argmax(logits)
             return DraftPick(token, None, top_probability(logits, float(logits[token])))
         q = self.probs(logits)
         if self.keyed:   # the main model's keyed noise at the same position: drafts agree where q and p do
@@ -251,10 +279,12 @@ class Sampler:
         n = len(draft_tokens)
         if isinstance(rows, _Restricted):   # row by row: a grammar's mask costs, and rows past a miss are never read
             for i in range(n + 1):
-                b = int(np.argmax(rows[i]))
+                b = _argmax(rows[i])
                 if i == n or b != draft_tokens[i]:
                     return i, b
         best = np.argmax(rows, axis=1)
+        for value in rows[np.arange(n + 1), best]:
+            _finite(float(value))
         for i in range(n):
             if best[i] != draft_tokens[i]:
                 return i, int(best[i])

@@ -112,3 +112,30 @@ def test_the_infill_sampler_keeps_what_llama_cpp_keeps_or_ends_with_one_token():
     assert ends.probs(logits)[3] == 1.0 and ends.sample(logits) == 3
     with pytest.raises(ValueError):
         Sampler(SamplingParams(samplers=("infill",))).probs(logits)
+
+
+def nan_row(n=50, at=7):
+    row = np.linspace(-3, 3, n).astype(np.float32)
+    row[at] = np.nan
+    return row
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_row_holding_nan_stops_the_choice_instead_of_choosing_garbage(temperature):
+    from app.core.speculation.sampling import NonFiniteLogits
+
+    sampler = Sampler(SamplingParams(temperature=temperature, seed=1))
+    with pytest.raises(NonFiniteLogits, match="not a number"):
+        sampler.sample(nan_row())
+    with pytest.raises(NonFiniteLogits):
+        sampler.draft_pick(nan_row())
+    rows = np.stack([nan_row(), np.linspace(-3, 3, 50).astype(np.float32)])
+    with pytest.raises(NonFiniteLogits):
+        sampler.verify(rows, [49], [None])
+
+
+def test_minus_infinity_from_a_bias_is_an_ordinary_logit():
+    row = np.linspace(-3, 3, 50).astype(np.float32)
+    row[:10] = -np.inf
+    assert Sampler(SamplingParams(temperature=0.0)).sample(row) == 49
+    assert Sampler(SamplingParams(temperature=0.8, seed=3)).sample(row) >= 10
