@@ -20,7 +20,8 @@ started again for each request with the cache of the history so far.
 
 Per workload part and mode: the median paired speedup over the main model alone (generation
 tokens/sec, the servers' own ``timings``), acceptance (accepted of drafted tokens), and tokens
-accepted per drafting round (ours only: llama-server does not report its rounds).
+accepted per drafting round (ours only: llama-server does not report its rounds). With ``llama-plain``
+(llama-server without a drafter), llama.cpp's drafters are also given over llama.cpp's own decoding.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ OURS = {   # our modes: serve's flags beyond the shared ones
     "suffix": ["--drafter", "suffix", "--suffix-index", "on"],
     "default": ["--draft", "{draft}", "--suffix-index", "on"],
 }
-THEIRS = ("ngram-mod", "ngram-cache")
+THEIRS = ("llama-plain", "ngram-mod", "ngram-cache")   # llama-plain: llama-server decoding alone
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,7 +97,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if "main" not in args.modes:
         p.error("--modes must include main: its answers continue the conversations")
     if any(m in THEIRS for m in args.modes) and not args.llama_server:
-        p.error("ngram-mod and ngram-cache need --llama-server")
+        p.error(f"{', '.join(THEIRS)} need --llama-server")
     if "ngram-cache" in args.modes and not args.lookup_create:
         p.error("ngram-cache needs --lookup-create")
     return args
@@ -184,7 +185,8 @@ class Servers:
             flags = [f.format(draft=a.draft) for f in OURS[mode]]
             return [sys.executable, "-m", "app.cli", "--data-dir", str(self.work / mode), "serve", "-m", a.main,
                     "-t", str(a.threads), "-c", str(a.ctx), "-np", "1", "--port", port, *flags]
-        spec = ["--spec-type", mode] + (["-lcs", str(self.work / "history.lcs")] if mode == "ngram-cache" else [])
+        spec = [] if mode == "llama-plain" else ["--spec-type", mode]
+        spec += ["-lcs", str(self.work / "history.lcs")] if mode == "ngram-cache" else []
         return [a.llama_server, "-m", a.main, "-t", str(a.threads), "-c", str(a.ctx), "-np", "1", "--port", port,
                 "--host", "127.0.0.1", "--no-webui", "--jinja", *spec]
 
@@ -261,6 +263,11 @@ def summarize(requests: list[dict], modes: list[str]) -> dict:
     for part in dict.fromkeys(r["part"] for r in requests):
         rows = [r["answers"] for r in requests if r["part"] == part]
         parts[part] = {mode: cell([a[mode] for a in rows], [a["main"] for a in rows]) for mode in modes if mode != "main"}
+        if "llama-plain" in modes:   # llama.cpp's drafters over llama.cpp's own plain decoding, too
+            for mode in ("ngram-mod", "ngram-cache"):
+                if mode in modes:
+                    parts[part][mode]["over_own_plain"] = statistics.median(
+                        a[mode]["tps"] / a["llama-plain"]["tps"] for a in rows if a["llama-plain"]["tps"] > 0)
     return dict(parts=parts, requests=len(requests))
 
 
@@ -286,7 +293,8 @@ def table(summary: dict) -> str:
 def format_cell(c: dict) -> str:
     accept = f"{c['acceptance']:.0%} of {c['drafted']}" if c["acceptance"] is not None else "nothing drafted"
     per_round = f", {c['per_round']:.1f}/round" if c["per_round"] is not None else ""
-    return f"{c['speedup']:.2f}x ({accept}{per_round}; {c['same']}/{c['n']} same)"
+    own = f", {c['over_own_plain']:.2f}x over llama-server alone" if "over_own_plain" in c else ""
+    return f"{c['speedup']:.2f}x ({accept}{per_round}; {c['same']}/{c['n']} same{own})"
 
 
 if __name__ == "__main__":

@@ -71,3 +71,15 @@ def test_a_rewrite_session_sends_the_file_once_and_then_only_the_next_instructio
     assert saved == [1, 2] and len(requests) == 2   # told after each request, with it appended
     assert "x = 1" in sent[0][1] and sent[0][1].endswith("one")
     assert sent[1][2:] == ["answer 1", "two"]
+
+
+def test_llama_cpps_drafters_are_also_given_over_llama_servers_own_decoding():
+    requests = [dict(session="s", part="rewrite", answers={
+        "main": answer({"role": "assistant", "content": "x"}, tps=10.0),
+        "llama-plain": answer({"role": "assistant", "content": "x"}, tps=12.0),
+        "ngram-mod": answer({"role": "assistant", "content": "x"}, tps=15.0, drafted=10, accepted=5)})]
+    summary = summarize(requests, ["main", "llama-plain", "ngram-mod"])
+    cell = summary["parts"]["rewrite"]["ngram-mod"]
+    assert cell["speedup"] == 1.5 and cell["over_own_plain"] == 1.25
+    assert "1.25x over llama-server alone" in table(summary)
+    assert "over_own_plain" not in summary["parts"]["rewrite"]["llama-plain"]
