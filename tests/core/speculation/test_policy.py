@@ -369,3 +369,37 @@ def test_the_default_does_not_teach_lookup_from_what_it_left_to_the_draft_model(
         both.lookup.draft(text, 8, policy, sampler=None)
         both.sync(text + [9])
     assert policy.acceptance.chance(LOOKUP, 0, short) == before
+
+
+H100_LIKE = profile([STEP * (1 + 0.06 * (n - 1)) for n in range(1, 10)], draft_step=0.24 * STEP)  # a 7B, a 0.5B draft
+
+
+def _model_rounds(policy, rounds, accepted):
+    """Rounds in which the draft model drafts 8 tokens and verification accepts ``accepted`` of them."""
+    for _ in range(rounds):
+        if not (policy.may_draft(MODEL) and policy.draft_length(MODEL) == 8):
+            continue   # sitting out or parked
+        policy.observe(Draft([1] * 8, [None] * 8, [MODEL] * 8, [0.95] * 8), accepted=accepted, draft_s=8 * 0.24 * STEP,
+                       main_confidence=[0.99] * (accepted + 1))
+
+
+def test_a_short_copy_yields_the_round_to_a_draft_model_that_does_better():
+    """Where a batch of 9 costs 1.5 steps, a model that drafts 8 right beats an uncertain copy: the
+    default chain (lookup first) then lets the model draft (the H100's costs: 1.68x -> 1.75x replayed)."""
+    short = LookupMatch(2, in_prompt=False)
+    policy = AutoPolicy(AUTO, H100_LIKE)
+    policy.draft_length(LOOKUP)
+    assert policy.step(0, short, LOOKUP) is not Decision.STOP   # the model is not known yet: lookup drafts
+    _model_rounds(policy, 3, accepted=8)
+    policy.draft_length(LOOKUP)
+    assert policy.step(0, short, LOOKUP) is Decision.STOP
+    policy.observe(Draft(), 0)
+    policy.draft_length(LOOKUP)
+    assert policy.step(0, LookupMatch(16, in_prompt=True), LOOKUP) is not Decision.STOP   # a long copy still drafts
+
+
+def test_a_copy_keeps_its_round_from_a_draft_model_that_misses():
+    policy = AutoPolicy(AUTO, H100_LIKE)
+    _model_rounds(policy, 6, accepted=2)
+    policy.draft_length(LOOKUP)
+    assert policy.step(0, LookupMatch(2, in_prompt=False), LOOKUP) is not Decision.STOP
