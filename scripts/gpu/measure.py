@@ -54,6 +54,8 @@ CPU_MODULE_FLAGS = "-DGGML_CPU_ALL_VARIANTS=OFF"
 # a model drafting for itself accepts every drafted token but where near-ties break differently between a
 # single-token step and a batch; llama.cpp's drafter samples its top 10, so it needs one clear best token
 RACE_ACCEPTANCE = 0.9
+# builds made here for a GPU machine (--prebuild); pack.sh copies them to .gpu/prebuilt/
+PREBUILT = Path.home() / ".cache" / "quickdraft" / "gpu-prebuilt"
 REPLAY_DRAFTERS = ("lookup", "model", "lookup+model")
 
 
@@ -221,7 +223,11 @@ def stage_build(r: Run) -> None:
     key = hashlib.sha256(f"{sha} {flags} {' '.join(TOOLS)}".encode()).hexdigest()[:16]
     root = r.build_cache / key
     print(f"  CMake flags: {flags}\n  build: {root}")
-    if not (root / "built").exists():
+    prebuilt = REPO / ".gpu" / "prebuilt" / f"{key}.tar.xz"
+    if not (root / "built").exists() and prebuilt.exists():
+        unpack_prebuilt(root, prebuilt)
+        print(f"  unpacked the build made elsewhere for these flags: {prebuilt.name}")
+    elif not (root / "built").exists():
         compile_tree(r, root, flags)
     r.tools = root / "build" / "bin"
     r.site = lay_out_site(r, root)
@@ -255,7 +261,8 @@ def product_flags(plan: Plan) -> str:
     backend = "cpu"
     if not plan.cpu:
         backend = "cuda"
-        env.setdefault("CUDA_ARCHITECTURES", cuda_architecture())
+        if "CUDA_ARCHITECTURES" not in env:   # --prebuild names it, on a machine without nvidia-smi
+            env["CUDA_ARCHITECTURES"] = cuda_architecture()
     done = subprocess.run(["bash", "scripts/setup.sh", "--backend", backend, "--print-cmake"], capture_output=True,
                           text=True, cwd=REPO, env=env, timeout=60)
     if done.returncode != 0:
@@ -271,7 +278,7 @@ def cuda_architecture() -> str:
     return caps[0].replace(".", "") if done.returncode == 0 and caps else "native"
 
 
-def compile_tree(r: Run, root: Path, flags: str) -> None:
+def compile_tree(r: Run, root: Path, flags: str, timeout: float | None = 3600) -> None:
     shutil.rmtree(root, ignore_errors=True)
     (root / "src").mkdir(parents=True)
     with tarfile.open(REPO / ".gpu" / "llama-src.tar.gz") as tar:
@@ -281,8 +288,44 @@ def compile_tree(r: Run, root: Path, flags: str) -> None:
     jobs = str(os.cpu_count() or 2)
     r.run("cmake-configure", ["cmake", "-S", str(source), "-B", str(root / "build"), *generator, *shlex.split(flags)])
     targets = ["llama", "ggml-cpu", *TOOLS] + ([] if r.plan.cpu else ["ggml-cuda"])
-    r.run("cmake-build", ["cmake", "--build", str(root / "build"), "--target", *targets, "-j", jobs], timeout=3600)
+    r.run("cmake-build", ["cmake", "--build", str(root / "build"), "--target", *targets, "-j", jobs], timeout=timeout)
     (root / "built").write_text(source.name + "\n")
+
+
+def unpack_prebuilt(root: Path, prebuilt: Path) -> None:
+    """The sources (their Python package) and a build of the same flags made on another machine
+    (``--prebuild``): the lease's 5 minutes of compiling go to measuring instead."""
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "src").mkdir(parents=True)
+    with tarfile.open(REPO / ".gpu" / "llama-src.tar.gz") as tar:
+        tar.extractall(root / "src", filter="tar")
+    with tarfile.open(prebuilt) as tar:
+        tar.extractall(root / "build", filter="tar")
+    [source] = (root / "src").iterdir()
+    (root / "built").write_text(source.name + "\n")
+
+
+def prebuild(plan: Plan, cache: Path, architecture: str) -> Path:
+    """Build the GPU plan's libraries and tools here, for ``architecture`` (no GPU needed, nvcc is),
+    and pack what the measurement runs into PREBUILT/KEY.tar.xz, which pack.sh carries. The flags
+    must be the GPU machine's: nvcc at /usr/local/cuda/bin first on PATH, as there."""
+    os.environ["CUDA_ARCHITECTURES"] = architecture
+    r = Run(plan, cache, REPO / "results" / "prebuild", cache)
+    flags = product_flags(plan)
+    sha = (REPO / ".gpu" / "llama-src.sha256").read_text().strip()
+    key = hashlib.sha256(f"{sha} {flags} {' '.join(TOOLS)}".encode()).hexdigest()[:16]
+    root = cache / key
+    print(f"CMake flags: {flags}\nbuild: {root}", flush=True)
+    if not (root / "built").exists():
+        compile_tree(r, root, flags, timeout=None)
+    out = PREBUILT / f"{key}.tar.xz"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out, "w:xz") as tar:
+        for path in sorted((root / "build" / "bin").iterdir()):
+            if path.name.endswith((".so",)) or ".so." in path.name or path.name in TOOLS:
+                tar.add(path, arcname=f"bin/{path.name}")
+    print(f"{out}: {out.stat().st_size / 2**20:.1f} MiB", flush=True)
+    return out
 
 
 def lay_out_site(r: Run, root: Path) -> Path:
@@ -666,6 +709,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "results" / "gpu"))
     parser.add_argument("--build-cache", default=None,
                         help="where builds are kept (the CPU's: ~/.cache/quickdraft/llama-tools; the GPU's: WORK/builds)")
+    parser.add_argument("--prebuild", metavar="ARCH", default=None,
+                        help="here, without a GPU: build the GPU plan for CUDA architecture ARCH (90: H100) into "
+                             "~/.cache/quickdraft/gpu-prebuilt/, which pack.sh carries and the build stage unpacks "
+                             "instead of compiling")
     parser.add_argument("--pack", default=None,
                         help="after every stage, also write --out as one .tar.gz here (a device that returns few files)")
     parser.add_argument("--deadline", type=float, default=None,
@@ -675,6 +722,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown stage {', '.join(unknown)}: choose from {' '.join(STAGES)}")
     plan = Plan.for_machine(args.cpu)
+    if args.prebuild:
+        prebuild(plan, Path(args.build_cache or Path(args.work) / "builds"), args.prebuild)
+        return 0
     work, out = Path(args.work), Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@
 #   .gpu/wheels/             the Python packages Quickdraft's CLI needs beyond the GPU machine's own
 #                            (Python 3.12 with numpy; binary wheels for CPython 3.10 to 3.13)
 #   .gpu/traces.json         the real Qwen pair's recorded acceptance (scripts/policy_replay.py record)
+#   .gpu/prebuilt/           builds made here for the GPU machine (measure.py --prebuild 90), if any
 #
 #   scripts/gpu/pack.sh [SDIST.tar.gz] [TRACES.json]
 set -euo pipefail
@@ -43,6 +44,11 @@ for py in 3.10 3.11 3.12 3.13; do  # binary wheels (Jinja2's MarkupSafe, gguf's 
     -d .gpu/wheels MarkupSafe==3.0.3 PyYAML==6.0.3
 done
 cp "$TRACES" .gpu/traces.json
+# builds made here for the GPU machine (measure.py --prebuild ARCH): its build stage unpacks the one its
+# flags name instead of compiling for 5 minutes of the lease
+if ls "$HOME"/.cache/quickdraft/gpu-prebuilt/*.tar.xz >/dev/null 2>&1; then
+  mkdir -p .gpu/prebuilt && cp "$HOME"/.cache/quickdraft/gpu-prebuilt/*.tar.xz .gpu/prebuilt/
+fi
 du -sh .gpu .gpu/*
 total=$(du -sm .gpu | cut -f1)
 [ "$total" -le 64 ] || { echo "pack.sh: .gpu is $total MiB, over the 64 MiB the device tool carries" >&2; exit 1; }

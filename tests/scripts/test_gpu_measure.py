@@ -159,3 +159,29 @@ def test_a_crash_that_a_fix_stops_lets_the_run_go_on_under_it(measure, tmp_path,
     assert run.env()["OPENBLAS_NUM_THREADS"] == "1"
     assert run.results["fix"]["crashed_without"] == ["gpu", "gpu-quickdraft"]
     assert "one-blas-thread" in measure.summary_markdown(run.results, "a GPU")
+
+
+def test_a_build_made_elsewhere_for_the_same_flags_is_unpacked_instead_of_compiled(measure, tmp_path, monkeypatch):
+    import tarfile
+
+    repo = tmp_path / "repo"
+    sources = tmp_path / "llama_cpp_python-0.0.0" / "llama_cpp"
+    sources.mkdir(parents=True)
+    (sources / "__init__.py").write_text("")
+    (repo / ".gpu" / "prebuilt").mkdir(parents=True)
+    with tarfile.open(repo / ".gpu" / "llama-src.tar.gz", "w:gz") as tar:
+        tar.add(sources.parent, arcname=sources.parent.name)
+    (repo / ".gpu" / "llama-src.sha256").write_text("abc\n")
+    (repo / ".gpu" / "wheels").mkdir()
+    lib = tmp_path / "libllama.so"
+    lib.write_bytes(b"\x7fELF")
+    monkeypatch.setattr(measure, "REPO", repo)
+    monkeypatch.setattr(measure, "product_flags", lambda plan: "-DFLAGS=1")
+    monkeypatch.setattr(measure, "compile_tree", lambda *a, **k: pytest.fail("compiled instead of unpacking"))
+    run = rehearsal(measure, tmp_path, tmp_path / "tools")
+    key = measure.hashlib.sha256(f"abc -DFLAGS=1 {' '.join(measure.TOOLS)}".encode()).hexdigest()[:16]
+    with tarfile.open(repo / ".gpu" / "prebuilt" / f"{key}.tar.xz", "w:xz") as tar:
+        tar.add(lib, arcname="bin/libllama.so")
+    measure.stage_build(run)
+    assert (run.site / "llama_cpp" / "lib" / "libllama.so").read_bytes() == b"\x7fELF"
+    assert run.tools == tmp_path / "builds" / key / "build" / "bin"
