@@ -82,16 +82,28 @@ def _argmax(logits: np.ndarray) -> int:
 _scratch = threading.local()
 
 
+# Logits further than this below the best add at most exp(-18) = 1.5e-8 each to a softmax sum of at least
+# 1: over a 152k vocabulary, at most 2.3e-3 of it, and 1e-5 on real rows (Qwen2.5-Coder 0.5B's).
+TAIL_GAP = 18.0
+
+
 def top_probability(logits: np.ndarray, best: float | None = None) -> float:
-    """max(softmax(logits)) = 1 / sum(exp(logits - max)), exact to float32 rounding (the sum is
-    pairwise, about 1e-7 relative). It runs on every drafted token, so it works in place in a buffer
-    kept per thread: one pass each to subtract, exponentiate and add, in float32, and no allocation
-    (a float64 copy of a 152k-token row cost three times as much). ``best``: the max, when known."""
+    """max(softmax(logits)) = 1 / sum(exp(logits - max)), the sum over the logits within TAIL_GAP of the
+    best (relative error under (vocabulary - near) * exp(-TAIL_GAP), the far ones' most). It runs on every
+    drafted token and every token the draft model's gate reads, and a real row has about 2,000 of 152k
+    logits that near: 44 us instead of 360 for the whole row on this project's CPU, where the host's
+    work per drafted token (0.76 ms) was half an H100's 0.5B draft step. A flat row (most logits near)
+    is summed whole, in a buffer kept per thread: one pass each to subtract, exponentiate and add, in
+    float32, and no allocation. ``best``: the max, when known."""
     row = logits if logits.dtype == np.float32 else logits.astype(np.float32)
+    top = float(row.max()) if best is None else best
+    near = row > top - TAIL_GAP
+    if np.count_nonzero(near) <= row.shape[-1] // 4:
+        return float(1.0 / np.exp(row[near] - top).sum(dtype=np.float64))
     buf = getattr(_scratch, "buf", None)
     if buf is None or buf.shape != row.shape:
         buf = _scratch.buf = np.empty_like(row)
-    np.subtract(row, row.max() if best is None else best, out=buf)
+    np.subtract(row, top, out=buf)
     np.exp(buf, out=buf)
     return float(1.0 / buf.sum(dtype=np.float64))
 
