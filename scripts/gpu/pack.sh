@@ -46,9 +46,16 @@ done
 cp "$TRACES" .gpu/traces.json
 # builds made here for the GPU machine (measure.py --prebuild ARCH): its build stage unpacks the one its
 # flags name instead of compiling for 5 minutes of the lease
-if ls "$HOME"/.cache/quickdraft/gpu-prebuilt/*.tar.xz >/dev/null 2>&1; then
-  mkdir -p .gpu/prebuilt && cp "$HOME"/.cache/quickdraft/gpu-prebuilt/*.tar.xz .gpu/prebuilt/
-fi
+# flags name instead of compiling for 5 minutes of the lease; one that would take .gpu past what the
+# device tool carries stays behind, said so (the CPU rehearsal in CI never needs it)
+for built in "$HOME"/.cache/quickdraft/gpu-prebuilt/*.tar.xz; do
+  [ -e "$built" ] || continue
+  if [ $(( $(du -sm .gpu | cut -f1) + $(du -sm "$built" | cut -f1) )) -le 64 ]; then
+    mkdir -p .gpu/prebuilt && cp "$built" .gpu/prebuilt/
+  else
+    echo "pack.sh: $built left out: .gpu would pass the 64 MiB the device tool carries" >&2
+  fi
+done
 du -sh .gpu .gpu/*
 total=$(du -sm .gpu | cut -f1)
 [ "$total" -le 64 ] || { echo "pack.sh: .gpu is $total MiB, over the 64 MiB the device tool carries" >&2; exit 1; }
