@@ -4,6 +4,7 @@ llama-server with its `ngram-mod` and `ngram-cache` drafters, all on the same re
 
     taskset -c 0 .venv/bin/python scripts/agent_bench.py -m MAIN.gguf -md DRAFT.gguf -t 1 \\
         [--llama-server PATH --lookup-create PATH] [--modes ...] --json agent.json
+    ... --json agent.json --work DIR --resume      # a run cut short, finished later (DIR: printed at start)
 
 The workload (`scripts/data/agent_workload.json`) runs in order: the same files rewritten across
 sessions with small changes, tool-call loops over a small repository (`read_file`, `run_tests`, their
@@ -60,12 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     workload = json.loads(Path(args.workload).read_text())
     if args.sessions:   # the first N sessions: a shorter run, still in the workload's order
         workload["sessions"] = workload["sessions"][:args.sessions]
-    work = Path(tempfile.mkdtemp(prefix="agent-bench-"))
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="agent-bench-"))
+    print(f"servers' data folders: {work} (--work {work} --resume goes on from here)", file=sys.stderr, flush=True)
     servers = Servers(args, work)
     requests: list[dict] = []
+    answered = json.loads(Path(args.json).read_text())["requests"] if args.resume else []
     try:
         servers.start_all()
-        drive(workload, servers.ask_all, lambda: save(args, requests, list(servers.modes)), requests)
+        drive(workload, servers.ask_all, lambda: save(args, requests, list(servers.modes)), requests, answered)
     finally:
         servers.stop_all()
     print(table(save(args, requests, list(servers.modes))))
@@ -93,7 +96,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--llama-server", help="llama-server built from the vendored sources (for ngram-mod, ngram-cache)")
     p.add_argument("--lookup-create", help="llama-lookup-create from the same build (for ngram-cache)")
     p.add_argument("--json")
+    p.add_argument("--work", help="the servers' data folders (their indexes): a run's own, to --resume it")
+    p.add_argument("--resume", action="store_true",
+                   help="go on after the requests --json holds, with the indexes in --work: a run cut short "
+                        "(a session's end) is finished by the next; llama-server's ngram-mod pool, in memory "
+                        "only, starts empty again")
     args = p.parse_args(argv)
+    if args.resume and not (args.json and args.work):
+        p.error("--resume needs the run's --json and its --work")
     if "main" not in args.modes:
         p.error("--modes must include main: its answers continue the conversations")
     if any(m in THEIRS for m in args.modes) and not args.llama_server:
@@ -106,17 +116,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 # --- the workload: conversations continued by the main model's own answers ------------------------
 
 
-def drive(workload: dict, ask_all, done=None, requests: list[dict] | None = None) -> list[dict]:
+def drive(workload: dict, ask_all, done=None, requests: list[dict] | None = None,
+          answered: list[dict] = ()) -> list[dict]:
     """Every request of the workload, in order, with each mode's answer: ``ask_all(messages, tools,
     max_tokens, history)`` -> {mode: answer}, the main model's first. ``history``: the text of every
     request and answer before this one (what ngram-cache is built from). ``done()`` is called after each
-    request is answered and appended to ``requests``."""
+    request is answered and appended to ``requests``. ``answered``: a cut-short run's requests, taken as
+    they were (the conversations go on from their main answers) and not asked again."""
     requests = [] if requests is None else requests
     history: list[str] = []
     for session in workload["sessions"]:
         fed = 0   # messages of this conversation already in the history
         for messages, tools in conversation(workload, session):
-            answers = ask_all(messages, tools, MAX_TOKENS[session["part"]], "\n".join(history))
+            if len(requests) < len(answered):
+                answers = answered[len(requests)]["answers"]
+            else:
+                answers = ask_all(messages, tools, MAX_TOKENS[session["part"]], "\n".join(history))
             reference = answers["main"]
             requests.append(dict(session=session["id"], part=session["part"], answers=answers))
             if done is not None:

@@ -83,3 +83,18 @@ def test_llama_cpps_drafters_are_also_given_over_llama_servers_own_decoding():
     assert cell["speedup"] == 1.5 and cell["over_own_plain"] == 1.25
     assert "1.25x over llama-server alone" in table(summary)
     assert "over_own_plain" not in summary["parts"]["rewrite"]["llama-plain"]
+
+
+def test_a_resumed_run_takes_the_answered_requests_as_they_were_and_asks_the_rest():
+    workload = {"system": "sys", "files": {"a.py": "x = 1\n"}, "test_runs": {}, "tools": [], "extract_shape": "",
+                "sessions": [{"id": "rewrite-1", "part": "rewrite", "file": "a.py", "turns": ["one", "two", "three"]}]}
+    first = drive(workload, lambda m, t, n, h: {"main": answer({"role": "assistant", "content": f"answer {len(m)}"})})
+    asked = []
+
+    def ask_all(messages, tools, max_tokens, history):
+        asked.append([m["content"] for m in messages])
+        return {"main": answer({"role": "assistant", "content": "fresh"})}
+
+    resumed = drive(workload, ask_all, answered=first[:2])
+    assert len(asked) == 1 and resumed[:2] == first[:2]
+    assert asked[0][2:] == ["answer 2", "two", "answer 4", "three"]   # the conversation went on from the run's answers
