@@ -224,7 +224,7 @@ def stage_build(r: Run) -> None:
     root = r.build_cache / key
     print(f"  CMake flags: {flags}\n  build: {root}")
     prebuilt = REPO / ".gpu" / "prebuilt" / f"{key}.tar.xz"
-    if not (root / "built").exists() and prebuilt.exists():
+    if not (root / "built").exists() and prebuilt_fits(prebuilt, root):
         unpack_prebuilt(root, prebuilt)
         print(f"  unpacked the build made elsewhere for these flags: {prebuilt.name}")
     elif not (root / "built").exists():
@@ -292,6 +292,20 @@ def compile_tree(r: Run, root: Path, flags: str, timeout: float | None = 3600) -
     (root / "built").write_text(source.name + "\n")
 
 
+def prebuilt_fits(prebuilt: Path, root: Path) -> bool:
+    """Whether ``prebuilt`` was built in ``root`` (its libraries and tools find each other by the build
+    folder's absolute path, CMake's build RPATH): a build made in another folder would not load."""
+    if not prebuilt.exists():
+        return False
+    with tarfile.open(prebuilt) as tar:
+        member = tar.extractfile("root.txt")
+        built_in = member.read().decode().strip() if member else ""
+    if built_in != str(root):
+        print(f"  {prebuilt.name} was built in {built_in}, not {root}: compiling instead (--work must match)")
+        return False
+    return True
+
+
 def unpack_prebuilt(root: Path, prebuilt: Path) -> None:
     """The sources (their Python package) and a build of the same flags made on another machine
     (``--prebuild``): the lease's 5 minutes of compiling go to measuring instead."""
@@ -308,7 +322,8 @@ def unpack_prebuilt(root: Path, prebuilt: Path) -> None:
 def prebuild(plan: Plan, cache: Path, architecture: str) -> Path:
     """Build the GPU plan's libraries and tools here, for ``architecture`` (no GPU needed, nvcc is),
     and pack what the measurement runs into PREBUILT/KEY.tar.xz, which pack.sh carries. The flags
-    must be the GPU machine's: nvcc at /usr/local/cuda/bin first on PATH, as there."""
+    must be the GPU machine's (nvcc at /usr/local/cuda/bin first on PATH, as there), and so must the
+    build folder: --work as there (/tmp/qd-gpu), since the libraries find each other by its path."""
     os.environ["CUDA_ARCHITECTURES"] = architecture
     r = Run(plan, cache, REPO / "results" / "prebuild", cache)
     flags = product_flags(plan)
@@ -320,7 +335,9 @@ def prebuild(plan: Plan, cache: Path, architecture: str) -> Path:
         compile_tree(r, root, flags, timeout=None)
     out = PREBUILT / f"{key}.tar.xz"
     out.parent.mkdir(parents=True, exist_ok=True)
+    (root / "build" / "root.txt").write_text(f"{root}\n")
     with tarfile.open(out, "w:xz") as tar:
+        tar.add(root / "build" / "root.txt", arcname="root.txt")
         for path in sorted((root / "build" / "bin").iterdir()):
             if path.name.endswith((".so",)) or ".so." in path.name or path.name in TOOLS:
                 tar.add(path, arcname=f"bin/{path.name}")

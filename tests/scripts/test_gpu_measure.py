@@ -180,7 +180,15 @@ def test_a_build_made_elsewhere_for_the_same_flags_is_unpacked_instead_of_compil
     monkeypatch.setattr(measure, "compile_tree", lambda *a, **k: pytest.fail("compiled instead of unpacking"))
     run = rehearsal(measure, tmp_path, tmp_path / "tools")
     key = measure.hashlib.sha256(f"abc -DFLAGS=1 {' '.join(measure.TOOLS)}".encode()).hexdigest()[:16]
+    root_txt = tmp_path / "root.txt"
+    root_txt.write_text(f"{tmp_path / 'elsewhere' / key}\n")
     with tarfile.open(repo / ".gpu" / "prebuilt" / f"{key}.tar.xz", "w:xz") as tar:
+        tar.add(root_txt, arcname="root.txt")
+        tar.add(lib, arcname="bin/libllama.so")
+    assert not measure.prebuilt_fits(repo / ".gpu" / "prebuilt" / f"{key}.tar.xz", tmp_path / "builds" / key)
+    root_txt.write_text(f"{tmp_path / 'builds' / key}\n")   # built in the folder this run builds in
+    with tarfile.open(repo / ".gpu" / "prebuilt" / f"{key}.tar.xz", "w:xz") as tar:
+        tar.add(root_txt, arcname="root.txt")
         tar.add(lib, arcname="bin/libllama.so")
     measure.stage_build(run)
     assert (run.site / "llama_cpp" / "lib" / "libllama.so").read_bytes() == b"\x7fELF"
