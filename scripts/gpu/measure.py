@@ -298,8 +298,10 @@ def prebuilt_fits(prebuilt: Path, root: Path) -> bool:
     if not prebuilt.exists():
         return False
     with tarfile.open(prebuilt) as tar:
-        member = tar.extractfile("root.txt")
-        built_in = member.read().decode().strip() if member else ""
+        try:
+            built_in = tar.extractfile("root.txt").read().decode().strip()
+        except (KeyError, AttributeError):   # a build packed before the folder was recorded
+            built_in = "an unrecorded folder"
     if built_in != str(root):
         print(f"  {prebuilt.name} was built in {built_in}, not {root}: compiling instead (--work must match)")
         return False
