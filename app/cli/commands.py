@@ -99,8 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None, help="random seed; -1 or left out = a fresh one each run")
     gen.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     gen.add_argument("--json", action="store_true", help="print one JSON summary instead of the stream")
+    gen.add_argument("--logprobs", type=int, metavar="N", help="with --json: each token's log-probability and N alternatives")
     from app.cli import structured, thinking
-
     thinking.add_thinking_args(gen)
     structured.add_structured_args(gen)
     gen.set_defaults(handler=cmd_generate)
@@ -264,7 +264,7 @@ def _messages(args) -> list[dict]:
 
 
 def cmd_generate(args) -> int:
-    from app.cli.structured import constrained, read_grammar
+    from app.cli.structured import constrained, read_grammar, read_logprobs
     from app.cli.thinking import ReasoningPrinter, thinking_setup
     from app.core.chat.reasoning import split_reasoning
     from app.core.frontdoor import GenerationRequest
@@ -273,7 +273,7 @@ def cmd_generate(args) -> int:
 
     sampling = SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                               seed=None if args.seed == -1 else args.seed, max_tokens=args.n_predict,
-                              stop=tuple(args.stop))
+                              stop=tuple(args.stop), logprobs=read_logprobs(args))
     speculation, messages, grammar = _speculation(args), _messages(args), read_grammar(args)
     if not args.remote:
         model_params(args)   # every value is checked before a model loads

@@ -27,6 +27,14 @@ def add_structured_args(p: argparse.ArgumentParser) -> None:
                        help="a JSON Schema file: the answer is JSON that matches it")
 
 
+def read_logprobs(args) -> int | None:
+    """``--logprobs N``: the JSON summary's ``logprobs`` (each answer token's log-probability under the
+    main model, with its N likeliest alternatives); the streamed text has nowhere to show them."""
+    if args.logprobs is not None and not args.json:
+        raise QuickdraftError("--logprobs goes with --json: the JSON summary lists each token's log-probability")
+    return args.logprobs
+
+
 def read_grammar(args) -> str | None:
     """The GBNF grammar the flags ask for (None: free text). Raises QuickdraftError naming the file
     and what is wrong with it."""

@@ -86,6 +86,7 @@ class PolicyName(Choice):
 SAMPLERS_RUN = ("top_k", "top_p", "min_p", "temperature", "infill")
 SAMPLERS_NEUTRAL = ("penalties", "dry", "top_n_sigma", "typ_p", "xtc")
 SAMPLER_NAMES = SAMPLERS_RUN + SAMPLERS_NEUTRAL
+MAX_LOGPROBS = 100   # alternatives a token's log-probability may list (OpenAI's chat allows 20)
 DEFAULT_CHAIN = ("top_k", "top_p", "min_p", "temperature")   # SamplingParams.samplers None runs this
 
 
@@ -109,6 +110,9 @@ class SamplingParams:
     # llama-server's sampler chain, in order (SAMPLER_NAMES); None: top-k, top-p, min-p, temperature.
     # A chain without "temperature" samples at temperature 1 and is never greedy, as llama.cpp's.
     samplers: tuple[str, ...] | None = None
+    # the main model's log-probability of each answer token and of its ``logprobs`` likeliest tokens
+    # (OpenAI's logprobs/top_logprobs, llama-server's n_probs), from its raw distribution; None: none
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         _require("temperature", self.temperature, _finite(self.temperature) and self.temperature >= 0,
@@ -125,6 +129,8 @@ class SamplingParams:
                  "must be 0 (no limit) or more")
         _require("samplers", self.samplers, self.samplers is None or all(n in SAMPLER_NAMES for n in self.samplers),
                  f"must name samplers among {', '.join(SAMPLER_NAMES)}")
+        _require("logprobs", self.logprobs, self.logprobs is None or (_integer(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS),
+                 f"must be between 0 and {MAX_LOGPROBS} (or left out for none)")
         _require("logit_bias", self.logit_bias, all(_integer(t) and t >= 0 and _bias(b) for t, b in self.logit_bias),
                  "must pair token ids (0 or more) with finite biases or -inf")
 

@@ -14,7 +14,7 @@ from typing import Any
 from app.core.errors import InvalidParameterError
 from app.core.params import SamplingParams
 from app.server.errors import ApiError
-from app.server.fields import logit_bias, n_predict, refuse_unsupported, samplers, text_biases
+from app.server.fields import logit_bias, logprobs_from, n_predict, refuse_unsupported, samplers, text_biases
 from app.server.structured import grammar_from
 
 # llama-server's defaults for what a request leaves out (the OpenAI API has no top_k or min_p)
@@ -118,6 +118,7 @@ def sampling_from(body: dict) -> SamplingParams:
             n_indent=max(0, field_value(body, "n_indent", int, "an integer", 0)),
             max_predict_ms=max(0, field_value(body, "t_max_predict_ms", int, "an integer", 0)),
             samplers=samplers(body),
+            logprobs=logprobs_from(body),
         )
     except InvalidParameterError as exc:   # a value out of the engine's range is the client's error
         raise ApiError(400, f"'{exc.name}' {exc.problem}.", param=exc.name) from None

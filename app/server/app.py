@@ -140,7 +140,8 @@ class OpenAIReply:
     def __init__(self, job: Job, options: object, alias: str | None, first: Started):
         # the pair that answers (the window may have loaded another since the request came)
         self.job = job
-        self.shape = ResponseShape(job.request.kind, alias or job.pair.model_id, job.drafting is not DrafterKind.NONE)
+        self.shape = ResponseShape(job.request.kind, alias or job.pair.model_id, job.drafting is not DrafterKind.NONE,
+                                   logprobs=job.request.sampling.logprobs is not None)
 
     async def whole(self) -> dict:
         summary = await summary_of(self.job)
@@ -158,18 +159,31 @@ class OpenAIReply:
         answer = AnswerStream(job.plan) if _reads_answer(shape, job) else None
         if shape.chat:
             yield sse(shape.chunk(None, role=True))
+        held: list = []   # log-probabilities of tokens whose text has not gone out yet
         async for pieces, summary in bursts(job, live):
-            texts = [piece.text for piece in pieces]
-            if texts and answer is None:
-                yield b"".join(sse(shape.chunk(text, timings=_live_timings(job, shape, live))) for text in texts)
-            elif texts:
-                deltas = [delta for text in texts for delta in answer.feed(text)]
-                if deltas:
-                    yield b"".join(sse(shape.delta_chunk(d, timings=_live_timings(job, shape, live))) for d in deltas)
+            if pieces and answer is None:
+                chunks = []
+                for piece in pieces:
+                    held += piece.probs
+                    if piece.text:
+                        chunks.append(sse(shape.chunk(piece.text, timings=_live_timings(job, shape, live), probs=held)))
+                        held = []
+                if chunks:
+                    yield b"".join(chunks)
+            elif pieces:
+                held += [p for piece in pieces for p in piece.probs]
+                deltas = [delta for piece in pieces if piece.text for delta in answer.feed(piece.text)]
+                if deltas:   # a burst's log-probabilities go with its first delta
+                    yield b"".join(sse(shape.delta_chunk(d, timings=_live_timings(job, shape, live),
+                                                         probs=held if i == 0 else ())) for i, d in enumerate(deltas))
+                    held = []
             if summary is not None:
                 deltas = answer.finish() if answer is not None and summary.error is None else []
-                if deltas:
-                    yield b"".join(sse(shape.delta_chunk(d)) for d in deltas)
+                if answer is not None and (deltas or held):
+                    yield b"".join(sse(shape.delta_chunk(d, probs=held if i == 0 else ()))
+                                   for i, d in enumerate(deltas or [{}]))
+                elif held:   # tokens that showed no text (a character cut short at the end)
+                    yield sse(shape.chunk("", probs=held))
                 yield _closing(shape, summary, job, bool(answer is not None and answer.calls))
 
 

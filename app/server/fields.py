@@ -1,10 +1,10 @@
-"""Fields llama-server takes beside OpenAI's: ``n_predict``, ``logit_bias`` in both of its forms, and
-the table of those Quickdraft does not run, refused with a 400 that names them. (``n_indent`` and
+"""Fields llama-server takes beside OpenAI's: ``n_predict``, ``logit_bias`` in both of its forms, the
+log-probabilities asked in three ways (``logprobs_from``), and the table of those Quickdraft does not run, refused with a 400 that names them. (``n_indent`` and
 ``t_max_predict_ms`` are sampling's stop rules, api.py; ``t_max_prompt_ms`` is taken and has no effect,
 as in llama-server, which lists it as not implemented: llama.vim sends it with every request.)
 
 A refused field is one whose value would change the answer: a request that gives its neutral value
-(what llama-server does when it is left out: ``repeat_penalty: 1``, ``logprobs: false``) is answered,
+(what llama-server does when it is left out: ``repeat_penalty: 1``) is answered,
 since clients such as editors send every default; any other value gets the 400, never a silent 200.
 """
 
@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from app.core.params import SAMPLER_NAMES
+from app.core.params import MAX_LOGPROBS, SAMPLER_NAMES
 from app.server.errors import ApiError
 
 # field -> the values that leave the answer as it is (None, JSON null, is always neutral)
 NEUTRAL: dict[str, tuple] = {
-    "logprobs": (False,), "top_logprobs": (0,), "n_probs": (0,), "post_sampling_probs": (False,),
+    "post_sampling_probs": (False,),
     "presence_penalty": (0,), "frequency_penalty": (0,), "repeat_penalty": (1,),
     "mirostat": (0,), "typical_p": (1,), "dynatemp_range": (0,), "xtc_probability": (0,),
     "dry_multiplier": (0,), "top_n_sigma": (-1,), "n_keep": (0, -1),
@@ -26,11 +26,11 @@ NEUTRAL: dict[str, tuple] = {
     "suffix": ("",), "add_generation_prompt": (True,),
 }
 WHY = {
-    "logprobs": "token log-probabilities are not reported", "top_logprobs": "token log-probabilities are not reported",
-    "n_probs": "token probabilities are not reported", "post_sampling_probs": "token probabilities are not reported",
+    "post_sampling_probs": "probabilities are reported before sampling, from the model's raw distribution",
     "lora": "no LoRA adapters are loaded", "suffix": "use /infill for fill-in-the-middle",
     "add_generation_prompt": "the prompt always ends where the assistant's answer begins",
 }
+OPENAI_TOP_LOGPROBS = 20   # OpenAI's most for a chat's top_logprobs
 MAX_BIAS = 100.0        # OpenAI's range for a logit_bias value, -100 to 100
 MAX_BIASED_TOKENS = 4096
 
@@ -44,6 +44,32 @@ def refuse_unsupported(body: dict) -> None:
         why = WHY.get(name, "Quickdraft does not run this sampler or option")
         raise ApiError(400, f"'{name}' is not supported ({why}); leave it out or give its neutral value"
                        f"{' ' + repr(neutral[0]) if neutral else ''}.", param=name)
+
+
+def logprobs_from(body: dict) -> int | None:
+    """How many alternatives each answer token's log-probability lists (None: no log-probabilities):
+    OpenAI's chat ``logprobs: true`` with ``top_logprobs``, its legacy completions' ``logprobs: N``, or
+    llama-server's ``n_probs``."""
+    value, top, n_probs = body.get("logprobs"), body.get("top_logprobs"), body.get("n_probs")
+    if n_probs is not None:
+        if isinstance(n_probs, bool) or not isinstance(n_probs, int) or not 0 <= n_probs <= MAX_LOGPROBS:
+            raise ApiError(400, f"'n_probs' must be an integer from 0 to {MAX_LOGPROBS}.", param="n_probs")
+        if n_probs > 0:
+            return n_probs
+    if top is not None and value is not True:
+        raise ApiError(400, "'top_logprobs' needs 'logprobs': true.", param="top_logprobs")
+    if value is None or value is False:
+        return None
+    if value is True:
+        if top is None:
+            return 0
+        if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= OPENAI_TOP_LOGPROBS:
+            raise ApiError(400, f"'top_logprobs' must be an integer from 0 to {OPENAI_TOP_LOGPROBS}.",
+                           param="top_logprobs")
+        return top
+    if isinstance(value, int) and 0 <= value <= MAX_LOGPROBS:   # a legacy completion's count
+        return value
+    raise ApiError(400, f"'logprobs' must be true or false, or a count from 0 to {MAX_LOGPROBS}.", param="logprobs")
 
 
 def _same(value: Any, neutral: Any) -> bool:

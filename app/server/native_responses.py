@@ -6,9 +6,11 @@ llama-server's server-task.cpp (``to_json_non_oaicompat``) filled from what Quic
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from app.core.params import DEFAULT_CHAIN, SamplingParams
-from app.core.speculation.events import StopReason, Summary
+from app.core.speculation.events import StopReason, Summary, TokenProb
+from app.server import logprobs
 from app.server.api import NO_LIMIT
 from app.server.native_api import NativeOptions
 
@@ -29,11 +31,18 @@ class NativeAnswer:
     options: NativeOptions
     speculative: bool
 
-    def chunk(self, text: str, token_ids: list[int], predicted: int, timings: dict | None) -> dict:
-        """A streamed piece of the answer, with its tokens (always, as llama-server sends them)."""
+    def chunk(self, text: str, token_ids: list[int], predicted: int, timings: dict | None,
+              probs: Sequence[TokenProb] = ()) -> dict:
+        """A streamed piece of the answer, with its tokens (always, as llama-server sends them) and, with
+        ``n_probs``, their probabilities."""
         body = {"index": 0, "content": text, "tokens": token_ids,
                 "stop": False, "id_slot": SLOT, "tokens_predicted": predicted, "tokens_evaluated": self.n_prompt}
+        body |= {"completion_probabilities": logprobs.native(probs)} if self._probs else {}
         return self._only_asked(body | ({"timings": timings} if timings is not None else {}))
+
+    @property
+    def _probs(self) -> bool:
+        return self.sampling.logprobs is not None
 
     def final(self, s: Summary, stopping_word: str, timings: dict) -> dict:
         """The whole answer (its tokens only with ``return_tokens``, as llama-server), or a stream's
@@ -49,6 +58,8 @@ class NativeAnswer:
             # the main model's cache holds every token but the newest one (the loop's invariant)
             "tokens_cached": s.prompt_tokens + s.generated_tokens - 1, "timings": timings,
         }
+        if self._probs and not self.stream:
+            body["completion_probabilities"] = logprobs.native(s.token_probs)
         return self._only_asked(body)
 
     def _only_asked(self, body: dict) -> dict:

@@ -55,7 +55,7 @@ class NativeReply:
         async for pieces, summary in bursts(self.job, live):
             timings = live_timings(live, self.speculative) if per_token else None
             if pieces:
-                yield b"".join(sse(answer.chunk(p.text, list(p.token_ids), live.generated_tokens, timings))
+                yield b"".join(sse(answer.chunk(p.text, list(p.token_ids), live.generated_tokens, timings, p.probs))
                                for p in pieces)
             if summary is not None:
                 if summary.error is not None:

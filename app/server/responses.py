@@ -20,10 +20,12 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from typing import Sequence
 
 from app.core.speculation import rates
-from app.core.speculation.events import StopReason, Summary
+from app.core.speculation.events import StopReason, Summary, TokenProb
 from app.core.speculation.stats import GenerationStats
+from app.server import logprobs
 
 FINISH_REASONS = {StopReason.EOG: "stop", StopReason.STOP_STRING: "stop", StopReason.CANCEL: "stop",
                   StopReason.LENGTH: "length", StopReason.CONTEXT: "length"}
@@ -84,8 +86,10 @@ class ResponseShape:
     """Bodies of one answer, chat or completion, sharing an id and a creation time, naming the model
     that answered (``speculative``: whether its timings carry draft counts)."""
 
-    def __init__(self, kind: str, model_id: str, speculative: bool):
+    def __init__(self, kind: str, model_id: str, speculative: bool, logprobs: bool = False):
         self.chat = kind == "chat"
+        self.logprobs = logprobs   # the request asked for them: every choice carries its tokens'
+        self._offset = 0           # a streamed completion's text so far (its tokens' text_offset)
         self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self.model_id = model_id
@@ -100,31 +104,45 @@ class ResponseShape:
         content), ``calls``: whether it calls tools."""
         finish = finish_reason(s, calls)
         if self.chat:
-            choice = {"index": 0, "message": message or {"role": "assistant", "content": s.text}, "logprobs": None,
-                      "finish_reason": finish}
+            choice = {"index": 0, "message": message or {"role": "assistant", "content": s.text},
+                      "logprobs": self._logprobs(s.token_probs), "finish_reason": finish}
             body = self._envelope("chat.completion", [choice])
         else:
-            body = self._envelope("text_completion", [{"index": 0, "text": s.text, "logprobs": None,
+            body = self._envelope("text_completion", [{"index": 0, "text": s.text,
+                                                       "logprobs": self._logprobs(s.token_probs),
                                                        "finish_reason": finish}])
         return body | {"usage": usage(s), "timings": summary_timings(s, self.speculative)}
 
     def chunk(self, text: str | None, finish_reason: str | None = None, timings: dict | None = None,
-              role: bool = False) -> dict:
+              role: bool = False, probs: Sequence[TokenProb] = ()) -> dict:
+        """``probs``: the log-probabilities of the tokens whose text this chunk carries."""
+        logprobs = self._logprobs(probs) if probs else None
         if self.chat:
             # the role chunk's content is null, as llama-server sends it
             delta = {"role": "assistant", "content": None} if role else ({"content": text} if text is not None else {})
             body = self._envelope("chat.completion.chunk",
-                                  [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}])
+                                  [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}])
         else:
-            body = self._envelope("text_completion", [{"index": 0, "text": text or "", "logprobs": None,
+            body = self._envelope("text_completion", [{"index": 0, "text": text or "", "logprobs": logprobs,
                                                        "finish_reason": finish_reason}])
         return body | ({"timings": timings} if timings is not None else {})
 
-    def delta_chunk(self, delta: dict, finish_reason: str | None = None, timings: dict | None = None) -> dict:
+    def delta_chunk(self, delta: dict, finish_reason: str | None = None, timings: dict | None = None,
+                    probs: Sequence[TokenProb] = ()) -> dict:
         """A chat chunk carrying ``delta`` (content, reasoning_content or tool_calls)."""
+        logprobs = self._logprobs(probs) if probs else None
         body = self._envelope("chat.completion.chunk",
-                              [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}])
+                              [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}])
         return body | ({"timings": timings} if timings is not None else {})
+
+    def _logprobs(self, probs: Sequence[TokenProb]) -> dict | None:
+        if not self.logprobs:
+            return None
+        if self.chat:
+            return logprobs.chat(probs)
+        body = logprobs.legacy(probs, self._offset)
+        self._offset += sum(len(token) for token in body["tokens"])
+        return body
 
     def usage_chunk(self, s: Summary) -> dict:
         obj = "chat.completion.chunk" if self.chat else "text_completion"

@@ -51,7 +51,7 @@ async def bursts(job: Job, live: GenerationStats | None) -> AsyncIterator[tuple[
             yield pending, event
             return
         if isinstance(event, TokenPiece):
-            pending += [event] if event.text else []
+            pending += [event] if event.text or event.probs else []   # a piece's log-probabilities too
             if live is None or live.rounds or live.generated_tokens != len(event.token_ids):
                 continue  # not the first token: its round sends it
         if pending:

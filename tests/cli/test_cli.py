@@ -162,3 +162,24 @@ def test_a_model_whose_output_is_nan_fails_with_a_message_not_garbage(tmp_path):
     assert r.returncode == 1
     assert "not a number (NaN or infinity)" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_generate_json_lists_each_tokens_logprob_with_its_alternatives(tiny_models, tmp_path):
+    r = quickdraft("generate", "-m", str(tiny_models.main), "-md", str(tiny_models.same), "-p", "the cat", "-n", "8",
+                   "--drafter", "model", "--policy", "fixed", "--draft-max", "4", "--json", "--logprobs", "2",
+                   tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [p["token"] for p in out["logprobs"]] == out["token_ids"][:len(out["logprobs"])]
+    assert len(out["logprobs"]) >= out["generated_tokens"] - (out["stop_reason"] == "eog")
+    assert all(p["logprob"] <= 0 and len(p["top"]) == 2 and p["top"][0]["token"] == p["token"] for p in out["logprobs"])
+    assert out["accepted"] > 0   # drafted tokens carry theirs too
+    plain = json.loads(quickdraft("generate", "-m", str(tiny_models.main), "-p", "the cat", "-n", "8", "--json",
+                                  "--logprobs", "2", tmp_path=tmp_path).stdout)
+    assert [p["logprob"] for p in plain["logprobs"]] == pytest.approx([p["logprob"] for p in out["logprobs"]], abs=1e-3)
+
+
+def test_logprobs_without_json_is_refused_with_a_message(tiny_models, tmp_path):
+    r = quickdraft("generate", "-m", str(tiny_models.main), "-p", "the cat", "-n", "4", "--logprobs", "2",
+                   tmp_path=tmp_path)
+    assert r.returncode != 0 and "--logprobs goes with --json" in r.stderr

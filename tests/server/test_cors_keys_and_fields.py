@@ -77,7 +77,7 @@ def test_cors_origins_can_be_listed(tiny_models):
 
 # --- OpenAI fields ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("field, value", [("logprobs", True), ("top_logprobs", 2), ("presence_penalty", 0.5),
+@pytest.mark.parametrize("field, value", [("logprobs", "yes"), ("top_logprobs", 2), ("presence_penalty", 0.5),
                                           ("frequency_penalty", 1), ("continue_final_message", True),
                                           ("add_generation_prompt", False)])
 def test_fields_quickdraft_cannot_honour_are_refused_naming_them(served, field, value):

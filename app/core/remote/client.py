@@ -323,6 +323,8 @@ def _choice_parts(choice: dict) -> tuple[str, str]:
 
 
 def _sampling_body(s: SamplingParams) -> dict:
+    if s.logprobs is not None:   # the server's streamed answer is read as text here, not its token probabilities
+        raise QuickdraftError("log-probabilities are not read from a remote server: ask it with logprobs directly")
     body = {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "min_p": s.min_p,
             "max_tokens": s.max_tokens}
     if s.seed is not None:

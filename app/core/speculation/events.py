@@ -64,6 +64,25 @@ class Reading:
 
 
 @dataclass(frozen=True)
+class TokenProb:
+    """The main model's log-probability of an answer token at its position, and its ``top`` likeliest
+    tokens there (id, bytes, log-probability), best first: from its raw distribution (temperature 1, no
+    filter or bias), the same whether the token was drafted or not (SamplingParams.logprobs)."""
+
+    token: int
+    piece: bytes
+    logprob: float
+    top: tuple[tuple[int, bytes, float], ...] = ()
+
+
+def token_prob_dict(p: TokenProb) -> dict:
+    """A token's log-probability for JSON: its id, text (U+FFFD for a split character's byte) and
+    alternatives."""
+    return {"token": p.token, "text": p.piece.decode("utf-8", errors="replace"), "logprob": p.logprob,
+            "top": [{"token": t, "text": b.decode("utf-8", errors="replace"), "logprob": lp} for t, b, lp in p.top]}
+
+
+@dataclass(frozen=True)
 class TokenPiece:
     """Text ready to show. ``text`` holds whole characters only (bytes of a character split across
     tokens are held back until it is complete), so it may be empty while ``token_ids`` is not."""
@@ -72,6 +91,7 @@ class TokenPiece:
     token_ids: tuple[int, ...]
     origin: Origin
     at_s: float = 0.0
+    probs: tuple[TokenProb, ...] = ()   # one per token id, when the request asked for log-probabilities
 
 
 @dataclass(frozen=True)
@@ -112,6 +132,7 @@ class Summary(rates.CountRates):
     text: str = ""
     token_ids: tuple[int, ...] = field(default=(), repr=False)
     warnings: tuple[str, ...] = ()   # for the user: e.g. the chat template was too costly and not used
+    token_probs: tuple[TokenProb, ...] = field(default=(), repr=False)   # the shown tokens', when asked
     speculation_reported: bool = True  # False: a remote server said nothing about drafting (not zero)
     at_s: float = 0.0                  # when the generation ended (ttft_s + generation_s for the engine)
     policy_learning: bool = False      # the auto policy was still learning this machine's costs at the end
@@ -132,6 +153,7 @@ class Summary(rates.CountRates):
         return rates.per_second(self.prompt_tokens_evaluated, self.prompt_s)
 
     def to_dict(self) -> dict:
+        logprobs = {"logprobs": [token_prob_dict(p) for p in self.token_probs]} if self.token_probs else {}
         return {
             "prompt_tokens": self.prompt_tokens,
             "prompt_tokens_evaluated": self.prompt_tokens_evaluated,
@@ -167,7 +189,7 @@ class Summary(rates.CountRates):
             "speculation_reported": self.speculation_reported,
             "policy_learning": self.policy_learning,
             "cost_rounds_observed": self.cost_rounds_observed,
-        }
+        } | logprobs
 
 
 def part_dict(drafted: int, accepted: int, tokens: int, seconds: float) -> dict:

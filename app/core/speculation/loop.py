@@ -21,9 +21,10 @@ from app.core.params import SamplingParams
 from app.core.speculation.acceptance import SUFFIX
 from app.core.speculation.constraint import GrammarConstraint, cut_to_grammar, settle
 from app.core.speculation.drafters import Draft, Drafter
-from app.core.speculation.events import Event, Origin, Reading, Round, Started, StopReason, TokenPiece
+from app.core.speculation.events import (Event, Origin, Reading, Round, Started, StopReason, Summary, TokenPiece,
+                                         TokenProb)
 from app.core.speculation.policy_base import DraftPolicy
-from app.core.speculation.sampling import InfillFilter, Sampler, top_probability
+from app.core.speculation.sampling import InfillFilter, Sampler, token_prob, top_probability
 from app.core.speculation.stats import GenerationStats
 from app.core.speculation.text import TextAssembler
 
@@ -72,6 +73,8 @@ class SpeculativeGeneration:
         self.policy = policy
         self.params = sampling
         self.sampler = Sampler(sampling, infill)
+        self.token_probs: list[TokenProb] = []   # each generated token's, when the request asks (logprobs)
+        self._pieced = 0                          # of them, those the text pieces so far carried
         self.cancel = cancel or threading.Event()
         self.stats = GenerationStats()
         self._start = 0.0
@@ -108,6 +111,7 @@ class SpeculativeGeneration:
             logits = yield from self._read_prompt(prompt)
             self.sampler.at(len(prompt))
             first = self.sampler.sample(logits, self.constraint)
+            self.token_probs += self._probs([first], [logits])
             settle(self.constraint, 0, first)
             if self.drafter is not None:  # the prompt phase covers both models, as in llama.cpp
                 self.drafter.prepare(prompt, self.policy)
@@ -127,7 +131,11 @@ class SpeculativeGeneration:
         if tail is not None:
             yield self._record(tail)
         threads, draft_threads = self.threads() if self.threads is not None else (0, 0)
-        yield self.stats.to_summary(generated_tokens=len(self.generated), end_s=self._now(),
+        yield dataclasses.replace(self._summary(stop, error, threads, draft_threads),
+                                  token_probs=tuple(self.token_probs[:self._pieced]))
+
+    def _summary(self, stop: StopReason | None, error: str | None, threads: int, draft_threads: int) -> Summary:
+        return self.stats.to_summary(generated_tokens=len(self.generated), end_s=self._now(),
                                     stop_reason=stop or StopReason.LENGTH, error=error,
                                     text=self.text.text, token_ids=self.generated, warnings=self.warnings,
                                     policy_learning=self.policy.learning,
@@ -145,6 +153,10 @@ class SpeculativeGeneration:
     def _record(self, event: Event) -> Event:
         """Stamp an event on this generation's clock, read a piece's part, and count it."""
         event = dataclasses.replace(event, at_s=self._now())
+        if self.params.logprobs is not None and isinstance(event, TokenPiece):
+            n = len(event.token_ids)   # a piece's tokens are the next ones generated (text.py)
+            event = dataclasses.replace(event, probs=tuple(self.token_probs[self._pieced:self._pieced + n]))
+            self._pieced += n
         if self.parts is not None and isinstance(event, TokenPiece):
             self.parts.piece(event.text, len(event.token_ids))
         self.stats.add(event)
@@ -159,6 +171,7 @@ class SpeculativeGeneration:
         t1 = time.perf_counter()
         rows = self.main.eval([self.context[-1], *draft.tokens], all_logits=True)
         accepted, next_token = self.sampler.verify(rows, draft.tokens, draft.q, self.constraint, refused_q)
+        probs = self._probs([*draft.tokens[:accepted], next_token], rows)   # before a rollback can decode
         settle(self.constraint, accepted, next_token)
         confidence = [top_probability(row) for row in rows[:accepted + 1]] \
             if self.policy.wants_main_confidence() else []
@@ -166,6 +179,7 @@ class SpeculativeGeneration:
         self.main.truncate(len(self.context) + accepted)
         t2 = time.perf_counter()
         new_tokens = _cut_after_eog([*draft.tokens[:accepted], next_token], self.vocab)
+        self.token_probs += probs[:len(new_tokens)]
         used_drafts = min(accepted, len(new_tokens))
         self.policy.observe(draft, accepted, draft_s=t1 - t0, main_confidence=confidence,
                             verify_s=t2 - t1, context=len(self.context) - 1)
@@ -177,6 +191,13 @@ class SpeculativeGeneration:
                                  learning=self.policy.learning, drafter=draft.sources[0] if draft.sources else "",
                                  part=self.parts.take() if self.parts is not None else ""))
         return self._stop_reason()
+
+    def _probs(self, tokens: list[int], rows) -> list[TokenProb]:
+        """Each token's log-probability under the main model's row it was chosen at (rows[i] for
+        tokens[i]), when the request asks for them."""
+        if self.params.logprobs is None:
+            return []
+        return [token_prob(row, token, self.params.logprobs, self.vocab.piece) for token, row in zip(tokens, rows)]
 
     def _draft(self) -> Draft:
         if self.drafter is None:

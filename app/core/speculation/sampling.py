@@ -18,6 +18,7 @@ from app.core.speculation.keyed import keyed_choice
 
 if TYPE_CHECKING:
     from app.core.speculation.constraint import GrammarConstraint
+    from app.core.speculation.events import TokenProb
 
 
 class NonFiniteLogits(QuickdraftError):
@@ -106,6 +107,23 @@ def top_probability(logits: np.ndarray, best: float | None = None) -> float:
     np.subtract(row, top, out=buf)
     np.exp(buf, out=buf)
     return float(1.0 / buf.sum(dtype=np.float64))
+
+
+def token_prob(row: np.ndarray, token: int, n_top: int, piece) -> "TokenProb":
+    """``token``'s log-probability under ``row``'s raw softmax (the whole row: exact), and the ``n_top``
+    likeliest tokens with theirs, best first (ties by id); ``piece(id)``: a token's bytes."""
+    from app.core.speculation.events import TokenProb
+
+    row = np.asarray(row, dtype=np.float64).reshape(-1)
+    top = float(row.max())
+    _finite(top)
+    log_sum = top + float(np.log(np.exp(row - top).sum()))
+    best: tuple = ()
+    if n_top > 0:
+        ids = np.argpartition(-row, n_top - 1)[:n_top] if n_top < row.shape[-1] else np.arange(row.shape[-1])
+        ids = ids[np.lexsort((ids, -row[ids]))]
+        best = tuple((int(i), piece(int(i)), float(row[i]) - log_sum) for i in ids)
+    return TokenProb(token, piece(token), float(row[token]) - log_sum, best)
 
 
 class Sampler:

@@ -238,3 +238,13 @@ def test_remote_engine_sends_the_grammar_and_the_server_follows_it(tiny_models):
                                                         grammar='root ::= ("x" | "y"){4}')))
         remote.close()
     assert len(events[-1].text) == 4 and set(events[-1].text) <= {"x", "y"}
+
+
+def test_log_probabilities_are_refused_not_dropped_for_a_remote_server():
+    from app.core.errors import QuickdraftError
+    from app.core.params import SamplingParams
+    from app.core.remote.client import _sampling_body
+
+    with pytest.raises(QuickdraftError, match="log-probabilities are not read from a remote server"):
+        _sampling_body(SamplingParams(logprobs=2))
+    assert "logprobs" not in _sampling_body(SamplingParams())
