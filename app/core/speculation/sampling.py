@@ -101,29 +101,43 @@ def top_probability(logits: np.ndarray, best: float | None = None) -> float:
     near = row > top - TAIL_GAP
     if np.count_nonzero(near) <= row.shape[-1] // 4:
         return float(1.0 / np.exp(row[near] - top).sum(dtype=np.float64))
-    buf = getattr(_scratch, "buf", None)
-    if buf is None or buf.shape != row.shape:
-        buf = _scratch.buf = np.empty_like(row)
+    buf = _buffer(row)
     np.subtract(row, top, out=buf)
     np.exp(buf, out=buf)
     return float(1.0 / buf.sum(dtype=np.float64))
 
 
 def token_prob(row: np.ndarray, token: int, n_top: int, piece) -> "TokenProb":
-    """``token``'s log-probability under ``row``'s raw softmax (the whole row: exact), and the ``n_top``
-    likeliest tokens with theirs, best first (ties by id); ``piece(id)``: a token's bytes."""
+    """``token``'s log-probability under ``row``'s raw softmax (the whole row, float32 terms summed in
+    float64), and the ``n_top`` likeliest tokens with theirs, best first (ties by id), looked for among
+    the logits within TAIL_GAP of the best where there are enough; ``piece(id)``: a token's bytes. 0.46 ms
+    a token (0.63 with 5 alternatives) on the Qwen2.5-Coder 0.5B's real 152k-token rows here; a float64
+    copy and a partition of the whole row took 2.5-5 ms."""
     from app.core.speculation.events import TokenProb
 
-    row = np.asarray(row, dtype=np.float64).reshape(-1)
+    row = np.asarray(row, dtype=np.float32).reshape(-1)
     top = float(row.max())
     _finite(top)
-    log_sum = top + float(np.log(np.exp(row - top).sum()))
+    buf = _buffer(row)
+    np.subtract(row, top, out=buf)
+    np.exp(buf, out=buf)
+    log_sum = top + float(np.log(buf.sum(dtype=np.float64)))
     best: tuple = ()
     if n_top > 0:
-        ids = np.argpartition(-row, n_top - 1)[:n_top] if n_top < row.shape[-1] else np.arange(row.shape[-1])
+        near = np.flatnonzero(row > top - TAIL_GAP)
+        pool = near if len(near) >= n_top else np.arange(row.shape[0])
+        ids = pool[np.argpartition(-row[pool], n_top - 1)[:n_top]] if n_top < len(pool) else pool
         ids = ids[np.lexsort((ids, -row[ids]))]
         best = tuple((int(i), piece(int(i)), float(row[i]) - log_sum) for i in ids)
     return TokenProb(token, piece(token), float(row[token]) - log_sum, best)
+
+
+def _buffer(row: np.ndarray) -> np.ndarray:
+    """A float32 buffer the size of ``row``, kept per thread (no allocation per token)."""
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or buf.shape != row.shape:
+        buf = _scratch.buf = np.empty_like(row)
+    return buf
 
 
 class Sampler:

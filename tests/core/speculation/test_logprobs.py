@@ -39,9 +39,9 @@ def test_each_tokens_logprob_is_the_main_models_at_its_position(drafter, tempera
     assert len(summary.token_probs) == len(summary.token_ids) > 0
     for prob in summary.token_probs:
         expected = log_softmax(main.logits(context))
-        assert prob.logprob == pytest.approx(expected[prob.token], abs=1e-9)
+        assert prob.logprob == pytest.approx(expected[prob.token], abs=1e-5)   # float32 terms
         assert [t for t, _, _ in prob.top] == sorted(range(6), key=lambda t: (-expected[t], t))[:3]
-        assert [lp for _, _, lp in prob.top] == pytest.approx(sorted(expected, reverse=True)[:3], abs=1e-9)
+        assert [lp for _, _, lp in prob.top] == pytest.approx(sorted(expected, reverse=True)[:3], abs=1e-5)
         assert prob.piece == main.piece(prob.token)
         context.append(prob.token)
     if temperature == 0.0:   # greedy: every token is its position's likeliest
