@@ -113,6 +113,9 @@ class SamplingParams:
     # the main model's log-probability of each answer token and of its ``logprobs`` likeliest tokens
     # (OpenAI's logprobs/top_logprobs, llama-server's n_probs), from its raw distribution; None: none
     logprobs: int | None = None
+    # llama-server's post_sampling_probs: those of the distribution the token was drawn from instead
+    # (bias, grammar, filters, temperature applied; greedy: the chosen token's is 1)
+    post_sampling_probs: bool = False
 
     def __post_init__(self) -> None:
         _require("temperature", self.temperature, _finite(self.temperature) and self.temperature >= 0,

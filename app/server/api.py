@@ -119,6 +119,7 @@ def sampling_from(body: dict) -> SamplingParams:
             max_predict_ms=max(0, field_value(body, "t_max_predict_ms", int, "an integer", 0)),
             samplers=samplers(body),
             logprobs=logprobs_from(body),
+            post_sampling_probs=bool(field_value(body, "post_sampling_probs", bool, "true or false", False)),
         )
     except InvalidParameterError as exc:   # a value out of the engine's range is the client's error
         raise ApiError(400, f"'{exc.name}' {exc.problem}.", param=exc.name) from None

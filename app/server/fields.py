@@ -18,7 +18,6 @@ from app.server.errors import ApiError
 
 # field -> the values that leave the answer as it is (None, JSON null, is always neutral)
 NEUTRAL: dict[str, tuple] = {
-    "post_sampling_probs": (False,),
     "presence_penalty": (0,), "frequency_penalty": (0,), "repeat_penalty": (1,),
     "mirostat": (0,), "typical_p": (1,), "dynatemp_range": (0,), "xtc_probability": (0,),
     "dry_multiplier": (0,), "top_n_sigma": (-1,), "n_keep": (0, -1),
@@ -26,7 +25,6 @@ NEUTRAL: dict[str, tuple] = {
     "suffix": ("",), "add_generation_prompt": (True,),
 }
 WHY = {
-    "post_sampling_probs": "probabilities are reported before sampling, from the model's raw distribution",
     "lora": "no LoRA adapters are loaded", "suffix": "use /infill for fill-in-the-middle",
     "add_generation_prompt": "the prompt always ends where the assistant's answer begins",
 }

@@ -12,6 +12,7 @@ with ``bytes`` exact, as OpenAI and llama-server give them.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from app.core.speculation.events import TokenProb
@@ -46,7 +47,13 @@ def _by_text(top: Sequence[tuple[int, bytes, float]]) -> dict[str, float]:
     return out
 
 
-def native(probs: Sequence[TokenProb]) -> list[dict]:
+def native(probs: Sequence[TokenProb], post_sampling: bool = False) -> list[dict]:
+    """``post_sampling``: llama-server's post_sampling_probs, probabilities (``prob``, ``top_probs``) of
+    the distribution each token was drawn from, not log-probabilities of the raw one."""
+    if post_sampling:
+        return [{"id": p.token, "token": _text(p.piece), "bytes": list(p.piece), "prob": math.exp(p.logprob),
+                 "top_probs": [{"id": t, "token": _text(b), "bytes": list(b), "prob": math.exp(lp)} for t, b, lp in p.top]}
+                for p in probs]
     return [{"id": p.token, "token": _text(p.piece), "bytes": list(p.piece), "logprob": p.logprob,
              "top_logprobs": [{"id": t, "token": _text(b), "bytes": list(b), "logprob": lp} for t, b, lp in p.top]}
             for p in probs]

@@ -37,7 +37,7 @@ class NativeAnswer:
         ``n_probs``, their probabilities."""
         body = {"index": 0, "content": text, "tokens": token_ids,
                 "stop": False, "id_slot": SLOT, "tokens_predicted": predicted, "tokens_evaluated": self.n_prompt}
-        body |= {"completion_probabilities": logprobs.native(probs)} if self._probs else {}
+        body |= {"completion_probabilities": logprobs.native(probs, self.sampling.post_sampling_probs)} if self._probs else {}
         return self._only_asked(body | ({"timings": timings} if timings is not None else {}))
 
     @property
@@ -59,7 +59,7 @@ class NativeAnswer:
             "tokens_cached": s.prompt_tokens + s.generated_tokens - 1, "timings": timings,
         }
         if self._probs and not self.stream:
-            body["completion_probabilities"] = logprobs.native(s.token_probs)
+            body["completion_probabilities"] = logprobs.native(s.token_probs, self.sampling.post_sampling_probs)
         return self._only_asked(body)
 
     def _only_asked(self, body: dict) -> dict:

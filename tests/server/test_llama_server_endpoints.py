@@ -196,7 +196,7 @@ def test_completion_seeded_sampling_repeats_and_cache_prompt_false_gives_the_sam
     ({"prompt": PROMPT, "temperature": 9}, "temperature"),
     ({"prompt": PROMPT, "id_slot": 3}, "id_slot"),
     ({"prompt": PROMPT, "n_probs": -1}, "n_probs"),
-    ({"prompt": PROMPT, "n_probs": 2, "post_sampling_probs": True}, "post_sampling_probs"),
+    ({"prompt": PROMPT, "n_probs": 2, "post_sampling_probs": "yes"}, "post_sampling_probs"),
     ({"prompt": PROMPT, "grammar": "root ::= this is (not valid GBNF"}, "grammar"),
     ({"prompt": PROMPT, "samplers": ["top_k", "adaptive_p"]}, "samplers"),
     ({"prompt": PROMPT, "samplers": "kpz"}, "samplers"),

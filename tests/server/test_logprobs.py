@@ -85,3 +85,17 @@ def test_llama_servers_n_probs_gives_completion_probabilities_whole_and_streamed
 def test_logprobs_out_of_range_are_refused_naming_them(servers, body, param):
     response = httpx.post(servers[0].url + "/v1/chat/completions", json=CHAT | body, timeout=60)
     assert response.status_code == 400 and response.json()["error"]["param"] == param
+
+
+def test_post_sampling_probs_are_the_drawn_distributions(servers):
+    greedy = httpx.post(servers[0].url + "/completion", json={"prompt": "the cat", "n_predict": 4, "temperature": 0,
+                                                             "n_probs": 3, "post_sampling_probs": True}, timeout=60).json()
+    for p in greedy["completion_probabilities"]:   # greedy: the chosen token is certain, and alone
+        assert p["prob"] == 1.0 and [t["id"] for t in p["top_probs"]] == [p["id"]]
+    sampled = httpx.post(servers[0].url + "/completion", json={"prompt": "the cat", "n_predict": 4, "temperature": 1.0,
+                                                              "top_k": 5, "seed": 7, "n_probs": 10,
+                                                              "post_sampling_probs": True}, timeout=60).json()
+    for p in sampled["completion_probabilities"]:
+        assert 0 < p["prob"] <= 1 and 1 <= len(p["top_probs"]) <= 5   # top-k 5: no sixth token can be drawn
+        assert sum(t["prob"] for t in p["top_probs"]) == pytest.approx(1.0)
+        assert p["id"] in [t["id"] for t in p["top_probs"]]

@@ -15,6 +15,8 @@ import threading
 import time
 from typing import Callable, Iterator, Protocol, Sequence
 
+import numpy as np
+
 from app.core.errors import PromptTooLongError, QuickdraftError
 from app.core.lm import Session, Vocabulary, common_prefix_length, prefill
 from app.core.params import SamplingParams
@@ -197,7 +199,13 @@ class SpeculativeGeneration:
         tokens[i]), when the request asks for them."""
         if self.params.logprobs is None:
             return []
-        return [token_prob(row, token, self.params.logprobs, self.vocab.piece) for token, row in zip(tokens, rows)]
+        return [token_prob(row, token, self.params.logprobs, self.vocab.piece, self._target(i, row))
+                for i, (token, row) in enumerate(zip(tokens, rows))]
+
+    def _target(self, i: int, row) -> np.ndarray | None:
+        """With post_sampling_probs, the distribution the i-th token of this round was drawn from (the
+        grammar's state is still the round's: ``settle`` comes after)."""
+        return self.sampler.target(row, self.constraint, i) if self.params.post_sampling_probs else None
 
     def _draft(self) -> Draft:
         if self.drafter is None:

@@ -107,7 +107,7 @@ def top_probability(logits: np.ndarray, best: float | None = None) -> float:
     return float(1.0 / buf.sum(dtype=np.float64))
 
 
-def token_prob(row: np.ndarray, token: int, n_top: int, piece) -> "TokenProb":
+def token_prob(row: np.ndarray, token: int, n_top: int, piece, target: np.ndarray | None = None) -> "TokenProb":
     """``token``'s log-probability under ``row``'s raw softmax (the whole row, float32 terms summed in
     float64), and the ``n_top`` likeliest tokens with theirs, best first (ties by id), looked for among
     the logits within TAIL_GAP of the best where there are enough; ``piece(id)``: a token's bytes. 0.46 ms
@@ -115,6 +115,8 @@ def token_prob(row: np.ndarray, token: int, n_top: int, piece) -> "TokenProb":
     copy and a partition of the whole row took 2.5-5 ms."""
     from app.core.speculation.events import TokenProb
 
+    if target is not None:
+        return _target_prob(target, token, n_top, piece)
     row = np.asarray(row, dtype=np.float32).reshape(-1)
     top = float(row.max())
     _finite(top)
@@ -130,6 +132,18 @@ def token_prob(row: np.ndarray, token: int, n_top: int, piece) -> "TokenProb":
         ids = ids[np.lexsort((ids, -row[ids]))]
         best = tuple((int(i), piece(int(i)), float(row[i]) - log_sum) for i in ids)
     return TokenProb(token, piece(token), float(row[token]) - log_sum, best)
+
+
+def _target_prob(p: np.ndarray, token: int, n_top: int, piece) -> "TokenProb":
+    """llama-server's post_sampling_probs: ``token``'s probability under the distribution it was drawn
+    from (``Sampler.target``), and the likeliest of the tokens that distribution can draw."""
+    from app.core.speculation.events import TokenProb
+
+    with np.errstate(divide="ignore"):
+        nonzero = np.flatnonzero(p)
+        ids = nonzero[np.lexsort((nonzero, -p[nonzero]))][:n_top]
+        return TokenProb(token, piece(token), float(np.log(p[token])),
+                         tuple((int(i), piece(int(i)), float(np.log(p[i]))) for i in ids))
 
 
 def _buffer(row: np.ndarray) -> np.ndarray:
@@ -170,6 +184,19 @@ class Sampler:
     @property
     def greedy(self) -> bool:
         return self.params.greedy
+
+    def target(self, row: np.ndarray, constraint: GrammarConstraint | None = None, i: int = 0) -> np.ndarray:
+        """The distribution the main model's token is drawn from at ``row`` (the i-th of a round, under
+        ``constraint``'s grammar there): biased, masked, filtered and tempered; one-hot at the argmax
+        when greedy. What llama-server's post_sampling_probs reports."""
+        row = self._biased(row)
+        if constraint is not None:
+            row = constraint.restrict(i, row, self.keeps)
+        if not self.greedy:
+            return self.probs(row)
+        out = np.zeros(row.shape[-1], dtype=np.float64)
+        out[_argmax(row)] = 1.0
+        return out
 
     def probs(self, logits: np.ndarray) -> np.ndarray:
         """The distribution tokens are drawn from: filtered, tempered, over the whole vocabulary."""

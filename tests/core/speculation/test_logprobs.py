@@ -60,3 +60,17 @@ def test_logprobs_past_the_limit_are_refused():
 
     with pytest.raises(InvalidParameterError, match="logprobs"):
         SamplingParams(logprobs=101)
+
+
+def test_post_sampling_probs_are_those_of_the_distribution_drawn_from():
+    main, summary, _ = run("model", SamplingParams(temperature=0.9, top_k=3, top_p=1.0, min_p=0.0, seed=3, max_tokens=30, logprobs=6,
+                                                   post_sampling_probs=True))
+    context = list(PROMPT)
+    for prob in summary.token_probs:
+        logits = main.logits(context)
+        kept = sorted(range(6), key=lambda t: (-logits[t], t))[:3]
+        z = np.exp((np.asarray(logits)[kept] - max(logits)) / 0.9)
+        expected = dict(zip(kept, np.log(z / z.sum())))
+        assert [t for t, _, _ in prob.top] == kept   # only what top-k 3 lets be drawn
+        assert prob.logprob == pytest.approx(expected[prob.token], abs=1e-6)
+        context.append(prob.token)
