@@ -1,7 +1,8 @@
 """Fields llama-server takes beside OpenAI's: ``n_predict``, ``logit_bias`` in both of its forms, the
-log-probabilities asked in three ways (``logprobs_from``), and the table of those Quickdraft does not run, refused with a 400 that names them. (``n_indent`` and
-``t_max_predict_ms`` are sampling's stop rules, api.py; ``t_max_prompt_ms`` is taken and has no effect,
-as in llama-server, which lists it as not implemented: llama.vim sends it with every request.)
+log-probabilities asked in three ways (``logprobs_from``), and the table of those Quickdraft does not
+run, refused with a 400 that names them. (``n_indent`` and ``t_max_predict_ms`` are sampling's stop
+rules, api.py; ``t_max_prompt_ms`` is taken and has no effect, as in llama-server, which lists it as not
+implemented: llama.vim sends it with every request.)
 
 A refused field is one whose value would change the answer: a request that gives its neutral value
 (what llama-server does when it is left out: ``repeat_penalty: 1``) is answered,

@@ -52,7 +52,8 @@ def native(probs: Sequence[TokenProb], post_sampling: bool = False) -> list[dict
     the distribution each token was drawn from, not log-probabilities of the raw one."""
     if post_sampling:
         return [{"id": p.token, "token": _text(p.piece), "bytes": list(p.piece), "prob": math.exp(p.logprob),
-                 "top_probs": [{"id": t, "token": _text(b), "bytes": list(b), "prob": math.exp(lp)} for t, b, lp in p.top]}
+                 "top_probs": [{"id": t, "token": _text(b), "bytes": list(b), "prob": math.exp(lp)}
+                               for t, b, lp in p.top]}
                 for p in probs]
     return [{"id": p.token, "token": _text(p.piece), "bytes": list(p.piece), "logprob": p.logprob,
              "top_logprobs": [{"id": t, "token": _text(b), "bytes": list(b), "logprob": lp} for t, b, lp in p.top]}

@@ -37,7 +37,8 @@ class NativeAnswer:
         ``n_probs``, their probabilities."""
         body = {"index": 0, "content": text, "tokens": token_ids,
                 "stop": False, "id_slot": SLOT, "tokens_predicted": predicted, "tokens_evaluated": self.n_prompt}
-        body |= {"completion_probabilities": logprobs.native(probs, self.sampling.post_sampling_probs)} if self._probs else {}
+        if self._probs:
+            body["completion_probabilities"] = logprobs.native(probs, self.sampling.post_sampling_probs)
         return self._only_asked(body | ({"timings": timings} if timings is not None else {}))
 
     @property

@@ -50,7 +50,7 @@ class AutoPolicy:
     BLOCK_PRIOR_STEPS = 0.5  # a block (DFlash: a few layers over 16 rows) in main steps until it is timed
     REDERIVE = 0.02      # what follows from the costs is worked out again when an estimate moves 2%
     CHEAP_MISS_STEPS = 0.5   # lookup, alone, sits out only once its recent rounds lost half a main step
-    MODEL_RATE_DECAY = 0.95  # the draft model's recent acceptance: each judged token weighs 2%
+    MODEL_RATE_DECAY = 0.95  # the draft model's recent acceptance: each judged token weighs 5% (~20 tokens)
     MODEL_RATE_SEEN = 4      # tokens judged before that rate may take a round from a copier
 
     def __init__(self, params: SpeculationParams, costs: "CostModel | CostProfile",
