@@ -407,9 +407,8 @@ def test_a_copy_keeps_its_round_from_a_draft_model_that_misses():
 
 def test_a_draft_models_small_loss_sits_nothing_out_a_steady_one_still_does():
     """Where drafting is cheap (a GPU), a miss that lost under a main step leaves the model drafting the
-    next round: sitting out after
-    one such miss (1, 2, 4 ... rounds) left neither drafter drafting in 9 of 13 rounds of a replayed chat
-    answer. Losses that add up past a step still sit it out."""
+    next round: sitting out after one such miss (1, 2, 4 ... rounds) left neither drafter drafting in 9
+    of 13 rounds of a replayed chat answer. Losses that add up past a step still sit it out."""
     policy = AutoPolicy(AUTO, H100_LIKE)
     assert policy.may_draft(MODEL) and policy.draft_length(MODEL) == 8
     policy.observe(Draft([1, 2], [None] * 2, [MODEL] * 2, [0.95] * 2), accepted=0, draft_s=2 * 0.24 * STEP,
