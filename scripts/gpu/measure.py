@@ -140,8 +140,11 @@ class Run:
     # --- models -------------------------------------------------------------------------------------
 
     def model(self, key: str) -> Path:
-        """The model make_shapes.py writes for ``key``, written on first use."""
-        path = self.work / "models" / f"{shape_name(key)}-q4_k_m.gguf"   # the name make_shapes.py gives it
+        """The model make_shapes.py writes for ``key``, written on first use, in a folder named by the
+        writer's own hash: a warm machine's models from an older make_shapes.py (whose tied logits
+        made the race invalid) are never measured again."""
+        writer = hashlib.sha256((REPO / "scripts" / "gpu" / "make_shapes.py").read_bytes()).hexdigest()[:12]
+        path = self.work / "models" / writer / f"{shape_name(key)}-q4_k_m.gguf"   # the name make_shapes.py gives it
         if not path.exists():
             self.run(f"make-{key}", [self.python, "scripts/gpu/make_shapes.py", str(path.parent), "--shapes", key])
         return path
