@@ -222,8 +222,7 @@ def stage_build(r: Run) -> None:
     Python package laid out as its wheel installs it: llama_cpp/ with the libraries and backend modules
     in llama_cpp/lib, beside the pure-Python packages from .gpu/wheels."""
     flags = product_flags(r.plan)
-    sha = (REPO / ".gpu" / "llama-src.sha256").read_text().strip()
-    key = hashlib.sha256(f"{sha} {flags} {' '.join(TOOLS)}".encode()).hexdigest()[:16]
+    sha, key = build_key(flags)
     root = r.build_cache / key
     print(f"  CMake flags: {flags}\n  build: {root}")
     prebuilt = REPO / ".gpu" / "prebuilt" / f"{key}.tar.xz"
@@ -256,6 +255,12 @@ def cxx_runtime(library: Path) -> str:
     done = subprocess.run(["ldd", str(library)], capture_output=True, text=True)
     found = [line.split("=>")[-1].split("(")[0].strip() for line in done.stdout.splitlines() if "libstdc++" in line]
     return found[0] if found else "static (no libstdc++ among what ldd lists)"
+
+
+def build_key(flags: str) -> tuple[str, str]:
+    """(the sources' hash, the build's key): a build is kept, and made elsewhere (--prebuild), by these."""
+    sha = (REPO / ".gpu" / "llama-src.sha256").read_text().strip()
+    return sha, hashlib.sha256(f"{sha} {flags} {' '.join(TOOLS)}".encode()).hexdigest()[:16]
 
 
 def product_flags(plan: Plan) -> str:
@@ -332,8 +337,7 @@ def prebuild(plan: Plan, cache: Path, architecture: str) -> Path:
     os.environ["CUDA_ARCHITECTURES"] = architecture
     r = Run(plan, cache, REPO / "results" / "prebuild", cache)
     flags = product_flags(plan)
-    sha = (REPO / ".gpu" / "llama-src.sha256").read_text().strip()
-    key = hashlib.sha256(f"{sha} {flags} {' '.join(TOOLS)}".encode()).hexdigest()[:16]
+    _, key = build_key(flags)
     root = cache / key
     print(f"CMake flags: {flags}\nbuild: {root}", flush=True)
     if not (root / "built").exists():

@@ -14,11 +14,11 @@ import numpy as np
 
 from app.core.errors import QuickdraftError
 from app.core.params import SamplingParams
+from app.core.speculation.events import TokenProb
 from app.core.speculation.keyed import keyed_choice
 
 if TYPE_CHECKING:
     from app.core.speculation.constraint import GrammarConstraint
-    from app.core.speculation.events import TokenProb
 
 
 class NonFiniteLogits(QuickdraftError):
@@ -108,14 +108,12 @@ def top_probability(logits: np.ndarray, best: float | None = None) -> float:
     return float(1.0 / buf.sum(dtype=np.float64))
 
 
-def token_prob(row: np.ndarray, token: int, n_top: int, piece, target: np.ndarray | None = None) -> "TokenProb":
+def token_prob(row: np.ndarray, token: int, n_top: int, piece, target: np.ndarray | None = None) -> TokenProb:
     """``token``'s log-probability under ``row``'s raw softmax (the whole row, float32 terms summed in
     float64), and the ``n_top`` likeliest tokens with theirs, best first (ties by id), looked for among
     the logits within TAIL_GAP of the best where there are enough; ``piece(id)``: a token's bytes. 0.46 ms
     a token (0.63 with 5 alternatives) on the Qwen2.5-Coder 0.5B's real 152k-token rows here; a float64
     copy and a partition of the whole row took 2.5-5 ms."""
-    from app.core.speculation.events import TokenProb
-
     if target is not None:
         return _target_prob(target, token, n_top, piece)
     row = np.asarray(row, dtype=np.float32).reshape(-1)
@@ -135,11 +133,9 @@ def token_prob(row: np.ndarray, token: int, n_top: int, piece, target: np.ndarra
     return TokenProb(token, piece(token), float(row[token]) - log_sum, best)
 
 
-def _target_prob(p: np.ndarray, token: int, n_top: int, piece) -> "TokenProb":
+def _target_prob(p: np.ndarray, token: int, n_top: int, piece) -> TokenProb:
     """llama-server's post_sampling_probs: ``token``'s probability under the distribution it was drawn
     from (``Sampler.target``), and the likeliest of the tokens that distribution can draw."""
-    from app.core.speculation.events import TokenProb
-
     with np.errstate(divide="ignore"):
         nonzero = np.flatnonzero(p)
         ids = nonzero[np.lexsort((nonzero, -p[nonzero]))][:n_top]
