@@ -8,6 +8,10 @@ machine. Medians over 16 rounds after a 64-token prompt.
   one pass (``block``). The policy's prior for a block (BLOCK_PRIOR_STEPS) is checked against
   ``block_over_main``.
 
+Beside the times, ``values`` says whether what each part computed is a number, and its largest size: the
+main model's logits, its hidden states the drafter reads, and the drafter's logits. A drafter whose
+answers stop as not a number on a GPU but not on the CPU is found here, part by part.
+
     python scripts/gpu/drafter_step.py eagle3|dflash MAIN.gguf DRAFTER.gguf GPU_LAYERS > step.json
 """
 
@@ -18,6 +22,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -48,6 +54,28 @@ def dflash_round(session, head, context: list[int], times: dict) -> None:
     timed(times["block"], lambda: head.block(context, head.max_block))   # logits and any confidence
 
 
+def looked_at(array) -> dict:
+    """How many values are NaN or +inf (the engine's NonFiniteLogits rule: -inf is a token ruled out, as
+    an EAGLE-3 drafter's outside its own vocabulary are), and the largest size among the finite ones."""
+    a = np.asarray(array, dtype=np.float32)
+    bad = np.isnan(a) | (a == np.inf)
+    finite = np.isfinite(a)
+    return {"not_a_number": int(bad.sum()), "max_abs": float(np.abs(a[finite]).max()) if finite.any() else None}
+
+
+def values(session, head, context: list[int]) -> dict:
+    """The main model's last logits, its hidden states at every decoded position and the drafter's first
+    logits, each looked at."""
+    main_logits = session.eval(context[-1:])
+    session.truncate(len(context) - 1)
+    hidden = head.hidden.rows(0, min(head.hidden.valid, len(session.cached)))
+    drafted = head.start(context)
+    if isinstance(head, DFlashHead):
+        drafted, _ = head.block(context, head.max_block)
+    return {"main_logits": looked_at(main_logits), "hidden_states": looked_at(hidden),
+            "drafter_logits": looked_at(drafted)}
+
+
 def main() -> int:
     kind, main_path, drafter_path, layers = sys.argv[1:5]
     main_model = LlamaModel(ModelParams(main_path, n_gpu_layers=layers))
@@ -74,6 +102,7 @@ def main() -> int:
         result["block_over_main"] = result["block_ms"] / result["main_ms"]
     else:
         result["step_over_main"] = result["step_ms"] / result["main_ms"]
+    result["values"] = values(session, head, context)
     print(json.dumps(result))
     head.close()
     session.close()

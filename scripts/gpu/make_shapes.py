@@ -50,17 +50,19 @@ SHAPES = {
 }
 
 # Models laid out by the tiny models' writer for their architecture, at real sizes. Qwen3.5 with its MTP
-# layer: that writer ties the delta-net heads to the attention heads (Qwen3.5-9B: 16 key heads of 128
-# and 32 value heads of 128; here 4 key and 16 value heads of 256, so the same value width) and
-# alternates the two kinds of layer where Qwen3.5 attends in every fourth; widths, depth, FFN and
+# layer: that writer ties the delta-net heads to the attention heads, so these are Qwen3.5-9B's delta-net
+# heads (16 key heads of 128, 32 value heads of 128) and attention of 32 heads of 128 with 16 for keys and
+# values where Qwen3.5-9B has 16 of 256 with 4 (heads of 256 made the delta-net's state 256 wide, which
+# llama.cpp's CUDA kernel refuses: it has 16 to 128); it alternates the two kinds of layer where Qwen3.5
+# attends in every fourth; widths, depth, FFN and
 # vocabulary are Qwen3.5-9B's. Llama 3.1 8B and an EAGLE-3 drafter of its published shape (one layer
 # at the main's width, the main's layers 2, 16 and 29, a head over 32,000 tokens mapped by d2t), with
 # Q4_K_M's types like the rest (published EAGLE-3 files are mostly BF16: a bigger head and layer). A
 # DFlash drafter for it as z-lab's are made: five layers at the main's width reading five of its layers,
 # a block of 16, the main's embeddings and head.
 LAID_OUT = {
-    "qwen35-9b": TinySpec(architecture="qwen35", name="qwen3.5-9b-shape", n_embd=4096, n_layer=32, n_head=16,
-                          n_head_kv=4, n_ff=12288, vocab_size=248_320, context_length=32768, chat_template=None),
+    "qwen35-9b": TinySpec(architecture="qwen35", name="qwen3.5-9b-shape", n_embd=4096, n_layer=32, n_head=32,
+                          n_head_kv=16, n_ff=12288, vocab_size=248_320, context_length=32768, chat_template=None),
     "qwen35-tiny": TinySpec(architecture="qwen35", name="qwen3.5-tiny-shape", n_embd=256, n_layer=4, n_head=4,
                             n_head_kv=2, n_ff=512, vocab_size=151_936, context_length=32768, chat_template=None),
     "llama3.1-8b": TinySpec(architecture="llama", name="llama3.1-8b-shape", n_embd=4096, n_layer=32, n_head=32,
@@ -84,7 +86,12 @@ LAID_OUT = {
 # bytes per block and elements per block of the types written here, and their fallbacks
 BLOCKS = {"Q4_K": (144, QK_K), "Q6_K": (210, QK_K), "Q5_0": (22, 32), "Q8_0": (34, 32)}
 FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}
-SCALE_OFFSETS = {"Q4_K": (0, 2), "Q6_K": (208,), "Q5_0": (0,), "Q8_0": (0,)}  # where fp16 scales sit in a block
+SCALE_OFFSETS = {"Q4_K": (0,), "Q6_K": (208,), "Q5_0": (0,), "Q8_0": (0,)}  # where fp16 scales sit in a block
+# Q4_K's weight is d * sc * q - dmin * m with q, sc and m unsigned: random bits make it d * 236 on average
+# unless dmin offsets that (m averages 31.5, so dmin = 7.5 d). Random weights of one sign add up layer by
+# layer: with dmin = d the Llama-3.1-8B shape's hidden states reached 11,000, and an EAGLE-3 drafter
+# summing 12,288 of them overflowed the GPU's half-precision products into NaN (the 2026-11-27 H100 run).
+Q4_K_MIN_OFFSET = 2, 7.5    # dmin's place in a block and its multiple of d
 # the largest |weight| a block's random bits make, in units of its fp16 scale: quant x sub-block scale
 # (Q4_K: 15 x 63, 6-bit sub-scales; Q6_K: 32 x 128, int8 sub-scales). A layer's scale divides by it, so
 # its weights stay under 0.5/sqrt(columns) and activations stay ordinary numbers through every layer
@@ -130,6 +137,9 @@ def random_blocks(rng: np.random.Generator, kind: str, n_rows: int, n_cols: int,
     scales = (base * factors).astype(np.float16).view(np.uint8).reshape(-1, 1, 2)
     for offset in SCALE_OFFSETS[kind]:
         blocks[:, :, offset:offset + 2] = scales
+    if kind == "Q4_K":
+        offset, multiple = Q4_K_MIN_OFFSET
+        blocks[:, :, offset:offset + 2] = (base * multiple * factors).astype(np.float16).view(np.uint8).reshape(-1, 1, 2)
     return blocks.reshape(n_rows, -1)
 
 

@@ -614,9 +614,12 @@ def drafter_step(r: Run, kind: str, pair: tuple[str, str]) -> dict:
     stdout, _ = r.run(name, [r.python, "scripts/gpu/drafter_step.py", kind, str(main), str(r.model(pair[1])),
                              r.plan.gpu_layers])
     try:
-        return {"model": main.name, **json.loads(stdout)}
+        row = {"model": main.name, **json.loads(stdout)}
     except ValueError as exc:
         raise StageError(f"drafter_step.py printed no JSON ({r.out / 'logs' / name}.log):\n{tail(stdout)}") from exc
+    print("  values: " + ", ".join(f"{part} {v['not_a_number']} not a number, largest {v['max_abs']:.3g}"
+                                   for part, v in row["values"].items()))
+    return row
 
 
 def drafter_race(r: Run, kind: str, main: Path, drafter: Path, k: int) -> dict:
@@ -624,14 +627,20 @@ def drafter_race(r: Run, kind: str, main: Path, drafter: Path, k: int) -> dict:
     times the drafting and verifying machinery itself), ours (``--drafter kind``) against
     llama-speculative-simple's ``draft-kind``, beside our plain decoding."""
     plain = generate(r, f"{kind}-plain", main, "--drafter", "none")
-    ours = generate(r, f"{kind}-ours", main, "-md", str(drafter), "-ngld", r.plan.gpu_layers, "--drafter", kind,
-                    "--policy", "fixed", "--draft-max", str(k))
+    try:
+        ours = generate(r, f"{kind}-ours", main, "-md", str(drafter), "-ngld", r.plan.gpu_layers, "--drafter", kind,
+                        "--policy", "fixed", "--draft-max", str(k))
+    except StageError as failed:   # llama.cpp's run on the same files still says whether the files or we fail
+        ours = failed
     name = f"{kind}-llama"
     stdout, stderr = r.run(name, [
         r.tool("llama-speculative-simple"), "-m", str(main), "-md", str(drafter), "-ngl", r.plan.gpu_layers,
         "-ngld", r.plan.gpu_layers, "-c", "4096", "--spec-type", f"draft-{kind}", "--spec-draft-n-max", str(k),
         "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "--temp", "0", "-n", str(r.plan.n_predict), "-p", PROMPT])
     text = stdout + stderr
+    if isinstance(ours, StageError):
+        llama = figure(text, r"decoded\s+\d+ tokens in\s+[0-9.]+ seconds, speed:\s+([0-9.]+) t/s", "decoding speed", name)
+        raise StageError(f"{ours} (llama-speculative-simple draft-{kind} on the same files: {llama:.1f} t/s)")
     row = {"kind": kind, "draft_max": k, "plain_tps": plain["generation_tps"], "ours_tps": ours["generation_tps"],
            "ours_drafted": ours["drafted"],
            "llama_tps": figure(text, r"decoded\s+\d+ tokens in\s+[0-9.]+ seconds, speed:\s+([0-9.]+) t/s",

@@ -4,8 +4,8 @@
 #   .gpu/llama-src.tar.gz    llama-cpp-python's sdist (the version pyproject.toml pins) trimmed to what
 #                            the product's build of the libraries, a CUDA module and two llama.cpp tools need
 #   .gpu/llama-src.sha256    the untrimmed sdist's hash: measure.py keys its build cache by it
-#   .gpu/wheels/             the Python packages Quickdraft's CLI needs beyond the GPU machine's own
-#                            (Python 3.12 with numpy; binary wheels for CPython 3.10 to 3.13)
+#   .gpu/wheels/             the Python packages Quickdraft's CLI and server need beyond the GPU machine's
+#                            own (Python 3.12 with numpy; binary wheels for CPython 3.10 to 3.13)
 #   .gpu/traces.json         the real Qwen pair's recorded acceptance (scripts/policy_replay.py record)
 #   .gpu/prebuilt/           builds made here for the GPU machine (measure.py --prebuild 90), if any
 #
@@ -39,6 +39,10 @@ done
 tar czf .gpu/llama-src.tar.gz -C "$tmp" "llama_cpp_python-$VERSION"
 "$PY" -m pip download -q --no-deps --only-binary=:all: -d .gpu/wheels \
   "$(pin gguf)" "$(pin platformdirs)" "$(pin Jinja2)" diskcache==5.6.3 typing_extensions==4.16.0
+# the server (the slots stage's `quickdraft serve` and its client), with what they need in turn: all pure
+# Python, resolved for the oldest Python the project supports
+"$PY" -m pip download -q --only-binary=:all: --python-version 3.11 --platform manylinux2014_x86_64 -d .gpu/wheels \
+  "$(pin starlette)" "$(pin uvicorn)" "$(pin httpx)"
 for py in 3.10 3.11 3.12 3.13; do  # binary wheels (Jinja2's MarkupSafe, gguf's PyYAML): one per Python it may meet
   "$PY" -m pip download -q --no-deps --only-binary=:all: --platform manylinux2014_x86_64 --python-version "$py" \
     -d .gpu/wheels MarkupSafe==3.0.3 PyYAML==6.0.3

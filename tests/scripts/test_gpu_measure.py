@@ -193,3 +193,20 @@ def test_a_build_made_elsewhere_for_the_same_flags_is_unpacked_instead_of_compil
     measure.stage_build(run)
     assert (run.site / "llama_cpp" / "lib" / "libllama.so").read_bytes() == b"\x7fELF"
     assert run.tools == tmp_path / "builds" / key / "build" / "bin"
+
+
+def test_pack_carries_every_dependency_the_gpu_machine_runs():
+    """The GPU machine reaches no package index: a dependency pack.sh leaves out fails there and nowhere
+    else (the slots stage's server found no uvicorn). Only these are not needed there or come with it."""
+    import re
+    import tomllib
+
+    not_carried = {"llama-cpp-python",    # built there, from the sources pack.sh carries
+                   "numpy",               # the machine's Python has it
+                   "PySide6-Essentials", "PySide6-Addons", "qasync", "Pygments",   # the window
+                   "huggingface-hub"}     # downloads: the models are made there
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.split(r"[=<>;\s]", d, maxsplit=1)[0] for d in dependencies}
+    pack = (ROOT / "scripts" / "gpu" / "pack.sh").read_text()
+    missing = sorted(n for n in names - not_carried if f"$(pin {n})" not in pack)
+    assert not missing, f"pack.sh carries no wheel of {missing}"

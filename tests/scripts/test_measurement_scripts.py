@@ -288,3 +288,34 @@ def test_suffix_index_size_prints_its_table_and_keeps_to_the_limit(tmp_path):
     assert "us/drafted" in out
     row = json.loads((tmp_path / "s.json").read_text())["rows"][0]
     assert 0 < row["log_bytes"] <= 1 << 20 and row["tokens"] > 0 and row["drafted"] > 0
+
+
+def shapes_module():
+    sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
+    try:
+        import make_shapes
+    finally:
+        sys.path.pop(0)
+    return make_shapes
+
+
+def test_random_q4_k_weights_average_to_nothing_so_hidden_states_stay_ordinary_numbers():
+    """Weights of one sign add up layer by layer: the Llama-3.1-8B shape's hidden states reached 11,000
+    and its EAGLE-3 drafter's half-precision sums overflowed into NaN on the H100."""
+    import gguf
+    import numpy as np
+
+    make_shapes = shapes_module()
+    blocks = make_shapes.random_blocks(np.random.default_rng(0), "Q4_K", 64, 4096, make_shapes.SPAN["Q4_K"])
+    weights = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType.Q4_K)
+    assert abs(weights.mean()) < 0.05 * weights.std()
+    assert np.abs(weights).max() <= 0.5 / np.sqrt(4096) * 1.01
+
+
+def test_every_qwen35_shape_has_a_delta_net_state_the_gpu_kernel_takes():
+    """llama.cpp's CUDA gated delta-net kernel takes states 16 to 128 wide and aborts on any other (a
+    Qwen3.5-9B shape with heads of 256 did, on the H100)."""
+    make_shapes = shapes_module()
+    widths = {key: spec.n_embd // spec.n_head for key, spec in make_shapes.LAID_OUT.items()
+              if spec.architecture == "qwen35"}
+    assert widths and all(width in (16, 32, 64, 128) for width in widths.values()), widths
