@@ -71,7 +71,10 @@ class Footprint:
 
 def footprint(info: GGUFInfo, n_ctx: int, n_batch: int = 512) -> Footprint:
     ctx = n_ctx or info.context_length or 4096
-    n_blocks = info.n_layers or 0
+    # llama.cpp counts a model's MTP (nextn) layers among its blocks and offloads them from the output end
+    # like the rest: left out here, "all layers" (an explicit count, or auto) stopped one short and left
+    # the trunk's first layer on the CPU (the 2026-11-27 H100 run's Qwen3.5 shape: 33/34 offloaded)
+    n_blocks = (info.n_layers or 0) + info.mtp_layers
     blocks = [0] * n_blocks
     output = input_ = 0
     has_output = False

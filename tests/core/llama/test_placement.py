@@ -127,3 +127,16 @@ def test_the_load_log_says_where_layers_went():
 
 def cpu_only_log() -> list[str]:
     return ["load_tensors:   CPU_Mapped model buffer size =    12.00 MiB\n"]
+
+
+def test_an_mtp_layer_is_one_more_layer_to_offload_as_llama_cpp_counts_it():
+    """Counted without its MTP layer, a Qwen3.5 main model given -ngl 99 (or auto on an H100) had one
+    layer too few offloaded: llama.cpp left the trunk's first layer on the CPU (33/34)."""
+    carrier = qwen_like(29, 150, n_embd=3584, path="main.gguf")     # blk.28 is its MTP layer
+    info = replace(carrier, n_layers=28, mtp_layers=1)
+    fp = footprint(info, 4096)
+    assert fp.n_layers == 30 and fp.block_bytes[-1] == 150 * MIB
+    assert sum(fp.block_bytes) + fp.output_bytes + fp.input_bytes == sum(n for _, n in info.tensor_bytes)
+    for asked in (99, AUTO, -1):
+        plan = plan_gpu_layers(ModelParams("main.gguf", n_gpu_layers=asked), info, None, None, 80 * GIB)
+        assert plan.main_layers == 30

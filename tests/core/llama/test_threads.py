@@ -232,3 +232,20 @@ def test_a_session_starts_from_timed_first_tokens_and_leaves_its_cache_empty(tin
     else:
         assert session.threads._times == {}            # one core to run on: no count to choose, none timed
     session.close()
+
+
+def test_a_decode_is_timed_until_its_work_is_done_not_only_queued(tiny_session, monkeypatch):
+    """A GPU's llama_decode returns once the work is queued: the clock the thread tuner and the host
+    overhead benchmark read stops after llama_synchronize (here made to take 50 ms), not before it."""
+    import time
+
+    from app.core.llama.library import lib
+
+    session = tiny_session(1)
+    session.eval([1, 5, 9])
+    waited = []
+    monkeypatch.setattr(lib(), "llama_synchronize", lambda ctx: (waited.append(ctx), time.sleep(0.05)))
+    before = session.decode_s
+    session.eval([13])
+    assert waited == [session.raw_context] and session.decode_s - before >= 0.05
+    session.close()
