@@ -25,7 +25,8 @@ LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 PREFLIGHT_HEADERS = {"Access-Control-Allow-Credentials": "true",
                      "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
                      "Access-Control-Allow-Headers": "*"}
-PUBLIC_PATHS = {"/health", "/v1/health"}
+# the chat page asks for the key itself, and only the API it calls needs it (as llama-server's web UI)
+PUBLIC_PATHS = {"/health", "/v1/health", "/", "/index.html"}
 
 
 def default_origins(api_key: str | None) -> str:
@@ -80,7 +81,7 @@ class Cors:
 
 
 class ApiKey:
-    """Every route but /health needs the key: ``Authorization: Bearer KEY`` (or the bare key), or
+    """Every route but /health and the chat page needs the key: ``Authorization: Bearer KEY`` (or the bare key), or
     ``X-Api-Key: KEY`` as llama-server also takes it; else 401 with llama-server's error type."""
 
     def __init__(self, app, api_key: str):

@@ -27,17 +27,17 @@ from app.server.access import ApiKey, Cors, default_origins
 from app.server.api import ApiError, parse_chat, parse_completion
 from app.server.bodies import body_bytes, json_body
 from app.server.native_routes import NativeRoutes
+from app.server.options import ServerOptions, comma_separated
+from app.server.web_page import WEB_PAGE_PATHS, web_page
 from app.server.streams import as_started, bursts, first_item_within, summary_of
 from app.server.responses import ResponseShape, finish_reason, live_timings, sse, summary_timings
 from app.server.worker import Job, JobQueue
 
 
-def create_app(jobs: JobQueue, api_key: str | None = None, alias: str | None = None,
-               cors_origins: str | None = None) -> Starlette:
-    """The app; ``alias``: the model's name in answers and /v1/models (llama-server's --alias; else the
-    main file's name), ``cors_origins``: who may call from a browser (access.py; None: its default)."""
-    handlers = _Handlers(jobs, alias)
-    native = NativeRoutes(jobs, handlers.generate, alias)
+def create_app(jobs: JobQueue, options: ServerOptions = ServerOptions()) -> Starlette:
+    """The app, named and opened as ``options`` say."""
+    handlers = _Handlers(jobs, options)
+    native = NativeRoutes(jobs, handlers.generate, options)
     routes = [
         Route("/health", handlers.health), Route("/v1/health", handlers.health),
         Route("/metrics", handlers.metrics),
@@ -54,19 +54,21 @@ def create_app(jobs: JobQueue, api_key: str | None = None, alias: str | None = N
         Route("/apply-template", native.apply_template, methods=["POST"]),
         Route("/props", native.props),
         Route("/slots", native.slots),
+        *([Route(path, web_page) for path in WEB_PAGE_PATHS] if options.web_ui else []),
     ]
     app = Starlette(routes=routes, exception_handlers={
         ApiError: _api_error, HTTPException: _http_error, Exception: _server_error})
-    if api_key:
-        app.add_middleware(ApiKey, api_key=api_key)
-    app.add_middleware(Cors, origins=cors_origins or default_origins(api_key))   # added last: outermost
+    if options.api_key:
+        app.add_middleware(ApiKey, api_key=options.api_key)
+    app.add_middleware(Cors, origins=options.cors_origins or default_origins(options.api_key))   # added last: outermost
     return app
 
 
 class _Handlers:
-    def __init__(self, jobs: JobQueue, alias: str | None = None):
+    def __init__(self, jobs: JobQueue, options: ServerOptions):
         self.jobs = jobs
-        self.alias = alias
+        self.options = options
+        self.alias = options.model_id
 
     async def health(self, request: Request) -> Response:
         if not self.jobs.available:
@@ -80,6 +82,7 @@ class _Handlers:
     async def models(self, request: Request) -> Response:
         pair = self._pair()
         model = {"id": self.alias or pair.model_id, "object": "model", "created": 0, "owned_by": "quickdraft",
+                 "aliases": list(comma_separated(self.options.aliases)), "tags": list(comma_separated(self.options.tags)),
                  "meta": {"main": pair.main_file, "draft": pair.draft_file, "n_ctx": pair.n_ctx,
                           "n_vocab": pair.n_vocab}}
         return JSONResponse({"object": "list", "data": [model]})

@@ -13,7 +13,7 @@ MAX_PARALLEL = 64   # slots: each holds a KV cache of the whole context
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (127.0.0.1); any other needs --api-key")
+                   help="address to listen on (127.0.0.1), or several, comma-separated; any but loopback needs --api-key")
     p.add_argument("--port", type=int, default=8080, help="port to listen on (8080; 0 = any free port)")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                    help=f"require 'Authorization: Bearer KEY' on every route but /health (or set {API_KEY_ENV})")
@@ -26,7 +26,13 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-cache-mb", type=int, default=2048,
                    help="disk kept for the caches of conversations left, so that a client coming back reads "
                         "only its new message (2048; 0 = none)")
-    p.add_argument("--alias", help="the model's name in answers and /v1/models (default: the main file's name)")
+    p.add_argument("--alias", "-a", help="the model's names, comma-separated: /v1/models lists them and names it by the "
+                   "first in sorted order, as llama-server does (default: the main file's name)")
+    p.add_argument("--tags", help="tags listed with the model in /v1/models, comma-separated (informational)")
+    p.add_argument("--slots", action=argparse.BooleanOptionalAction, default=True,
+                   help="GET /slots shows each slot's state (default); --no-slots answers it with 501")
+    p.add_argument("--ui", action=argparse.BooleanOptionalAction, default=True,
+                   help="a chat page at / (default); --no-ui leaves it out")
     p.add_argument("--cors-origins", help="origins a browser may call from: * (any), localhost, or a comma-separated "
                    "list (default: * with --api-key, else localhost)")
 
@@ -43,6 +49,7 @@ def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
     """Serve the pair ``load_engine`` loads (on the engine's thread) with ``drafter`` (a DrafterKind)."""
     from app.core.errors import QuickdraftError
 
+    from app.server.options import ServerOptions
     from app.server.run import LocalServer
     from app.server.slots import ThreadedJobs
 
@@ -54,18 +61,20 @@ def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
         raise QuickdraftError(f"--parallel must be between 1 and {MAX_PARALLEL}, not {args.parallel}")
     jobs = ThreadedJobs(load_engine, speculation, drafter, max_waiting=args.queue, parallel=args.parallel)
     # bind before loading, so a taken port or a wrong address fails before minutes of loading
-    server = LocalServer(jobs, args.host, args.port, args.api_key, access_log=args.log_requests, alias=args.alias,
-                         cors_origins=args.cors_origins)
+    options = ServerOptions(api_key=args.api_key, aliases=args.alias, tags=args.tags, cors_origins=args.cors_origins,
+                            slots_endpoint=args.slots, web_ui=args.ui)
+    server = LocalServer(jobs, args.host, args.port, options, access_log=args.log_requests)
     try:
         pair = jobs.start()
         draft = f" drafting with {pair.draft_file}" if pair.draft_file else ""
-        print(f"serving {args.alias or pair.model_id}{draft} (context {pair.n_ctx}, {jobs.parallel} at once) at "
-              f"{server.url}/v1 -- Ctrl-C stops",
+        page = f"; chat page at {server.url}/" if args.ui else ""
+        print(f"serving {options.model_id or pair.model_id}{draft} (context {pair.n_ctx}, {jobs.parallel} at once) at "
+              f"{server.url}/v1{page} -- Ctrl-C stops",
               file=sys.stderr, flush=True)
         server.run()
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down: a normal stop
         pass
     finally:
         jobs.stop()
-        server.socket.close()
+        server.close()
     return 0

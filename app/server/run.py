@@ -10,6 +10,7 @@ import uvicorn
 
 from app.core.errors import QuickdraftError
 from app.server.app import create_app
+from app.server.options import ServerOptions
 from app.server.protocol import AcceptErrorThrottle, HeaderDeadlineProtocol
 from app.server.worker import JobQueue
 
@@ -55,19 +56,42 @@ class _Server(uvicorn.Server):
         await super().serve(sockets)
 
 
+def hosts_of(host: str) -> list[str]:
+    """llama-server's --host: one address, or several separated by commas, each listened on."""
+    hosts = [h.strip() for h in host.split(",") if h.strip()]
+    if not hosts:
+        raise QuickdraftError("--host names no address")
+    return hosts
+
+
+def bind_all(hosts: list[str], port: int) -> list[socket.socket]:
+    """A listening socket on each address, all on one port (the first one's, where ``port`` is 0)."""
+    sockets: list[socket.socket] = []
+    try:
+        for host in hosts:
+            sockets.append(bind(host, port))
+            port = sockets[0].getsockname()[1]
+    except QuickdraftError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
 class LocalServer:
     """The HTTP server for one job queue: ``run()`` on this thread (the CLI), or ``start()`` on
-    its own (tests, the window), then ``stop()``."""
+    its own (tests, the window), then ``stop()``. ``host``: one address or several, comma-separated."""
 
     def __init__(self, jobs: JobQueue, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                 api_key: str | None = None, access_log: bool = False, alias: str | None = None,
-                 cors_origins: str | None = None):
-        check_exposure(host, api_key)
+                 options: ServerOptions = ServerOptions(), access_log: bool = False):
+        hosts = hosts_of(host)
+        for each in hosts:
+            check_exposure(each, options.api_key)
         self.jobs = jobs
-        self.host = host
-        self.socket = bind(host, port)
-        self.port = self.socket.getsockname()[1]
-        config = uvicorn.Config(create_app(jobs, api_key, alias, cors_origins), log_level="info" if access_log else "warning",
+        self.host = hosts[0]
+        self.sockets = bind_all(hosts, port)
+        self.port = self.sockets[0].getsockname()[1]
+        config = uvicorn.Config(create_app(jobs, options), log_level="info" if access_log else "warning",
                                 access_log=access_log, lifespan="off", timeout_graceful_shutdown=2,
                                 http=HeaderDeadlineProtocol)   # a deadline for request headers (protocol.py)
         self._server = _Server(config)
@@ -80,7 +104,7 @@ class LocalServer:
 
     def run(self) -> None:
         """Serve until interrupted (Ctrl-C); the caller stops the job queue afterwards."""
-        self._server.run(sockets=[self.socket])
+        self._server.run(sockets=self.sockets)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="quickdraft-http", daemon=True)
@@ -92,4 +116,8 @@ class LocalServer:
         self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout)
-        self.socket.close()
+        self.close()
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            sock.close()

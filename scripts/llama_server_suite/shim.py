@@ -5,8 +5,9 @@ The suite names tiny Hugging Face models (stories260K and the like) that this ma
 download; every model it asks for is served as the Qwen2.5-Coder pair instead
 ($QUICKDRAFT_SUITE_MAIN, $QUICKDRAFT_SUITE_DRAFT: by default the 1.5B main and the 0.5B draft in
 ~/.cache/quickdraft-bench). Options Quickdraft has are passed on (port, host, api key, context,
-threads, alias, CORS origins, slots); the others are llama-server features the run names in its log, so a
-test that depends on one fails for that reason, visibly, not silently.
+threads, aliases, tags, CORS origins, slots, the slots endpoint, the web UI); the others are
+llama-server features the run names in its log, so a test that depends on one fails for that
+reason, visibly, not silently.
 """
 
 from __future__ import annotations
@@ -23,13 +24,16 @@ DRAFT = os.environ.get("QUICKDRAFT_SUITE_DRAFT", str(MODELS / "qwen2.5-coder-0.5
 # llama-server options with a value that Quickdraft's serve takes under its own name
 PASSED = {"--port": "--port", "--host": "--host", "--api-key": "--api-key", "--ctx-size": "--ctx",
           "--threads": "--threads", "--alias": "--alias", "--cors-origins": "--cors-origins",
-          "--parallel": "--parallel", "-np": "--parallel"}
+          "--parallel": "--parallel", "-np": "--parallel", "--tags": "--tags", "-a": "--alias"}
+# llama-server switches that Quickdraft's serve takes under its own name
+SWITCHES = {"--slots": "--slots", "--no-slots": "--no-slots", "--ui": "--ui", "--no-ui": "--no-ui",
+            "--webui": "--ui", "--no-webui": "--no-ui"}
 # llama-server options with a value that only choose a model or tune llama-server's own machinery
 DROPPED_WITH_VALUE = {"--temp", "--seed", "--hf-repo", "--hf-file", "--model", "--model-url", "--model-draft",
                       "--batch-size", "--ubatch-size", "--n-gpu-layers", "--n-predict",
                       "-ctk", "-ctv", "-fa", "--pooling", "--reasoning-format", "--reasoning",
                       "--chat-template", "--chat-template-file", "--spec-type", "--spec-draft-n-max",
-                      "--spec-draft-n-min", "--tags", "--models-dir", "--models-max", "--models-preset",
+                      "--spec-draft-n-min", "--models-dir", "--models-max", "--models-preset",
                       "--slot-save-path", "--grp-attn-n", "--grp-attn-w", "--lora", "--mmproj-url",
                       "--media-path", "--sleep-idle-seconds", "--cache-ram", "--tools", "--tools-runtime",
                       "--mcp-servers-config", "--mcp-servers-json", "--spec-synth-len", "--spec-synth-rates"}
@@ -46,6 +50,9 @@ def translate(argv: list[str], unknown: set[str] = frozenset()) -> tuple[list[st
         if flag in PASSED and flag not in unknown and i + 1 < len(argv):
             out += [PASSED[flag], argv[i + 1]]
             i += 2
+        elif flag in SWITCHES and flag not in unknown:
+            out.append(SWITCHES[flag])
+            i += 1
         elif flag in DROPPED_WITH_VALUE or flag in unknown:
             left_out.append(f"{flag} {argv[i + 1] if i + 1 < len(argv) else ''}")
             i += 2

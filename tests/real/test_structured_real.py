@@ -40,7 +40,7 @@ def url():
 
     jobs = ThreadedJobs(load, SpeculationParams(policy="fixed", draft_max=6), DrafterKind.MODEL)
     jobs.start()
-    server = LocalServer(jobs, "127.0.0.1", 0, None)
+    server = LocalServer(jobs, "127.0.0.1", 0)
     server.start()
     try:
         yield server.url

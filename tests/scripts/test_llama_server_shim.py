@@ -1,5 +1,6 @@
 """scripts/llama_server_suite/llama-server: started as llama.cpp's server tests start llama-server, it
-serves `quickdraft serve` with the options Quickdraft has (port, key, alias, context, CORS) and the
+serves `quickdraft serve` with the options Quickdraft has (port, key, alias, tags, context, CORS, the
+slots endpoint, the web UI) and the
 model it is given instead of the one the test names."""
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def test_the_shim_serves_quickdraft_behind_llama_servers_options(tiny_models):
     port = free_port()
     args = [str(SHIM), "--port", str(port), "--temp", "0.8", "--seed", "42", "--hf-repo", "ggml-org/models",
             "--alias", "tinyllama-2", "--ctx-size", "512", "--parallel", "2", "--cors-origins", "localhost",
-            "--api-key", "sk-key", "--jinja", "--no-ui"]
+            "--api-key", "sk-key", "--jinja", "--no-ui", "--tags", "chat,fim", "--no-slots"]
     env = {**os.environ, "QUICKDRAFT_SUITE_PYTHON": sys.executable, "QUICKDRAFT_SUITE_MAIN": str(tiny_models.main),
            "QUICKDRAFT_SUITE_DRAFT": ""}
     server = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -42,7 +43,9 @@ def test_the_shim_serves_quickdraft_behind_llama_servers_options(tiny_models):
             except httpx.TransportError:
                 time.sleep(0.1)
         auth = {"Authorization": "Bearer sk-key"}
-        assert httpx.get(url + "/v1/models", headers=auth).json()["data"][0]["id"] == "tinyllama-2"
+        [model] = httpx.get(url + "/v1/models", headers=auth).json()["data"]
+        assert model["id"] == "tinyllama-2" and model["tags"] == ["chat", "fim"]
+        assert httpx.get(url + "/slots", headers=auth).status_code == 501 and httpx.get(url + "/").status_code == 404
         props = httpx.get(url + "/props", headers=auth).json()
         assert props["default_generation_settings"]["n_ctx"] == 512 and props["total_slots"] == 2
         assert httpx.get(url + "/props").status_code == 401

@@ -10,6 +10,7 @@ import pytest
 from app.core.engine import Engine
 from app.core.frontdoor import GenerationRequest
 from app.core.params import DrafterKind, ModelParams, SamplingParams, SpeculationParams
+from app.server.options import ServerOptions
 from app.server.run import LocalServer
 from app.server.slots import DEFAULT_PARALLEL, ThreadedJobs
 
@@ -32,7 +33,7 @@ class Served:
 def serving(main, draft=None, api_key=None, max_waiting=8, host="127.0.0.1", drafter=None,
             speculation=SPECULATION, parallel=DEFAULT_PARALLEL, **options):
     """A server on ``main`` (and ``draft``) drafting with ``drafter``: by default the draft model
-    when there is one, else none; ``options``: LocalServer's (alias, cors_origins)."""
+    when there is one, else none; ``options``: ServerOptions' (aliases, cors_origins, ...)."""
     def load():
         return Engine.load(ModelParams(str(main), n_ctx=N_CTX, n_threads=1),
                            ModelParams(str(draft), n_ctx=N_CTX, n_threads=1) if draft else None)
@@ -40,7 +41,7 @@ def serving(main, draft=None, api_key=None, max_waiting=8, host="127.0.0.1", dra
     drafter = DrafterKind(drafter or ("model" if draft else "none"))
     jobs = ThreadedJobs(load, speculation, drafter, max_waiting=max_waiting, parallel=parallel)
     jobs.start()
-    server = LocalServer(jobs, host, 0, api_key, **options)
+    server = LocalServer(jobs, host, 0, ServerOptions(api_key=api_key, **options))
     server.start()
     try:
         yield Served(server.url, jobs, server)

@@ -23,7 +23,7 @@ PREFLIGHT = {"Origin": "http://web.example.com", "Access-Control-Request-Method"
 
 @pytest.fixture(scope="module")
 def keyed(tiny_models):
-    with serving(tiny_models.main, tiny_models.same, api_key=KEY, alias="house-model") as s:
+    with serving(tiny_models.main, tiny_models.same, api_key=KEY, aliases="house-model") as s:
         yield s
 
 

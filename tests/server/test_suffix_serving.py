@@ -30,7 +30,7 @@ def test_answers_feed_the_index_and_the_next_request_drafts_from_it(tiny_models,
 
     jobs = ThreadedJobs(load, SPECULATION, DrafterKind.SUFFIX, parallel=1)
     jobs.start()
-    server = LocalServer(jobs, "127.0.0.1", 0, None)
+    server = LocalServer(jobs, "127.0.0.1", 0)
     server.start()
     try:
         first = chat(server.url, ASK)

@@ -203,12 +203,13 @@ class EngineWorker(QObject):
         if self._engine is None or self._engine.pair.remote_url is not None:
             self.server_state.emit(ServerState(None, "Load a local model first: the server serves the loaded pair."))
             return
+        from app.server.options import ServerOptions
         from app.server.run import LocalServer  # uvicorn and starlette: only when serving
 
         hosted = HostedJobs(self._engine, self._jobs_waiting.emit, request.speculation, request.drafter,
                             observe=self._observe_served)
         try:
-            server = LocalServer(hosted, request.host, request.port, request.api_key or None)
+            server = LocalServer(hosted, request.host, request.port, ServerOptions(api_key=request.api_key or None))
             server.start()
         except QuickdraftError as exc:
             hosted.stop()

@@ -1,0 +1,29 @@
+"""What a server tells of its model and which of llama-server's optional parts it opens: the options
+`quickdraft serve` takes as llama-server takes them, and the window's server tab with its defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def comma_separated(text: str | None) -> tuple[str, ...]:
+    """llama-server's reading of --alias and --tags: split at commas, stripped, empty ones dropped, each
+    once, in sorted order (it keeps them in a std::set)."""
+    return tuple(sorted({name.strip() for name in (text or "").split(",") if name.strip()}))
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    api_key: str | None = None
+    aliases: str | None = None       # --alias: the model's names, comma-separated
+    tags: str | None = None          # --tags: informational, listed in /models
+    cors_origins: str | None = None  # access.py's reading; None: its default
+    slots_endpoint: bool = True      # --no-slots: GET /slots answers 501, as llama-server's
+    web_ui: bool = True              # --no-ui: no chat page at /
+
+    @property
+    def model_id(self) -> str | None:
+        """The model's id in answers and /v1/models: the first alias in llama-server's order (None: the
+        main file's name)."""
+        names = comma_separated(self.aliases)
+        return names[0] if names else None
