@@ -194,3 +194,24 @@ def test_the_policy_learns_what_a_block_costs_and_stops_asking_when_it_costs_too
         policy.observe(draft, 1, draft_s=20 * step, verify_s=step, context=100)
     assert policy._block_s() == pytest.approx(20 * step, rel=0.05)
     assert policy.draft_length(DFLASH) == 0
+
+
+def test_a_blocks_rows_are_copied_out_whole_and_stay_when_the_drafter_decodes_again(engine, monkeypatch):
+    """The block's rows sit one after another in llama.cpp's logits, so they are copied out in one go:
+    each row is the one llama.cpp gives for its token, and a later block does not change them."""
+    from app.core.llama.library import lib
+
+    prompt, summary = _answer(engine, "dflash", 6)
+    context = list(prompt) + list(summary.token_ids)
+    head = engine._heads[DrafterKind.DFLASH]
+    calls = []
+    get_ith = lib().llama_get_logits_ith
+    monkeypatch.setattr(lib(), "llama_get_logits_ith", lambda ctx, i: (calls.append(i), get_ith(ctx, i))[1])
+    rows, _ = head.block(context, head.max_block)
+    assert len(calls) == 2                     # the first row and the last, to see that they lie in one run
+    each = np.stack([np.ctypeslib.as_array(get_ith(head._ctx, i), shape=(head.n_vocab,))
+                     for i in range(head.max_block + head.first_row)])[head.first_row:]
+    assert np.array_equal(rows, each)
+    head.block(context[:-3], head.max_block)   # the drafter's next decode writes over llama.cpp's buffer
+    assert np.array_equal(rows, each) and not np.array_equal(rows, np.ctypeslib.as_array(
+        get_ith(head._ctx, head.first_row), shape=(head.n_vocab,)))
