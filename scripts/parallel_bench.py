@@ -9,6 +9,10 @@ The workload is issue 39's: one long answer and the others short, all sent at on
 moment first), greedily; with --llama-server, llama.cpp's own server runs it too with as many slots. Each server configuration is started on its own, warmed up, then the clients
 go. The table gives per client the first token's and the last token's time from its request, and the
 tokens it got; the JSON keeps every run.
+
+With --scaling N, the workload is instead 1, 2, ... up to --clients clients at once, each asking for N
+tokens (greedy, past the end of text) about a topic of its own, against --parallel slots (and
+llama-server's -np): the tokens per second summed over the clients, and how they grow from one client.
 """
 
 from __future__ import annotations
@@ -31,14 +35,24 @@ LONG_PROMPT = "Write a detailed, step-by-step explanation of how a hash map work
 SHORT_PROMPT = "Name one colour."
 
 
+SCALING_TOPICS = ("hash maps", "binary search", "TCP handshakes", "garbage collection", "B-trees", "regular expressions",
+                  "JSON parsing", "merge sort")
+
+
 def main() -> int:
     args = parse_args()
     runs = {}
-    for parallel in dict.fromkeys([args.parallel, 1]):   # the slots asked for, then one slot: the control
-        runs[f"--parallel {parallel}"] = run_server(args, ours(args, parallel))
-    if args.llama_server:   # the anchor: llama-server with as many slots, on the same files
-        runs[f"llama-server -np {args.parallel}"] = run_server(args, theirs(args))
-    print(format_table(runs))
+    if args.scaling:
+        runs[f"--parallel {args.parallel}"] = run_server(args, ours(args, args.parallel), clients_growing)
+        if args.llama_server:
+            runs[f"llama-server -np {args.parallel}"] = run_server(args, theirs(args), clients_growing)
+        print(format_scaling(runs))
+    else:
+        for parallel in dict.fromkeys([args.parallel, 1]):   # the slots asked for, then one slot: the control
+            runs[f"--parallel {parallel}"] = run_server(args, ours(args, parallel), clients_at_once)
+        if args.llama_server:   # the anchor: llama-server with as many slots, on the same files
+            runs[f"llama-server -np {args.parallel}"] = run_server(args, theirs(args), clients_at_once)
+        print(format_table(runs))
     if args.json:
         Path(args.json).write_text(json.dumps({"settings": vars(args), "runs": runs}, indent=2))
         print(f"wrote {args.json}", file=sys.stderr)
@@ -62,6 +76,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--port", type=int, help="the server's port (default: a free one)")
     p.add_argument("--llama-server", help="also run llama.cpp's llama-server (this binary) with -np --parallel, "
                    "drafting with the draft model, on the same files")
+    p.add_argument("--scaling", type=int, metavar="N",
+                   help="instead: 1 .. --clients equal clients at once, N tokens each; tokens/s summed over them")
     p.add_argument("--json")
     return p.parse_args()
 
@@ -79,7 +95,7 @@ def theirs(args) -> list[str]:
             "-ngl", layers, "-c", str(args.ctx), "-t", str(args.threads), "-np", str(args.parallel), "--no-webui"]
 
 
-def run_server(args, command: list[str]) -> list[dict]:
+def run_server(args, command: list[str], workload) -> list[dict]:
     port = args.port or free_port()
     print(f"starting {' '.join(command[:4])} ... ({len(command)} arguments)", file=sys.stderr, flush=True)
     server = subprocess.Popen(command + ["--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL,
@@ -88,7 +104,7 @@ def run_server(args, command: list[str]) -> list[dict]:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, server)
         stream(url, SHORT_PROMPT, 4, time.perf_counter(), args.ignore_eos)   # warm-up
-        results = clients_at_once(url, args)
+        results = workload(url, args)
         peak = peak_memory_mb(server.pid)
         return [dict(r, server_peak_mb=peak) for r in results]
     finally:
@@ -112,6 +128,32 @@ def clients_at_once(url: str, args) -> list[dict]:
     for thread in threads:
         thread.join()
     return results
+
+
+def clients_growing(url: str, args) -> list[dict]:
+    """1, 2, ... ``args.clients`` clients sent at once, each ``args.scaling`` tokens on its own topic: per
+    count, the tokens summed over them per second of the whole (first request to last token)."""
+    rows = []
+    for n in range(1, args.clients + 1):
+        results: list[dict | None] = [None] * n
+        start = time.perf_counter()
+
+        def client(i: int) -> None:
+            prompt = f"Explain {SCALING_TOPICS[i % len(SCALING_TOPICS)]} in detail, with Python code."
+            results[i] = stream(url, prompt, args.scaling, start, ignore_eos=True)
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall = max(r["total_s"] for r in results)
+        tokens = sum(r["tokens"] for r in results)
+        firsts = sorted(r["first_token_s"] for r in results if r["first_token_s"] is not None)
+        rows.append({"clients": n, "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall,
+                     "first_token_s": firsts[len(firsts) // 2] if firsts else None, "each": results})
+        print(f"  {n} at once: {tokens} tokens in {wall:.1f} s, {tokens / wall:.1f} t/s", file=sys.stderr, flush=True)
+    return rows
 
 
 def stream(url: str, prompt: str, n: int, start: float, ignore_eos: bool = False) -> dict:
@@ -157,6 +199,17 @@ def format_table(runs: dict[str, list[dict]]) -> str:
             first = f"{r['first_token_s']:.1f}" if r["first_token_s"] is not None else "-"
             peak = f"{r['server_peak_mb']:.0f}" if r.get("server_peak_mb") is not None else "-"
             lines.append(f"| {name} | {r['client']} | {r['tokens']} | {first} | {r['total_s']:.1f} | {peak} |")
+    return "\n".join(lines)
+
+
+def format_scaling(runs: dict[str, list[dict]]) -> str:
+    lines = ["| server | clients at once | tokens | tokens/s summed | against one client | median first token (s) |",
+             "|---|---|---|---|---|---|"]
+    for name, rows in runs.items():
+        for r in rows:
+            first = f"{r['first_token_s']:.1f}" if r["first_token_s"] is not None else "-"
+            lines.append(f"| {name} | {r['clients']} | {r['tokens']} | {r['tokens_per_s']:.1f} | "
+                         f"{r['tokens_per_s'] / rows[0]['tokens_per_s']:.2f}x | {first} |")
     return "\n".join(lines)
 
 

@@ -319,3 +319,14 @@ def test_every_qwen35_shape_has_a_delta_net_state_the_gpu_kernel_takes():
     widths = {key: spec.n_embd // spec.n_head for key, spec in make_shapes.LAID_OUT.items()
               if spec.architecture == "qwen35"}
     assert widths and all(width in (16, 32, 64, 128) for width in widths.values()), widths
+
+
+def test_parallel_bench_scaling_sums_each_count_of_clients_tokens(tiny_models, tmp_path):
+    """--scaling: 1 .. --clients clients at once, each its N tokens; the table's tokens/s are summed."""
+    out = tmp_path / "scaling.json"
+    table = script("scripts/parallel_bench.py", "-m", str(tiny_models.main), "--clients", "2", "--scaling", "6",
+                   "--parallel", "2", "-t", "1", "-c", "512", "--data-dir", str(tmp_path / "d"), "--json", str(out))
+    [rows] = json.loads(out.read_text())["runs"].values()
+    assert [(r["clients"], r["tokens"]) for r in rows] == [(1, 6), (2, 12)]
+    assert all(r["tokens_per_s"] == r["tokens"] / r["wall_s"] for r in rows)
+    assert "| --parallel 2 | 2 | 12 |" in table and "1.00x" in table
