@@ -47,8 +47,8 @@ FIM_SUFFIX = "\n    return settings\n\n\ndef save_settings(path, settings):\n   
 def main() -> int:
     args = parse_args()
     runs = {f"--parallel {args.parallel}": run_server(args, ours(args, args.parallel))}
-    if args.llama_server:
-        runs[f"llama-server -np {args.parallel}"] = run_server(args, theirs(args))
+    if args.llama_server:   # --jinja: llama-server reads tool calls only through the model's own template
+        runs[f"llama-server -np {args.parallel}"] = run_server(args, theirs(args) + ["--jinja"])
     print(format_table(runs))
     if args.json:
         Path(args.json).write_text(json.dumps({"settings": vars(args), "runs": runs}, indent=2))
