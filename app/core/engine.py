@@ -36,7 +36,7 @@ from app.core.speculation.crossvocab import CrossVocabDrafter
 from app.core.speculation.drafters import (BlockDrafter, DraftModelDrafter, Drafter, HeadDrafter, LookupThenModelDrafter,
                                           PromptLookupDrafter)
 from app.core.speculation.events import Event
-from app.core.speculation.loop import SpeculativeGeneration
+from app.core.speculation.loop import READ_CHUNK, SpeculativeGeneration
 from app.core.speculation.policy import AutoPolicy, make_policy
 from app.core.speculation.policy_base import DraftPolicy, FixedPolicy
 from app.core.speculation.suffix_drafter import suffix_drafter
@@ -75,6 +75,7 @@ class Engine:
         self._infill: "infill.InfillFilter | None" = None   # llama-server's "infill" sampler, once asked for
         self.suffix: SuffixMemory | None = None    # the main model's index of past documents (Engine.load)
         self._feed: ConversationFeed | None = None   # what this engine's answers fed it
+        self.read_chunk = READ_CHUNK   # a long prompt's tokens read per step (a server's slots: fewer)
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -258,6 +259,7 @@ class Engine:
             threads=self._threads,
             infill=self._infill_filter() if "infill" in (request.sampling.samplers or ()) else None,
             constraint=constraint,
+            read_chunk=self.read_chunk,
         )
         events = generation.run(tokens)
         if self._feed is not None and request.feed_suffix_index:

@@ -22,6 +22,7 @@ from typing import Callable, Generator, Protocol, Sequence
 from app.core.errors import QuickdraftError
 from app.core.frontdoor import AnswerEngine, LoadedPair
 from app.core.params import DEFAULT_DRAFTER, DrafterKind, SpeculationParams
+from app.core.speculation.loop import SHARED_READ_CHUNK
 from app.core.speculation.events import TokenPiece
 from app.server.metrics import ServerMetrics
 from app.server.errors import ApiError
@@ -41,6 +42,8 @@ class SlotEngine(AnswerEngine, Protocol):
 
     def cached_prefix(self, tokens: Sequence[int]) -> int:
         """How many of ``tokens``, from the start, the cache holds."""
+
+    read_chunk: int   # a long prompt's tokens read per step
 
     @property
     def cached_length(self) -> int:
@@ -85,6 +88,13 @@ class SlotPool:
         self.limit = limit
         self._open_engine = open_engine
         self._tasks = itertools.count()
+        for slot in self.slots:
+            self._share(slot.engine)
+
+    def _share(self, engine: SlotEngine) -> None:
+        """Beside other slots, a long prompt is read in smaller chunks: each is a step the others wait for."""
+        if self.limit > 1:
+            engine.read_chunk = SHARED_READ_CHUNK
 
     @property
     def busy(self) -> list[Slot]:
@@ -128,6 +138,7 @@ class SlotPool:
                   f"fit ({exc})", file=sys.stderr)
             self.limit = max(1, len(self.slots))
             return None
+        self._share(engine)
         self.slots.append(Slot(len(self.slots), engine))
         return self.slots[-1]
 

@@ -42,6 +42,10 @@ class PartsOfText(Protocol):
 # Tokens of a long prompt decoded between two Readings: llama.cpp's default batch, so reading in chunks
 # costs nothing over reading at once (the session decodes in batches of this size anyway)
 READ_CHUNK = 512
+# A server's slots take their steps in turn, so a slot reading a prompt holds the others for a chunk: an
+# editor's FIM request sent while an agent's 400-token turn was read waited 8.4 s (agent_fim_bench.py, 2
+# cores). Slots read in smaller chunks, at a few percent of a CPU's reading speed.
+SHARED_READ_CHUNK = 128
 
 
 def check_prompt_fits(prompt: Sequence[int], n_ctx: int) -> None:
@@ -63,8 +67,9 @@ class SpeculativeGeneration:
                  sampling: SamplingParams, draft_min: int = 0, cancel: threading.Event | None = None,
                  warnings: Sequence[str] = (), parts: PartsOfText | None = None,
                  threads: Callable[[], tuple[int, int]] | None = None, infill: InfillFilter | None = None,
-                 constraint: GrammarConstraint | None = None):
+                 constraint: GrammarConstraint | None = None, read_chunk: int = READ_CHUNK):
         self.main = main
+        self.read_chunk = read_chunk
         self.constraint = constraint
         self.warnings = tuple(warnings)   # for the Summary: e.g. the chat template was not used
         self.parts = parts
@@ -87,16 +92,16 @@ class SpeculativeGeneration:
         self.ended_by_eog = False
 
     def _read_prompt(self, prompt: Sequence[int]) -> Iterator[Event]:
-        """Bring the main model's cache to ``prompt`` (``prefill``), READ_CHUNK tokens at a time with a
+        """Bring the main model's cache to ``prompt`` (``prefill``), ``read_chunk`` tokens at a time with a
         Reading after each when there is more than one chunk to read; returns the last token's logits."""
         keep = min(common_prefix_length(self.main.cached, prompt), len(prompt) - 1)
         todo = prompt[keep:]
-        if len(todo) <= READ_CHUNK:
+        if len(todo) <= self.read_chunk:
             return prefill(self.main, prompt)
         self.main.truncate(keep)
-        for start in range(0, len(todo), READ_CHUNK):
-            logits = self.main.eval(todo[start:start + READ_CHUNK], all_logits=False)
-            yield Reading(min(start + READ_CHUNK, len(todo)), len(todo), self._now())
+        for start in range(0, len(todo), self.read_chunk):
+            logits = self.main.eval(todo[start:start + self.read_chunk], all_logits=False)
+            yield Reading(min(start + self.read_chunk, len(todo)), len(todo), self._now())
         return logits[-1]
 
     def run(self, prompt: Sequence[int]) -> Iterator[Event]:
