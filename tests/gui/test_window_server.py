@@ -26,6 +26,8 @@ def test_the_server_tab_serves_the_loaded_pair_and_the_panel_shows_client_answer
     panel.switch.click()
     qtbot.waitUntil(lambda: panel.url is not None, timeout=10_000)
     assert panel.switch.isChecked() and "Serving http://127.0.0.1:" in panel.status.text()
+    page = httpx.get(panel.url + "/", timeout=10)   # the chat page the panel names
+    assert page.status_code == 200 and page.text.startswith("<!doctype html>")
 
     results = []
     client = threading.Thread(target=lambda: results.append(

@@ -121,6 +121,7 @@ class ServerPanel(QWidget):
     def _show_status(self) -> None:
         answered = f"{self.requests} request{'s' if self.requests != 1 else ''} answered"
         self.status.setText(f"Serving {self.url}/v1 · {answered}\n"
+                            f"Chat in a browser: {self.url}/\n"
                             f"curl {self.url}/v1/chat/completions -H 'Content-Type: application/json' "
                             "-d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'")
 

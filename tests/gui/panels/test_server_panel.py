@@ -42,6 +42,7 @@ def test_serving_shows_the_url_a_curl_line_and_the_requests_answered(qtbot):
     panel.count_request(summary())
     panel.count_request(summary())
     assert "Serving http://127.0.0.1:8080/v1 · 2 requests answered" in panel.status.text()
+    assert "Chat in a browser: http://127.0.0.1:8080/\n" in panel.status.text()
     assert "curl http://127.0.0.1:8080/v1/chat/completions" in panel.status.text()
 
     panel.switch.setChecked(False)
