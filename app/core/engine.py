@@ -21,6 +21,7 @@ from app.core.gguf.pair_check import check_pair, vocabulary_differences
 from app.core.gguf.shared_vocab import shared_vocabulary
 from app.core.llama import binding as llama, devices, dflash, eagle3, infill, mtp
 from app.core.llama.grammar import TokenGrammar
+from app.core.llama.shared_context import SharedContext
 from app.core.llama.special import eog_tokens, fim_tokens, special_piece
 from app.core.lm import FimTokens, common_prefix_length
 from app.core.llama.placement import footprint, plan_gpu_layers, resolved
@@ -149,14 +150,17 @@ class Engine:
         """How the pair's drafter file drafts (MTP, EAGLE-3); None without one."""
         return self.draft_info.drafts_as if self.drafter_file is not None else None
 
-    def another_slot(self) -> "Engine":
+    def another_slot(self, shared: "SharedContext | None" = None, seq: int = 0) -> "Engine":
         """Another engine answering with the same loaded models, with contexts (KV caches, drafting
         contexts) of its own: a server slot that answers beside this one, each keeping its own prompt
-        cache. What the pair has learned (its batch costs, its acceptance) and its saved states are
-        shared. Raises ModelLoadError when the new contexts do not fit."""
+        cache; with ``shared``, its main model's cache is sequence ``seq`` of that context, whose slots'
+        verify batches are decoded together (shared_context.py). What the pair has learned (its batch
+        costs, its acceptance) and its saved states are shared. Raises ModelLoadError when the new
+        contexts do not fit."""
         opened: list = []
         try:
-            main = _context(self.main.model, self.main_params, opened, self.main.threads)
+            main = shared.session(seq) if shared is not None else \
+                _context(self.main.model, self.main_params, opened, self.main.threads)
             draft = _context(self.draft.model, self.draft_params, opened, self.draft.threads) \
                 if self.draft is not None else None
         except BaseException:
@@ -260,6 +264,7 @@ class Engine:
             infill=self._infill_filter() if "infill" in (request.sampling.samplers or ()) else None,
             constraint=constraint,
             read_chunk=self.read_chunk,
+            merged=getattr(self.main, "shared", None) is not None,
         )
         events = generation.run(tokens)
         if self._feed is not None and request.feed_suffix_index:

@@ -19,11 +19,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Generator, Protocol, Sequence
 
-from app.core.errors import QuickdraftError
+from app.core.errors import ModelLoadError, QuickdraftError
 from app.core.frontdoor import AnswerEngine, LoadedPair
 from app.core.params import DEFAULT_DRAFTER, DrafterKind, SpeculationParams
+from app.core.llama.binding import ATTENTION, LlamaSession
+from app.core.llama.shared_context import MergedVerify, SharedContext
 from app.core.speculation.loop import SHARED_READ_CHUNK
-from app.core.speculation.events import TokenPiece
+from app.core.speculation.events import Reading, TokenPiece
 from app.server.metrics import ServerMetrics
 from app.server.errors import ApiError
 from app.server.worker import Failed, Job, JobQueue, internal_error
@@ -32,6 +34,8 @@ DEFAULT_PARALLEL = 4   # as LM Studio: four requests answered at once
 # a free slot's cache counts as the request's own when the prompt keeps at least this much of it (then
 # reusing it loses little); otherwise a new slot is opened, so another client's cache is not evicted
 KEEP_FRACTION = 0.5
+# drafters that read the main model's hidden states: their slots keep contexts of their own
+HEADS = (DrafterKind.MTP, DrafterKind.EAGLE3, DrafterKind.DFLASH)
 
 
 class SlotEngine(AnswerEngine, Protocol):
@@ -82,7 +86,9 @@ class SlotPool:
     """The slots, opened as requests need them up to ``limit`` (``open_engine`` makes a slot's engine).
     ``first``: a slot that is already there (the loaded engine itself; its owner closes it)."""
 
-    def __init__(self, open_engine: Callable[[], SlotEngine], limit: int, first: SlotEngine | None = None):
+    def __init__(self, open_engine: Callable[[], SlotEngine], limit: int, first: SlotEngine | None = None,
+                 shared: SharedContext | None = None):
+        self.shared = shared   # the context whose sequences the slots' main models are, if they share one
         self.slots = [Slot(0, first)] if first is not None else []
         self._owned_from = len(self.slots)   # the slots this pool opened, and closes
         self.limit = limit
@@ -147,6 +153,8 @@ class SlotPool:
         for slot in self.slots[self._owned_from:]:
             slot.engine.close()
         del self.slots[self._owned_from:]
+        if self.shared is not None:
+            self.shared.close()
 
 
 class SlotJobs(JobQueue):
@@ -170,10 +178,13 @@ class SlotJobs(JobQueue):
             return bool(self._pool.busy) or (bool(self._waiting) and not self._stopping)
 
     def _turn_of_steps(self) -> None:
-        """Admit waiting jobs to free slots, then take one step of every busy slot."""
+        """Admit waiting jobs to free slots, then take one step of every busy slot; the verify batches
+        the steps left waiting (slots on a shared context) are decoded together, each slot going on
+        with its rows at its next step."""
         self._admit()
-        for slot in self._pool.busy:
-            self._step(slot)
+        waiting = [item for item in map(self._step, self._pool.busy) if item is not None]
+        if waiting:
+            self._pool.shared.decode_together(waiting)
 
     def _admit(self) -> None:
         """Waiting jobs, oldest first, into free slots (calls are answered at once, without one)."""
@@ -209,22 +220,30 @@ class SlotJobs(JobQueue):
         slot.take(job, self._answer(job, slot.engine, tokens), self._pool.next_task())
         return True
 
-    def _step(self, slot: Slot) -> None:
-        """One event of the slot's answer, sent; its last item ends the job and frees the slot."""
+    def _step(self, slot: Slot) -> MergedVerify | None:
+        """The slot's answer up to its next decode, its events sent: one event for a slot with a context
+        of its own; on a shared context, up to its next verify batch, returned to be decoded with the
+        others' (every busy slot's then waits on one decode a turn), or a chunk of prompt read. Its last
+        item ends the job and frees the slot."""
         job = slot.job
-        try:
-            item = next(slot.steps)
-        except StopIteration as end:
-            slot.release()
-            self._finish(job, end.value, slot.started)
-            return
-        except Exception as exc:  # a defect, not the client's doing: answer 500, keep serving
-            slot.release()
-            self._finish(job, internal_error(exc), slot.started)
-            return
-        if isinstance(item, TokenPiece):
-            slot.decoded += len(item.token_ids)
-        self._send(job, item)
+        while True:
+            try:
+                item = next(slot.steps)
+            except StopIteration as end:
+                slot.release()
+                self._finish(job, end.value, slot.started)
+                return None
+            except Exception as exc:  # a defect, not the client's doing: answer 500, keep serving
+                slot.release()
+                self._finish(job, internal_error(exc), slot.started)
+                return None
+            if isinstance(item, MergedVerify):
+                return item
+            if isinstance(item, TokenPiece):
+                slot.decoded += len(item.token_ids)
+            self._send(job, item)
+            if self._pool.shared is None or isinstance(item, Reading):
+                return None
 
     def _drop_slots(self, error: ApiError) -> None:
         """End every answer in progress with ``error`` and close the slots' engines (the models they
@@ -280,7 +299,7 @@ class ThreadedJobs(SlotJobs):
             self._load_error = exc
             self._ready.set()
             return
-        self._pool = SlotPool(self._engine.another_slot, self.parallel, first=self._engine)
+        self._pool = self._slot_pool()
         self._pool.open_all()
         self.parallel = self._pool.limit   # as many as fit
         self._ready.set()
@@ -290,6 +309,24 @@ class ThreadedJobs(SlotJobs):
         finally:
             self._pool.close()
             self._engine.close()
+
+    def _slot_pool(self) -> SlotPool:
+        """The slots: sequences of one shared context whose verify batches are decoded together, where
+        the main model's memory is keys and values and no head drafts (a recurrent state, or a head's
+        hidden states, would need a sequence's own decode); else contexts of their own, the loaded
+        engine's the first."""
+        engine = self._engine
+        main = getattr(engine, "main", None)   # a local engine's main session (a fake in some tests has none)
+        if self.parallel > 1 and isinstance(main, LlamaSession) and main.memory == ATTENTION \
+                and self.drafting not in HEADS:
+            try:
+                shared = SharedContext(main.model, main.n_ctx, self.parallel, main.threads, main.n_batch)
+            except ModelLoadError as exc:
+                print(f"quickdraft: the slots take their turns, each decoding alone ({exc})", file=sys.stderr)
+            else:
+                seqs = itertools.count()
+                return SlotPool(lambda: engine.another_slot(shared, next(seqs)), self.parallel, shared=shared)
+        return SlotPool(engine.another_slot, self.parallel, first=engine)
 
     def _turn(self) -> bool:
         """Wait for work, then one turn of steps. False once the queue stops and the slots' cancelled

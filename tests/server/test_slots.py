@@ -162,3 +162,42 @@ def test_the_windows_chat_answers_between_two_turns_of_a_clients_answer(tiny_mod
         jobs.stop()
         loop.close()
         engine.close()
+
+
+def test_the_slots_verify_batches_are_decoded_in_one_pass_where_the_main_model_allows(tiny_models, tmp_path):
+    """Slots whose main model keeps keys and values are sequences of one context: their verify batches go
+    into one llama_decode (each answer still its own: the test above). A recurrent main model's slots
+    keep contexts of their own, as do one slot's."""
+    from app.core.gguf.tiny import TinySpec, write_tiny_model
+
+    jobs = threaded(tiny_models.main, tiny_models.same, 2, DrafterKind.MODEL)
+    try:
+        _, (long, short) = finishing_order(jobs, [chat(LONG_PROMPT, 60), chat(SHORT_PROMPT, 30)])
+        shared = jobs._pool.shared
+        assert shared is not None and shared.merged > 0 and long.drafted > 0 and short.drafted > 0
+        assert sorted(slot.engine.main.seq for slot in jobs._pool.slots) == [0, 1]
+    finally:
+        jobs.stop()
+    recurrent = write_tiny_model(tmp_path / "mamba.gguf", TinySpec(architecture="mamba"))
+    for main, parallel in ((recurrent, 2), (tiny_models.main, 1)):
+        jobs = threaded(main, parallel=parallel)
+        try:
+            assert jobs._pool.shared is None
+        finally:
+            jobs.stop()
+
+
+def test_a_prompt_read_in_chunks_beside_another_slots_answer_keeps_its_own_logits(tiny_models):
+    """A slot reading a long prompt yields between its chunks; the other slot's decodes on the shared
+    context meanwhile write llama.cpp's logits, so the reading slot's rows must be its own copy."""
+    long_prompt = [{"role": "user", "content": "the cat is on the mat and the dog sat by the door " * 8}]   # 4 chunks
+    alone = {}
+    for parallel in (1, 2):
+        jobs = threaded(tiny_models.main, tiny_models.same, parallel, DrafterKind.MODEL)
+        try:
+            _, summaries = finishing_order(jobs, [chat(LONG_PROMPT, 200), chat(long_prompt, 12)])
+            alone[parallel] = [s.token_ids for s in summaries]
+            assert parallel == 1 or jobs._pool.shared.merged > 0
+        finally:
+            jobs.stop()
+    assert alone[2] == alone[1]

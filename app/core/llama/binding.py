@@ -181,31 +181,44 @@ def context_params(n_ctx: int, n_batch: int, n_threads: int):
     return cparams
 
 
+def new_context(model: LlamaModel, cparams):
+    """A llama.cpp context of ``model``, or ModelLoadError saying what to lower."""
+    library.take_errors()
+    ctx = lib().llama_init_from_model(model._model, cparams)
+    if not ctx:
+        raise ModelLoadError(
+            f"Could not create a context of {cparams.n_ctx} tokens for {model.name}: "
+            f"lower the context size or offload fewer layers. {library.take_errors()}".rstrip())
+    return ctx
+
+
 class LlamaSession:
-    """A llama.cpp context (one sequence) whose KV cache holds ``cached``."""
+    """A llama.cpp context (one sequence) whose KV cache holds ``cached``; or, with ``shared``, sequence
+    ``seq`` of a context several sessions share (shared_context.py: a server's slots, whose verify
+    batches it decodes as one)."""
 
     def __init__(self, model: LlamaModel, n_ctx: int, n_threads: int | None = None, n_batch: int = 512,
-                 threads: ThreadTuner | None = None):
+                 threads: ThreadTuner | None = None, shared=None, seq: int = 0):
         llama_cpp = lib()
         self.model = model
         self.n_vocab = model.n_vocab
+        self.seq = seq
+        self.shared = shared
         # a count the user gave is kept; otherwise it is learned as the context decodes (threads.py);
         # ``threads``: another context's of the same model (a server slot), which learns for both
         self.threads = threads or ThreadTuner(n_threads or default_threads(), fixed=n_threads is not None)
         shared_tuner = threads is not None
         self._threads_set = self.threads.current
-        cparams = context_params(n_ctx if n_ctx > 0 else model.n_ctx_train, n_batch, self._threads_set)
-        if model.memory != ATTENTION:
-            cparams.n_rs_seq = ROLLBACK_TOKENS  # llama.cpp keeps it only for architectures that support it
-        library.take_errors()
-        ctx = llama_cpp.llama_init_from_model(model._model, cparams)
-        if not ctx:
-            raise ModelLoadError(
-                f"Could not create a context of {cparams.n_ctx} tokens for {model.name}: "
-                f"lower the context size or offload fewer layers. {library.take_errors()}".rstrip())
+        if shared is None:
+            cparams = context_params(n_ctx if n_ctx > 0 else model.n_ctx_train, n_batch, self._threads_set)
+            if model.memory != ATTENTION:
+                cparams.n_rs_seq = ROLLBACK_TOKENS  # llama.cpp keeps it only for architectures that support it
+            ctx = new_context(model, cparams)
+            self.n_ctx = int(llama_cpp.llama_n_ctx(ctx))
+        else:
+            ctx, self.n_ctx = shared.raw_context, shared.n_ctx
         self._ctx = ctx
         self._deadline = DecodeDeadline(ctx)
-        self.n_ctx = int(llama_cpp.llama_n_ctx(ctx))
         n_batch = self.n_batch = int(llama_cpp.llama_n_batch(ctx))  # llama.cpp caps it at the context size
         self._memory = llama_cpp.llama_get_memory(ctx)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
@@ -214,7 +227,7 @@ class LlamaSession:
         self._logits_flags = np.ctypeslib.as_array(self._batch.logits, shape=(n_batch,))
         np.ctypeslib.as_array(self._batch.n_seq_id, shape=(n_batch,))[:] = 1
         for i in range(n_batch):
-            self._batch.seq_id[i][0] = 0
+            self._batch.seq_id[i][0] = seq
         self._cached: list[int] = []
         self.decode_s = 0.0  # time spent inside llama_decode, for the host-overhead benchmark
         self.memory = model.memory
@@ -281,7 +294,9 @@ class LlamaSession:
             hook(start, n)
         n_out = n if all_logits else 1
         first = 0 if all_logits else n - 1
-        return logits_view(llama_cpp.llama_get_logits_ith(self._ctx, first), n_out, self.n_vocab)
+        rows = logits_view(llama_cpp.llama_get_logits_ith(self._ctx, first), n_out, self.n_vocab)
+        # another slot's decode on a shared context writes over the rows before this one reads them all
+        return rows.copy() if self.shared is not None else rows
 
     @property
     def n_threads(self) -> int:
@@ -355,7 +370,7 @@ class LlamaSession:
         self._saved.forget_after(n_keep)
 
     def _seq_rm(self, n_keep: int) -> bool:
-        return bool(lib().llama_memory_seq_rm(self._memory, 0, n_keep, -1))
+        return bool(lib().llama_memory_seq_rm(self._memory, self.seq, n_keep, -1))
 
     def _remove_from(self, n_keep: int) -> None:
         if not self._seq_rm(n_keep):
@@ -405,7 +420,7 @@ class LlamaSession:
         self._rollback_window = 0
         self._in_single_run = self._after_prompt = False
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        if int(lib().llama_state_seq_set_data(self._ctx, buf, len(data), 0)) != len(data):
+        if int(lib().llama_state_seq_set_data(self._ctx, buf, len(data), self.seq)) != len(data):
             self._seq_rm(0)
             return False
         self._cached = [int(t) for t in tokens]
@@ -414,14 +429,17 @@ class LlamaSession:
     def kv_positions(self) -> tuple[int, int]:
         """(min, max) position llama.cpp holds for the sequence; (-1, -1) when empty. For tests."""
         llama_cpp = lib()
-        return (int(llama_cpp.llama_memory_seq_pos_min(self._memory, 0)),
-                int(llama_cpp.llama_memory_seq_pos_max(self._memory, 0)))
+        return (int(llama_cpp.llama_memory_seq_pos_min(self._memory, self.seq)),
+                int(llama_cpp.llama_memory_seq_pos_max(self._memory, self.seq)))
 
     def close(self) -> None:
         llama_cpp = lib()
         if self._ctx:
             llama_cpp.llama_batch_free(self._batch)
-            llama_cpp.llama_free(self._ctx)
+            if self.shared is None:
+                llama_cpp.llama_free(self._ctx)
+            elif self.shared.raw_context:   # a sequence of a shared context: its positions go, the context stays
+                self._seq_rm(0)
             self._ctx = None
 
     def __del__(self):  # pragma: no cover

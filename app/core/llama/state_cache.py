@@ -165,9 +165,9 @@ class StateCache:
 def _state_of(session) -> bytes | None:
     """The sequence's whole state as llama.cpp gives it; None when it gives less than it said."""
     llama_cpp = lib()
-    size = int(llama_cpp.llama_state_seq_get_size(session.raw_context, 0))
+    size = int(llama_cpp.llama_state_seq_get_size(session.raw_context, session.seq))
     buf = (ctypes.c_uint8 * size)()
-    written = int(llama_cpp.llama_state_seq_get_data(session.raw_context, buf, size, 0))
+    written = int(llama_cpp.llama_state_seq_get_data(session.raw_context, buf, size, session.seq))
     return bytes(buf) if written == size and size > 0 else None
 
 

@@ -17,7 +17,8 @@ from typing import Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
-from app.core.errors import PromptTooLongError, QuickdraftError
+from app.core.errors import DecodeError, PromptTooLongError, QuickdraftError
+from app.core.llama.shared_context import MergedVerify
 from app.core.lm import Session, Vocabulary, common_prefix_length, prefill
 from app.core.params import SamplingParams
 from app.core.speculation.acceptance import SUFFIX
@@ -67,9 +68,11 @@ class SpeculativeGeneration:
                  sampling: SamplingParams, draft_min: int = 0, cancel: threading.Event | None = None,
                  warnings: Sequence[str] = (), parts: PartsOfText | None = None,
                  threads: Callable[[], tuple[int, int]] | None = None, infill: InfillFilter | None = None,
-                 constraint: GrammarConstraint | None = None, read_chunk: int = READ_CHUNK):
+                 constraint: GrammarConstraint | None = None, read_chunk: int = READ_CHUNK,
+                 merged: bool = False):
         self.main = main
         self.read_chunk = read_chunk
+        self.merged = merged   # the verify batch is yielded, to be decoded with other slots' (shared_context.py)
         self.constraint = constraint
         self.warnings = tuple(warnings)   # for the Summary: e.g. the chat template was not used
         self.parts = parts
@@ -176,7 +179,8 @@ class SpeculativeGeneration:
         self.sampler.at(len(self.context))   # where this round's first new token goes
         draft, refused_q = cut_to_grammar(self.constraint, self._draft())
         t1 = time.perf_counter()
-        rows = self.main.eval([self.context[-1], *draft.tokens], all_logits=True)
+        rows, decode_s = yield from self._verify_batch([self.context[-1], *draft.tokens])
+        t_rows = time.perf_counter()
         accepted, next_token = self.sampler.verify(rows, draft.tokens, draft.q, self.constraint, refused_q)
         probs = self._probs([*draft.tokens[:accepted], next_token], rows)   # before a rollback can decode
         settle(self.constraint, accepted, next_token)
@@ -189,15 +193,31 @@ class SpeculativeGeneration:
         self.token_probs += probs[:len(new_tokens)]
         used_drafts = min(accepted, len(new_tokens))
         self.policy.observe(draft, accepted, draft_s=t1 - t0, main_confidence=confidence,
-                            verify_s=t2 - t1, context=len(self.context) - 1)
+                            verify_s=decode_s + t2 - t_rows, context=len(self.context) - 1)
         yield from self._emit(new_tokens, n_from_draft=used_drafts,
                               drafted=Origin.SUFFIX if draft.sources[:1] == [SUFFIX] else Origin.DRAFT)
         if self.drafter is not None:
             self.drafter.sync(self.context)
-        yield self._record(Round(self.stats.rounds, len(draft), used_drafts, t1 - t0, t2 - t1, len(self.generated),
+        yield self._record(Round(self.stats.rounds, len(draft), used_drafts, t1 - t0, decode_s + t2 - t_rows,
+                                 len(self.generated),
                                  learning=self.policy.learning, drafter=draft.sources[0] if draft.sources else "",
                                  part=self.parts.take() if self.parts is not None else ""))
         return self._stop_reason()
+
+    def _verify_batch(self, tokens: list[int]) -> Iterator[object]:
+        """The main model's rows for the verify batch and the decode's seconds: decoded here, or, for a
+        server slot on a shared context, yielded as a MergedVerify that the slots' scheduler decodes
+        with the other slots' batches (its share of that decode is this batch's time)."""
+        if not self.merged:
+            start = time.perf_counter()
+            return self.main.eval(tokens, all_logits=True), time.perf_counter() - start
+        waiting = MergedVerify(self.main, tokens)
+        yield waiting
+        if waiting.error is not None:
+            raise waiting.error
+        if waiting.rows is None:
+            raise DecodeError("The slots' scheduler resumed a verify batch it did not decode.")
+        return waiting.rows, waiting.share_s
 
     def _probs(self, tokens: list[int], rows) -> list[TokenProb]:
         """Each token's log-probability under the main model's row it was chosen at (rows[i] for
