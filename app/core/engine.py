@@ -150,13 +150,16 @@ class Engine:
         """How the pair's drafter file drafts (MTP, EAGLE-3); None without one."""
         return self.draft_info.drafts_as if self.drafter_file is not None else None
 
+    def use_main(self, session: "llama.LlamaSession") -> None:
+        """Answer with ``session`` as the main model's cache (a slot's sequence of a shared context)."""
+        old, self.main = self.main, session
+        self.costs.main = session
+        old.close()
+
     def another_slot(self, shared: "SharedContext | None" = None, seq: int = 0) -> "Engine":
-        """Another engine answering with the same loaded models, with contexts (KV caches, drafting
-        contexts) of its own: a server slot that answers beside this one, each keeping its own prompt
-        cache; with ``shared``, its main model's cache is sequence ``seq`` of that context, whose slots'
-        verify batches are decoded together (shared_context.py). What the pair has learned (its batch
-        costs, its acceptance) and its saved states are shared. Raises ModelLoadError when the new
-        contexts do not fit."""
+        """Another engine on the same loaded models, with caches of its own (a server slot; with ``shared``,
+        its main cache is sequence ``seq`` of that context: shared_context.py). What the pair learned and
+        its saved states are shared. Raises ModelLoadError when the new contexts do not fit."""
         opened: list = []
         try:
             main = shared.session(seq) if shared is not None else \

@@ -324,8 +324,10 @@ class ThreadedJobs(SlotJobs):
             except ModelLoadError as exc:
                 print(f"quickdraft: the slots take their turns, each decoding alone ({exc})", file=sys.stderr)
             else:
-                seqs = itertools.count()
-                return SlotPool(lambda: engine.another_slot(shared, next(seqs)), self.parallel, shared=shared)
+                engine.use_main(shared.session(0))   # the loaded engine is the first slot, its own context gone
+                seqs = itertools.count(1)
+                return SlotPool(lambda: engine.another_slot(shared, next(seqs)), self.parallel, first=engine,
+                                shared=shared)
         return SlotPool(engine.another_slot, self.parallel, first=engine)
 
     def _turn(self) -> bool:
