@@ -22,8 +22,7 @@ from typing import Callable, Generator, Protocol, Sequence
 from app.core.errors import ModelLoadError, QuickdraftError
 from app.core.frontdoor import AnswerEngine, LoadedPair
 from app.core.params import DEFAULT_DRAFTER, DrafterKind, SpeculationParams
-from app.core.llama.binding import ATTENTION, LlamaSession
-from app.core.llama.shared_context import MergedVerify, SharedContext
+from app.core.llama.shared_context import MergedVerify, SharedContext, share_main
 from app.core.speculation.loop import SHARED_READ_CHUNK
 from app.core.speculation.events import Reading, TokenPiece
 from app.server.metrics import ServerMetrics
@@ -313,22 +312,18 @@ class ThreadedJobs(SlotJobs):
     def _slot_pool(self) -> SlotPool:
         """The slots: sequences of one shared context whose verify batches are decoded together, where
         the main model's memory is keys and values and no head drafts (a recurrent state, or a head's
-        hidden states, would need a sequence's own decode); else contexts of their own, the loaded
-        engine's the first."""
-        engine = self._engine
-        main = getattr(engine, "main", None)   # a local engine's main session (a fake in some tests has none)
-        if self.parallel > 1 and isinstance(main, LlamaSession) and main.memory == ATTENTION \
-                and self.drafting not in HEADS:
+        hidden states, would need a sequence's own decode); else contexts of their own. The loaded
+        engine is the first slot either way."""
+        engine, shared = self._engine, None
+        if self.parallel > 1 and self.drafting not in HEADS and hasattr(engine, "use_main"):   # a local engine
             try:
-                shared = SharedContext(main.model, main.n_ctx, self.parallel, main.threads, main.n_batch)
+                shared = share_main(engine, self.parallel)
             except ModelLoadError as exc:
                 print(f"quickdraft: the slots take their turns, each decoding alone ({exc})", file=sys.stderr)
-            else:
-                engine.use_main(shared.session(0))   # the loaded engine is the first slot, its own context gone
-                seqs = itertools.count(1)
-                return SlotPool(lambda: engine.another_slot(shared, next(seqs)), self.parallel, first=engine,
-                                shared=shared)
-        return SlotPool(engine.another_slot, self.parallel, first=engine)
+        if shared is None:
+            return SlotPool(engine.another_slot, self.parallel, first=engine)
+        seqs = itertools.count(1)
+        return SlotPool(lambda: engine.another_slot(shared, next(seqs)), self.parallel, first=engine, shared=shared)
 
     def _turn(self) -> bool:
         """Wait for work, then one turn of steps. False once the queue stops and the slots' cancelled

@@ -127,3 +127,15 @@ class SharedContext:
             lib().llama_batch_free(self._batch)
             lib().llama_free(self.raw_context)
             self.raw_context = None
+
+
+def share_main(engine, n_slots: int) -> SharedContext | None:
+    """Make ``engine``'s main cache sequence 0 of a context for ``n_slots`` server slots (the others'
+    are ``engine.another_slot(shared, i)``), its own context closed; None, nothing changed, for one
+    slot or a main model whose memory is not keys and values."""
+    main = engine.main
+    if n_slots < 2 or main.memory != ATTENTION:
+        return None
+    shared = SharedContext(main.model, main.n_ctx, n_slots, main.threads, main.n_batch)
+    engine.use_main(shared.session(0))
+    return shared
