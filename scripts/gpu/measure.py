@@ -287,10 +287,17 @@ def cuda_architecture() -> str:
 
 
 def compile_tree(r: Run, root: Path, flags: str, timeout: float | None = 3600) -> None:
-    shutil.rmtree(root, ignore_errors=True)
-    (root / "src").mkdir(parents=True)
-    with tarfile.open(REPO / ".gpu" / "llama-src.tar.gz") as tar:
-        tar.extractall(root / "src", filter="tar")
+    """Configure and build in ``root``; a build cut short there goes on where it stopped (ninja keeps
+    what it compiled) when its sources are these. Unpacking them again gave every file a new time and
+    the stopped --prebuild (119 of 249 steps) started over."""
+    sha = (REPO / ".gpu" / "llama-src.sha256").read_text().strip()
+    unpacked = root / "src.sha256"
+    if not (unpacked.exists() and unpacked.read_text().strip() == sha):
+        shutil.rmtree(root, ignore_errors=True)
+        (root / "src").mkdir(parents=True)
+        with tarfile.open(REPO / ".gpu" / "llama-src.tar.gz") as tar:
+            tar.extractall(root / "src", filter="tar")
+        unpacked.write_text(sha + "\n")
     [source] = (root / "src").iterdir()
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     jobs = str(os.cpu_count() or 2)

@@ -210,3 +210,32 @@ def test_pack_carries_every_dependency_the_gpu_machine_runs():
     pack = (ROOT / "scripts" / "gpu" / "pack.sh").read_text()
     missing = sorted(n for n in names - not_carried if f"$(pin {n})" not in pack)
     assert not missing, f"pack.sh carries no wheel of {missing}"
+
+
+def test_a_build_cut_short_goes_on_in_its_folder_with_its_sources(measure, tmp_path, monkeypatch):
+    """A stopped --prebuild resumes: the same sources are not unpacked again (new file times made ninja
+    start over); other sources are."""
+    import tarfile
+
+    repo = tmp_path / "repo"
+    sources = tmp_path / "llama_cpp_python-0.0.0"
+    sources.mkdir()
+    (sources / "CMakeLists.txt").write_text("")
+    (repo / ".gpu").mkdir(parents=True)
+    with tarfile.open(repo / ".gpu" / "llama-src.tar.gz", "w:gz") as tar:
+        tar.add(sources, arcname=sources.name)
+    (repo / ".gpu" / "llama-src.sha256").write_text("abc\n")
+    monkeypatch.setattr(measure, "REPO", repo)
+    ran = []
+    run = rehearsal(measure, tmp_path, tmp_path / "tools")
+    monkeypatch.setattr(run, "run", lambda name, command, timeout=None: ran.append(name))
+    root = tmp_path / "builds" / "key"
+    measure.compile_tree(run, root, "-DFLAGS=1")
+    compiled = root / "build" / "object.o"   # what the first build left
+    compiled.parent.mkdir(parents=True)
+    compiled.write_text("")
+    measure.compile_tree(run, root, "-DFLAGS=1")
+    assert compiled.exists() and ran == ["cmake-configure", "cmake-build"] * 2
+    (repo / ".gpu" / "llama-src.sha256").write_text("other\n")
+    measure.compile_tree(run, root, "-DFLAGS=1")
+    assert not compiled.exists()
