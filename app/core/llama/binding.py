@@ -333,7 +333,7 @@ class LlamaSession:
         self._logits_flags[:n] = 1 if all_logits else 0
         self._logits_flags[n - 1] = 1
         self._batch.n_tokens = n
-        if threads != self._threads_set:
+        if threads != self._threads_set or self.shared is not None:   # a shared context: others set it too
             lib().llama_set_n_threads(self._ctx, threads, threads)
             self._threads_set = threads
         t0 = time.perf_counter()
