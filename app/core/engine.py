@@ -160,9 +160,9 @@ class Engine:
         """Another engine on the same loaded models, with caches of its own (a server slot; with ``shared``,
         its main cache is sequence ``seq`` of that context: shared_context.py). What the pair learned and
         its saved states are shared. Raises ModelLoadError when the new contexts do not fit."""
-        opened: list = []
+        opened: list = [shared.session(seq)] if shared is not None else []   # closed again if the draft fails
         try:
-            main = shared.session(seq) if shared is not None else \
+            main = opened[0] if shared is not None else \
                 _context(self.main.model, self.main_params, opened, self.main.threads)
             draft = _context(self.draft.model, self.draft_params, opened, self.draft.threads) \
                 if self.draft is not None else None
