@@ -68,8 +68,9 @@ def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
         pair = jobs.start()
         draft = f" drafting with {pair.draft_file}" if pair.draft_file else ""
         page = f"; chat page at {server.url}/" if args.ui else ""
-        print(f"serving {options.model_id or pair.model_id}{draft} (context {pair.n_ctx}, {jobs.parallel} at once) at "
-              f"{server.url}/v1{page} -- Ctrl-C stops",
+        merged = ", their verify batches decoded together" if jobs.shares_context else ""
+        print(f"serving {options.model_id or pair.model_id}{draft} (context {pair.n_ctx}, {jobs.parallel} at once"
+              f"{merged}) at {server.url}/v1{page} -- Ctrl-C stops",
               file=sys.stderr, flush=True)
         server.run()
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down: a normal stop

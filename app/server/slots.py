@@ -161,6 +161,11 @@ class SlotJobs(JobQueue):
 
     _pool: SlotPool | None = None
 
+    @property
+    def shares_context(self) -> bool:
+        """Whether the slots' verify batches are decoded together, on one shared context."""
+        return self._pool is not None and self._pool.shared is not None
+
     def slots(self) -> list[dict]:
         """Each slot as llama-server's /slots shows it (any thread: a snapshot)."""
         pool = self._pool

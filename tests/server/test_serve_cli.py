@@ -33,6 +33,7 @@ def test_serve_then_generate_remote_with_its_speculation(tiny_models, tmp_path):
         banner = next(line for line in serve.stderr if line.startswith("serving ") or "error" in line)
         url = re.search(r"at (http://\S+)/v1", banner)
         assert url, banner
+        assert "4 at once, their verify batches decoded together)" in banner   # a keys-and-values main model
         r = run("generate", "--remote", url[1], "-p", "the cat", "-n", "24", tmp_path=tmp_path)
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip()
