@@ -11,13 +11,15 @@ Quickdraft's extension, in a finished generation's timings only (the final chunk
 the first came, as the cost model estimates it (``Summary.estimated_speedup``); left out when there
 is no estimate (no cost model to say, e.g. the fixed policy, or one token). Where the server
 speculates, also ``drafting_rounds`` (verifications that had a draft: accepted per round is
-``draft_n_accepted / drafting_rounds``) and ``by_drafter`` ({drafter: {"drafted", "accepted"}}, as
-the CLI's ``--json`` says), which llama-server does not report.
+``draft_n_accepted / drafting_rounds``) and each drafter's counts, ``draft_n_<drafter>`` and
+``draft_n_accepted_<drafter>`` (the CLI's ``--json`` ``by_drafter``, as numbers, since every timing
+llama-server reports is one), which llama-server does not report.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from typing import Sequence
@@ -46,7 +48,11 @@ def summary_timings(s: Summary, speculative: bool) -> dict:
         timings["estimated_speedup"] = s.estimated_speedup
     if speculative:
         timings["drafting_rounds"] = s.drafting_rounds
-        timings["by_drafter"] = {name: {"drafted": d, "accepted": a} for name, d, a in s.by_drafter}
+        # each drafter's counts as numbers of their own: llama-server's timings are all numbers, and its
+        # clients compare each to 0 (llama.cpp's test_metrics did, and broke on an object here)
+        for name, drafted, accepted in s.by_drafter:
+            key = re.sub(r"\W+", "_", str(name)).strip("_")
+            timings[f"draft_n_{key}"], timings[f"draft_n_accepted_{key}"] = drafted, accepted
     return timings
 
 

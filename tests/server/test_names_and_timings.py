@@ -144,8 +144,11 @@ def test_the_auto_policy_reports_its_estimated_speedup_in_the_final_timings(look
 
 
 def test_a_speculating_servers_final_timings_say_its_drafting_rounds_and_each_drafters_counts():
-    drafted = summary(drafted=6, accepted=4, drafting_rounds=3, by_drafter=(("lookup", 6, 4),))
+    drafted = summary(drafted=9, accepted=5, drafting_rounds=3,
+                      by_drafter=(("lookup", 6, 4), ("model (other vocabulary)", 3, 1)))
     timings = summary_timings(drafted, speculative=True)
-    assert timings["drafting_rounds"] == 3 and timings["draft_n_accepted"] / timings["drafting_rounds"] == 4 / 3
-    assert timings["by_drafter"] == {"lookup": {"drafted": 6, "accepted": 4}}
-    assert not {"drafting_rounds", "by_drafter"} & set(summary_timings(drafted, speculative=False))
+    assert timings["drafting_rounds"] == 3 and timings["draft_n_accepted"] / timings["drafting_rounds"] == 5 / 3
+    assert (timings["draft_n_lookup"], timings["draft_n_accepted_lookup"]) == (6, 4)
+    assert (timings["draft_n_model_other_vocabulary"], timings["draft_n_accepted_model_other_vocabulary"]) == (3, 1)
+    assert all(isinstance(value, (int, float)) for value in timings.values())   # as llama-server's, all numbers
+    assert not {"drafting_rounds", "draft_n_lookup"} & set(summary_timings(drafted, speculative=False))
