@@ -76,8 +76,12 @@ class _Handlers:
         return JSONResponse({"status": "ok"})
 
     async def metrics(self, request: Request) -> Response:
+        if not self.options.metrics_endpoint:
+            raise ApiError(501, "This server does not support metrics endpoint (it was started with --no-metrics).",
+                           type="not_supported_error")
         text = self.jobs.metrics.render(self.jobs.processing, self.jobs.deferred, self.jobs.slots())
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4",
+                                 headers={"Process-Start-Time-Unix": str(self.jobs.metrics.started)})
 
     async def models(self, request: Request) -> Response:
         pair = self._pair()

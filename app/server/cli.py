@@ -31,6 +31,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tags", help="tags listed with the model in /v1/models, comma-separated (informational)")
     p.add_argument("--slots", action=argparse.BooleanOptionalAction, default=True,
                    help="GET /slots shows each slot's state (default); --no-slots answers it with 501")
+    p.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=True,
+                   help="GET /metrics in Prometheus text (default); --no-metrics answers it with 501")
     p.add_argument("--ui", action=argparse.BooleanOptionalAction, default=True,
                    help="a chat page at / (default); --no-ui leaves it out")
     p.add_argument("--cors-origins", help="origins a browser may call from: * (any), localhost, or a comma-separated "
@@ -62,7 +64,7 @@ def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
     jobs = ThreadedJobs(load_engine, speculation, drafter, max_waiting=args.queue, parallel=args.parallel)
     # bind before loading, so a taken port or a wrong address fails before minutes of loading
     options = ServerOptions(api_key=args.api_key, aliases=args.alias, tags=args.tags, cors_origins=args.cors_origins,
-                            slots_endpoint=args.slots, web_ui=args.ui)
+                            slots_endpoint=args.slots, metrics_endpoint=args.metrics, web_ui=args.ui)
     server = LocalServer(jobs, args.host, args.port, options, access_log=args.log_requests)
     try:
         pair = jobs.start()

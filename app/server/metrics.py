@@ -4,6 +4,7 @@ scrapers made for llama-server read Quickdraft unchanged. Every number comes fro
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 from app.core.speculation.events import Summary
@@ -31,6 +32,18 @@ class ServerMetrics:
         self.rejected = 0
         self.last_prompt_tps = 0.0
         self.last_predicted_tps = 0.0
+        self.started = int(time.time())   # llama-server's Process-Start-Time-Unix header
+        self.decodes = 0                  # verify decodes, and the busy slots and tokens they held
+        self.decode_slots = 0
+        self.tokens_max = 0
+
+    def record_decode(self, slots: int, tokens: int) -> None:
+        """A turn's verify decode: ``slots`` busy slots' batches, ``tokens`` in all (one slot's alone where
+        the slots do not share a context)."""
+        with self._lock:
+            self.decodes += 1
+            self.decode_slots += slots
+            self.tokens_max = max(self.tokens_max, tokens)
 
     def record(self, s: Summary) -> None:
         with self._lock:
@@ -71,6 +84,7 @@ class ServerMetrics:
                  "Speculative: Total draft tokens accepted by the target model", self.accepted),
                 ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps",
                  self.drafts),
+                ("n_tokens_max", "Largest observed n_tokens (of a verify decode)", self.tokens_max),
             ]
             gauges = [
                 ("prompt_tokens_seconds", "Prompt throughput of the last request in tokens/s", self.last_prompt_tps),
@@ -78,6 +92,8 @@ class ServerMetrics:
                  self.last_predicted_tps),
                 ("requests_processing", "Number of requests processing", processing),
                 ("requests_deferred", "Number of requests waiting in the queue", deferred),
+                ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call (of a verify)",
+                 self.decode_slots / self.decodes if self.decodes else 0.0),
             ]
             lines = _family("counter", counters) + _family("gauge", gauges)
             lines += _labelled("spec_decode_num_accepted_tokens_per_pos_total", "Accepted tokens per draft position",

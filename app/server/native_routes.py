@@ -72,6 +72,7 @@ class NativeRoutes:
         self.generate = generate
         self.alias = options.model_id
         self.slots_endpoint = options.slots_endpoint
+        self.metrics_endpoint = options.metrics_endpoint
 
     async def completion(self, request: Request) -> Response:
         return await self.generate(request, parse_native_completion, NativeReply)
@@ -113,7 +114,7 @@ class NativeRoutes:
             "default_generation_settings": {"params": params, "n_ctx": pair.n_ctx},
             "total_slots": self.jobs.parallel, "model_alias": self.alias or pair.model_id, "model_path": pair.main_path,
             "modalities": {"vision": False, "video": False, "audio": False},
-            "endpoint_slots": self.slots_endpoint, "endpoint_props": False, "endpoint_metrics": True,
+            "endpoint_slots": self.slots_endpoint, "endpoint_props": False, "endpoint_metrics": self.metrics_endpoint,
             "chat_template": pair.chat_template or "", "is_sleeping": False,
             "build_info": f"quickdraft {__version__} (llama-cpp-python {llama_cpp_version()})",
             "speculative": {"draft_model": pair.draft_path, "drafter": self.jobs.drafting.value},

@@ -19,6 +19,7 @@ class ServerOptions:
     tags: str | None = None          # --tags: informational, listed in /models
     cors_origins: str | None = None  # access.py's reading; None: its default
     slots_endpoint: bool = True      # --no-slots: GET /slots answers 501, as llama-server's
+    metrics_endpoint: bool = True    # --no-metrics: GET /metrics answers 501 (llama-server's default)
     web_ui: bool = True              # --no-ui: no chat page at /
 
     @property

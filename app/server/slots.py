@@ -24,7 +24,7 @@ from app.core.frontdoor import AnswerEngine, LoadedPair
 from app.core.params import DEFAULT_DRAFTER, DrafterKind, SpeculationParams
 from app.core.llama.shared_context import MergedVerify, SharedContext, share_main
 from app.core.speculation.loop import SHARED_READ_CHUNK
-from app.core.speculation.events import Reading, TokenPiece
+from app.core.speculation.events import Reading, Round, TokenPiece
 from app.server.metrics import ServerMetrics
 from app.server.errors import ApiError
 from app.server.worker import Failed, Job, JobQueue, internal_error
@@ -189,6 +189,7 @@ class SlotJobs(JobQueue):
         waiting = [item for item in map(self._step, self._pool.busy) if item is not None]
         if waiting:
             self._pool.shared.decode_together(waiting)
+            self.metrics.record_decode(len(waiting), sum(len(item.tokens) for item in waiting))
 
     def _admit(self) -> None:
         """Waiting jobs, oldest first, into free slots (calls are answered at once, without one)."""
@@ -245,6 +246,8 @@ class SlotJobs(JobQueue):
                 return item
             if isinstance(item, TokenPiece):
                 slot.decoded += len(item.token_ids)
+            elif isinstance(item, Round) and self._pool.shared is None:   # its verify decoded alone
+                self.metrics.record_decode(1, item.drafted + 1)
             self._send(job, item)
             if self._pool.shared is None or isinstance(item, Reading):
                 return None

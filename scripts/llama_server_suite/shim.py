@@ -27,7 +27,7 @@ PASSED = {"--port": "--port", "--host": "--host", "--api-key": "--api-key", "--c
           "--parallel": "--parallel", "-np": "--parallel", "--tags": "--tags", "-a": "--alias"}
 # llama-server switches that Quickdraft's serve takes under its own name
 SWITCHES = {"--slots": "--slots", "--no-slots": "--no-slots", "--ui": "--ui", "--no-ui": "--no-ui",
-            "--webui": "--ui", "--no-webui": "--no-ui"}
+            "--webui": "--ui", "--no-webui": "--no-ui", "--metrics": "--metrics"}
 # llama-server options with a value that only choose a model or tune llama-server's own machinery
 DROPPED_WITH_VALUE = {"--temp", "--seed", "--hf-repo", "--hf-file", "--model", "--model-url", "--model-draft",
                       "--batch-size", "--ubatch-size", "--n-gpu-layers", "--n-predict",
@@ -59,6 +59,8 @@ def translate(argv: list[str], unknown: set[str] = frozenset()) -> tuple[list[st
         else:
             left_out.append(flag)
             i += 1
+    if "--metrics" not in argv:   # llama-server's /metrics is off unless asked for; Quickdraft's is on
+        out.append("--no-metrics")
     return out, left_out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import socket
+import time
 
 import httpx
 import pytest
@@ -91,7 +92,22 @@ def test_an_address_that_cannot_be_listened_on_closes_the_ones_already_bound(tin
 def test_the_command_line_takes_llama_servers_spellings():
     p = argparse.ArgumentParser()
     add_serve_args(p)
-    args = p.parse_args(["-a", "a,b", "--tags", "x", "--no-slots", "--no-ui", "--host", "127.0.0.1,::1"])
-    assert (args.alias, args.tags, args.slots, args.ui, args.host) == ("a,b", "x", False, False, "127.0.0.1,::1")
+    args = p.parse_args(["-a", "a,b", "--tags", "x", "--no-slots", "--no-ui", "--no-metrics", "--host", "127.0.0.1,::1"])
+    assert (args.alias, args.tags, args.slots, args.ui, args.metrics, args.host) == \
+        ("a,b", "x", False, False, False, "127.0.0.1,::1")
     defaults = p.parse_args([])
-    assert defaults.slots and defaults.ui
+    assert defaults.slots and defaults.ui and defaults.metrics
+
+
+def test_no_metrics_answers_501_and_metrics_carry_the_start_time_and_decodes(tiny_models):
+    with serving(tiny_models.main, metrics_endpoint=False) as s:
+        refused = httpx.get(s.url + "/metrics")
+        assert refused.status_code == 501 and refused.json()["error"]["type"] == "not_supported_error"
+        assert httpx.get(s.url + "/props").json()["endpoint_metrics"] is False
+    with serving(tiny_models.main, tiny_models.same, parallel=1) as s:   # slots decoding alone: 1 a decode
+        httpx.post(s.url + "/v1/chat/completions", json=CHAT | {"max_tokens": 8}, timeout=30)
+        metrics = httpx.get(s.url + "/metrics")
+        started = int(metrics.headers["Process-Start-Time-Unix"])
+        assert abs(started - time.time()) < 600
+        assert "llamacpp:n_busy_slots_per_decode 1.0" in metrics.text
+        assert "# TYPE llamacpp:n_tokens_max counter" in metrics.text and "llamacpp:n_tokens_max 0\n" not in metrics.text

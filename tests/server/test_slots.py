@@ -175,6 +175,7 @@ def test_the_slots_verify_batches_are_decoded_in_one_pass_where_the_main_model_a
         _, (long, short) = finishing_order(jobs, [chat(LONG_PROMPT, 60), chat(SHORT_PROMPT, 30)])
         shared = jobs._pool.shared
         assert shared is not None and shared.merged > 0 and long.drafted > 0 and short.drafted > 0
+        assert jobs.metrics.decode_slots > jobs.metrics.decodes   # /metrics' n_busy_slots_per_decode over 1
         assert sorted(slot.engine.main.seq for slot in jobs._pool.slots) == [0, 1]
     finally:
         jobs.stop()
