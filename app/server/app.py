@@ -80,8 +80,11 @@ class _Handlers:
             raise ApiError(501, "This server does not support metrics endpoint (it was started with --no-metrics).",
                            type="not_supported_error")
         text = self.jobs.metrics.render(self.jobs.processing, self.jobs.deferred, self.jobs.slots())
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4",
-                                 headers={"Process-Start-Time-Unix": str(self.jobs.metrics.started)})
+        response = PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+        # the name as llama-server writes it (Starlette's headers are lower-case): clients that keep
+        # headers in a plain dict look it up so, llama.cpp's tests among them
+        response.raw_headers.append((b"Process-Start-Time-Unix", str(self.jobs.metrics.started).encode()))
+        return response
 
     async def models(self, request: Request) -> Response:
         pair = self._pair()

@@ -107,7 +107,7 @@ def test_no_metrics_answers_501_and_metrics_carry_the_start_time_and_decodes(tin
     with serving(tiny_models.main, tiny_models.same, parallel=1) as s:   # slots decoding alone: 1 a decode
         httpx.post(s.url + "/v1/chat/completions", json=CHAT | {"max_tokens": 8}, timeout=30)
         metrics = httpx.get(s.url + "/metrics")
-        started = int(metrics.headers["Process-Start-Time-Unix"])
+        [started] = [int(value) for name, value in metrics.headers.raw if name == b"Process-Start-Time-Unix"]
         assert abs(started - time.time()) < 600
         assert "llamacpp:n_busy_slots_per_decode 1.0" in metrics.text
         assert "# TYPE llamacpp:n_tokens_max counter" in metrics.text and "llamacpp:n_tokens_max 0\n" not in metrics.text
