@@ -84,7 +84,9 @@ def generation_settings(sampling: SamplingParams, stream: bool, speculative: boo
     return {"seed": sampling.seed if sampling.seed is not None else -1, "temperature": sampling.temperature,
             "top_k": sampling.top_k, "top_p": sampling.top_p, "min_p": sampling.min_p, "max_tokens": limit,
             "n_predict": limit, "stop": list(sampling.stop), "stream": stream,
-            "logit_bias": [[token, bias if bias != float("-inf") else False] for token, bias in sampling.logit_bias],
+            # as llama-server writes them: {"bias", "token"}, a ban (-inf, which JSON cannot hold) as null
+            "logit_bias": [{"bias": bias if bias != float("-inf") else None, "token": token}
+                           for token, bias in sampling.logit_bias],
             "samplers": list(sampling.samplers or DEFAULT_CHAIN), "n_indent": sampling.n_indent,
             "t_max_predict_ms": sampling.max_predict_ms, "speculative": speculative}
 

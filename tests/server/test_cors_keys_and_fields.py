@@ -167,7 +167,7 @@ def test_logit_bias_texts_bias_each_of_their_tokens(served, tiny_models, form):
     body = {"prompt": prompt, "n_predict": 8, "temperature": 0, "logit_bias": bias, "return_tokens": True}
     answer = httpx.post(served.url + "/completion", json=body, timeout=30).json()
     assert tuple(answer["tokens"]) == alone(tiny_models.main, prompt, logit_bias=tuple((t, -np.inf) for t in tokens))
-    assert sorted(t for t, _ in answer["generation_settings"]["logit_bias"]) == sorted(set(tokens))
+    assert sorted(entry["token"] for entry in answer["generation_settings"]["logit_bias"]) == sorted(set(tokens))
 
 
 def test_ignore_eos_bans_the_end_of_generation_tokens(served):
@@ -177,4 +177,4 @@ def test_ignore_eos_bans_the_end_of_generation_tokens(served):
     assert (ended["stop_type"], ended["tokens_predicted"]) == ("eos", 1)
     ignored = httpx.post(served.url + "/completion", json=body | {"ignore_eos": True}, timeout=30).json()
     assert (ignored["stop_type"], ignored["tokens_predicted"]) == ("limit", 5)
-    assert [2, False] in ignored["generation_settings"]["logit_bias"]
+    assert {"bias": None, "token": 2} in ignored["generation_settings"]["logit_bias"]   # llama-server's -inf
