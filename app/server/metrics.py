@@ -105,7 +105,7 @@ class ServerMetrics:
         lines += _labelled("slot_processing", "Whether the slot is answering a request (1) or idle (0)", "slot",
                            {s["id"]: int(s["is_processing"]) for s in slots}, OWN_PREFIX, "gauge")
         lines += _labelled("slot_decoded_tokens", "Tokens of the slot's current answer so far", "slot",
-                           {s["id"]: s["next_token"]["n_decoded"] for s in slots if "next_token" in s}, OWN_PREFIX, "gauge")
+                           {s["id"]: s["next_token"][0]["n_decoded"] for s in slots if "next_token" in s}, OWN_PREFIX, "gauge")
         lines += _labelled("slot_cached_tokens", "Tokens the slot's cache holds", "slot",
                            {s["id"]: s["n_cached"] for s in slots if "n_cached" in s}, OWN_PREFIX, "gauge")
         return "\n".join(lines) + "\n"

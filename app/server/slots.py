@@ -26,6 +26,7 @@ from app.core.llama.shared_context import MergedVerify, SharedContext, share_mai
 from app.core.speculation.loop import SHARED_READ_CHUNK
 from app.core.speculation.events import Reading, Round, TokenPiece
 from app.server.metrics import ServerMetrics
+from app.server.api import NO_LIMIT
 from app.server.errors import ApiError
 from app.server.worker import Failed, Job, JobQueue, internal_error
 
@@ -78,7 +79,13 @@ class Slot:
         return {"id": self.index, "id_task": self.task, "n_ctx": n_ctx, "speculative": speculative,
                 "is_processing": self.job is not None,
                 "n_cached": self.engine.cached_length if self.engine is not None else 0,
-                "next_token": {"has_next_token": self.job is not None, "n_decoded": self.decoded}}
+                "next_token": [{"has_next_token": self.job is not None, "n_remain": self._remaining(),
+                                "n_decoded": self.decoded}]}   # a list of one, as llama-server's
+
+    def _remaining(self) -> int:
+        """Tokens the answer may still write (llama-server's n_remain): -1 without a limit or a job."""
+        limit = self.job.sampling.max_tokens if self.job is not None and self.job.sampling is not None else None
+        return -1 if limit is None or limit >= NO_LIMIT else max(0, limit - self.decoded)
 
 
 class SlotPool:
