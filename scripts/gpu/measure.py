@@ -576,6 +576,22 @@ def stage_slots(r: Run) -> None:
         print(f"  {name}: short clients' first token {rows[-1]['short_first_s']:.2f} s (median), long answer "
               f"{rows[-1]['long_total_s']:.2f} s, {rows[-1]['tokens_per_s']:.1f} t/s over all")
     r.record("slots", rows)
+    r.record("slots_scaling", clients_growing(r, 8 if r.plan.cpu else 64))
+
+
+def clients_growing(r: Run, tokens: int) -> list[dict]:
+    """1 to 4 clients at once, ``tokens`` each (scripts/parallel_bench.py --scaling): the tokens per
+    second summed over them, which grows where the slots' verify batches decode as one."""
+    out = r.out / "parallel-scaling.json"
+    r.run("slots-scaling", [r.python, "scripts/parallel_bench.py", "-m", str(r.model(r.plan.mains[0])), "-md",
+                            str(r.model(r.plan.draft)), "-ngl", r.plan.gpu_layers, "--clients", "4", "--scaling",
+                            str(tokens), "--data-dir", str(r.work / "data"), "--json", str(out)], timeout=600)
+    [runs] = json.loads(out.read_text())["runs"].values()
+    rows = [{"clients": x["clients"], "tokens_per_s": x["tokens_per_s"],
+             "against_one": x["tokens_per_s"] / runs[0]["tokens_per_s"]} for x in runs]
+    print("  clients at once: " + ", ".join(f"{x['clients']}: {x['tokens_per_s']:.1f} t/s ({x['against_one']:.2f}x)"
+                                            for x in rows))
+    return rows
 
 
 def stage_mtp(r: Run) -> None:
@@ -717,6 +733,10 @@ def summary_markdown(results: dict, device: str) -> str:
                            [[x["server"], f"{x['long_first_s']:.2f}", f"{x['long_total_s']:.2f}",
                              f"{x['short_first_s']:.2f}", f"{x['short_total_s']:.2f}", f"{x['tokens_per_s']:.1f}"]
                             for x in results["slots"]]))
+    if "slots_scaling" in results:
+        parts.append(table(["clients at once, the same tokens each", "tokens/s summed", "against one client"],
+                           [[str(x["clients"]), f"{x['tokens_per_s']:.1f}", f"{x['against_one']:.2f}x"]
+                            for x in results["slots_scaling"]]))
     races = [results[key] for key in ("eagle3_race", "dflash_race") if key in results]
     if races:
         parts.append(table(["drafter, K tokens every round, none accepted", "ours t/s", "drafted",
