@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -24,8 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from parallel_bench import free_port, peak_memory_mb, theirs, ours   # sibling scripts: this folder is on the path
-from serve_vs_llama_server import wait_healthy
+from parallel_bench import add_server_args, ours, peak_memory_mb, started, theirs   # a sibling: on the path
 
 TURNS = 5
 TOOLS = [
@@ -58,30 +56,14 @@ def main() -> int:
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("-m", "--main", required=True)
-    p.add_argument("-md", "--draft")
-    p.add_argument("--parallel", type=int, default=4)
-    p.add_argument("-t", "--threads", type=int, default=2)
-    p.add_argument("-c", "--ctx", type=int, default=4096)
-    p.add_argument("-ngl", "--gpu-layers", default="auto")
+    add_server_args(p)
     p.add_argument("--turn-tokens", type=int, default=160, help="an agent turn's most tokens (160)")
     p.add_argument("--fim-every", type=float, default=3.0, help="seconds between the editor's requests (3)")
-    p.add_argument("--data-dir", help="our server's data folder (default: the user's)")
-    p.add_argument("--port", type=int)
-    p.add_argument("--llama-server", help="also run llama.cpp's llama-server (this binary) with -np --parallel")
-    p.add_argument("--json")
     return p.parse_args()
 
 
 def run_server(args, command: list[str]) -> dict:
-    port = args.port or free_port()
-    print(f"starting {' '.join(command[:4])} ...", file=sys.stderr, flush=True)
-    root = Path(__file__).resolve().parents[1]
-    server = subprocess.Popen(command + ["--port", str(port)], cwd=root, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_healthy(url, server)
+    with started(args, command) as (url, server):
         infill(url)   # warm-up
         done = threading.Event()
         fims: list[dict] = []
@@ -93,9 +75,6 @@ def run_server(args, command: list[str]) -> dict:
             done.set()
             editor.join()
         return {"turns": turns, "fim": fims, "server_peak_mb": peak_memory_mb(server.pid)}
-    finally:
-        server.terminate()
-        server.wait(60)
 
 
 def agent_loop(url: str, turn_tokens: int) -> list[dict]:

@@ -24,7 +24,9 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 
@@ -61,25 +63,30 @@ def main() -> int:
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("-m", "--main", required=True)
-    p.add_argument("-md", "--draft")
+    add_server_args(p)
     p.add_argument("--clients", type=int, default=4, help="clients at once: one long, the others short (4)")
     p.add_argument("--long", type=int, default=300, help="the long answer's max tokens (300)")
     p.add_argument("--short", type=int, default=16, help="the short answers' max tokens (16)")
-    p.add_argument("--parallel", type=int, default=4, help="slots of the run measured (4; also run: 1)")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="answers run to their max tokens (models with random weights end anywhere)")
+    p.add_argument("--scaling", type=int, metavar="N",
+                   help="instead: 1 .. --clients equal clients at once, N tokens each; tokens/s summed over them")
+    return p.parse_args()
+
+
+def add_server_args(p: argparse.ArgumentParser) -> None:
+    """The pair, the servers and their settings (this script's and agent_fim_bench.py's)."""
+    p.add_argument("-m", "--main", required=True)
+    p.add_argument("-md", "--draft")
+    p.add_argument("--parallel", type=int, default=4, help="slots of the run measured (4)")
     p.add_argument("-t", "--threads", type=int, default=2)
     p.add_argument("-c", "--ctx", type=int, default=4096)
     p.add_argument("-ngl", "--gpu-layers", default="auto", help="layers on the GPU (auto; 0: none; 99: all)")
-    p.add_argument("--ignore-eos", action="store_true",
-                   help="answers run to their max tokens (models with random weights end anywhere)")
-    p.add_argument("--data-dir", help="the server's data folder (default: the user's)")
+    p.add_argument("--data-dir", help="our server's data folder (default: the user's)")
     p.add_argument("--port", type=int, help="the server's port (default: a free one)")
     p.add_argument("--llama-server", help="also run llama.cpp's llama-server (this binary) with -np --parallel, "
                    "drafting with the draft model, on the same files")
-    p.add_argument("--scaling", type=int, metavar="N",
-                   help="instead: 1 .. --clients equal clients at once, N tokens each; tokens/s summed over them")
     p.add_argument("--json")
-    return p.parse_args()
 
 
 def ours(args, parallel: int) -> list[str]:
@@ -96,6 +103,16 @@ def theirs(args) -> list[str]:
 
 
 def run_server(args, command: list[str], workload) -> list[dict]:
+    with started(args, command) as (url, server):
+        stream(url, SHORT_PROMPT, 4, time.perf_counter(), args.ignore_eos)   # warm-up
+        results = workload(url, args)
+        peak = peak_memory_mb(server.pid)
+        return [dict(r, server_peak_mb=peak) for r in results]
+
+
+@contextmanager
+def started(args, command: list[str]) -> Iterator[tuple[str, subprocess.Popen]]:
+    """The server ``command`` starts, once healthy: (its URL, its process); stopped afterwards."""
     port = args.port or free_port()
     print(f"starting {' '.join(command[:4])} ... ({len(command)} arguments)", file=sys.stderr, flush=True)
     server = subprocess.Popen(command + ["--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL,
@@ -103,10 +120,7 @@ def run_server(args, command: list[str], workload) -> list[dict]:
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, server)
-        stream(url, SHORT_PROMPT, 4, time.perf_counter(), args.ignore_eos)   # warm-up
-        results = workload(url, args)
-        peak = peak_memory_mb(server.pid)
-        return [dict(r, server_peak_mb=peak) for r in results]
+        yield url, server
     finally:
         server.terminate()
         server.wait(60)

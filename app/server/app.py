@@ -27,7 +27,7 @@ from app.server.access import ApiKey, Cors, default_origins
 from app.server.api import ApiError, parse_chat, parse_completion
 from app.server.bodies import body_bytes, json_body
 from app.server.native_routes import NativeRoutes
-from app.server.options import ServerOptions, comma_separated
+from app.server.options import ServerOptions, comma_separated, switched_off
 from app.server.web_page import WEB_PAGE_PATHS, web_page
 from app.server.streams import as_started, bursts, first_item_within, summary_of
 from app.server.responses import ResponseShape, finish_reason, live_timings, sse, summary_timings
@@ -77,8 +77,7 @@ class _Handlers:
 
     async def metrics(self, request: Request) -> Response:
         if not self.options.metrics_endpoint:
-            raise ApiError(501, "This server does not support metrics endpoint (it was started with --no-metrics).",
-                           type="not_supported_error")
+            raise switched_off("metrics")
         text = self.jobs.metrics.render(self.jobs.processing, self.jobs.deferred, self.jobs.slots())
         response = PlainTextResponse(text, media_type="text/plain; version=0.0.4")
         # the name as llama-server writes it (Starlette's headers are lower-case): clients that keep

@@ -26,7 +26,7 @@ from app.server.errors import ApiError
 from app.server.infill import mixed_tokens
 from app.server.native_api import NativeOptions, parse_detokenize, parse_infill, parse_native_completion, parse_tokenize
 from app.server.native_responses import NativeAnswer, generation_settings, token_entries
-from app.server.options import ServerOptions
+from app.server.options import ServerOptions, switched_off
 from app.server.responses import live_timings, sse, summary_timings
 from app.server.streams import bursts, summary_of
 from app.server.worker import Done, Failed, Job, JobQueue
@@ -70,9 +70,8 @@ class NativeRoutes:
     def __init__(self, jobs: JobQueue, generate: Callable, options: ServerOptions):
         self.jobs = jobs
         self.generate = generate
+        self.options = options
         self.alias = options.model_id
-        self.slots_endpoint = options.slots_endpoint
-        self.metrics_endpoint = options.metrics_endpoint
 
     async def completion(self, request: Request) -> Response:
         return await self.generate(request, parse_native_completion, NativeReply)
@@ -114,7 +113,8 @@ class NativeRoutes:
             "default_generation_settings": {"params": params, "n_ctx": pair.n_ctx},
             "total_slots": self.jobs.parallel, "model_alias": self.alias or pair.model_id, "model_path": pair.main_path,
             "modalities": {"vision": False, "video": False, "audio": False},
-            "endpoint_slots": self.slots_endpoint, "endpoint_props": False, "endpoint_metrics": self.metrics_endpoint,
+            "endpoint_slots": self.options.slots_endpoint, "endpoint_props": False,
+            "endpoint_metrics": self.options.metrics_endpoint,
             "chat_template": pair.chat_template or "", "is_sleeping": False,
             "build_info": f"quickdraft {__version__} (llama-cpp-python {llama_cpp_version()})",
             "speculative": {"draft_model": pair.draft_path, "drafter": self.jobs.drafting.value},
@@ -123,9 +123,8 @@ class NativeRoutes:
     async def slots(self, request: Request) -> Response:
         """GET /slots: each slot, answering or idle; with ?fail_on_no_slot=1, 503 when none is free (as
         llama-server); 501 when the server was started with --no-slots."""
-        if not self.slots_endpoint:
-            raise ApiError(501, "This server does not support slots endpoint (it was started with --no-slots).",
-                           type="not_supported_error")
+        if not self.options.slots_endpoint:
+            raise switched_off("slots")
         self._pair()
         slots = self.jobs.slots()
         if request.query_params.get("fail_on_no_slot") in ("1", "true") and \

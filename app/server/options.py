@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.server.errors import ApiError
+
 
 def comma_separated(text: str | None) -> tuple[str, ...]:
     """llama-server's reading of --alias and --tags: split at commas, stripped, empty ones dropped, each
@@ -28,3 +30,9 @@ class ServerOptions:
         main file's name)."""
         names = comma_separated(self.aliases)
         return names[0] if names else None
+
+
+def switched_off(endpoint: str) -> ApiError:
+    """llama-server's answer to an endpoint it was started without (--no-slots, --no-metrics)."""
+    return ApiError(501, f"This server does not support {endpoint} endpoint (it was started with --no-{endpoint}).",
+                    type="not_supported_error")

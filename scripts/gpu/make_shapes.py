@@ -86,12 +86,12 @@ LAID_OUT = {
 # bytes per block and elements per block of the types written here, and their fallbacks
 BLOCKS = {"Q4_K": (144, QK_K), "Q6_K": (210, QK_K), "Q5_0": (22, 32), "Q8_0": (34, 32)}
 FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}
-SCALE_OFFSETS = {"Q4_K": (0,), "Q6_K": (208,), "Q5_0": (0,), "Q8_0": (0,)}  # where fp16 scales sit in a block
-# Q4_K's weight is d * sc * q - dmin * m with q, sc and m unsigned: random bits make it d * 236 on average
-# unless dmin offsets that (m averages 31.5, so dmin = 7.5 d). Random weights of one sign add up layer by
-# layer: with dmin = d the Llama-3.1-8B shape's hidden states reached 11,000, and an EAGLE-3 drafter
-# summing 12,288 of them overflowed the GPU's half-precision products into NaN (the 2026-11-27 H100 run).
-Q4_K_MIN_OFFSET = 2, 7.5    # dmin's place in a block and its multiple of d
+# where a block's fp16 scales sit, each as a multiple of the layer's scale d. Q4_K's weight is
+# d * sc * q - dmin * m with q, sc and m unsigned: random bits make it d * 236 on average unless dmin
+# offsets that (m averages 31.5, so dmin = 7.5 d). Random weights of one sign add up layer by layer: with
+# dmin = d the Llama-3.1-8B shape's hidden states reached 11,000, and an EAGLE-3 drafter summing 12,288 of
+# them overflowed the GPU's half-precision products into NaN (the 2026-11-27 H100 run).
+SCALE_OFFSETS = {"Q4_K": ((0, 1.0), (2, 7.5)), "Q6_K": ((208, 1.0),), "Q5_0": ((0, 1.0),), "Q8_0": ((0, 1.0),)}
 # the largest |weight| a block's random bits make, in units of its fp16 scale: quant x sub-block scale
 # (Q4_K: 15 x 63, 6-bit sub-scales; Q6_K: 32 x 128, int8 sub-scales). A layer's scale divides by it, so
 # its weights stay under 0.5/sqrt(columns) and activations stay ordinary numbers through every layer
@@ -134,12 +134,9 @@ def random_blocks(rng: np.random.Generator, kind: str, n_rows: int, n_cols: int,
     base = 0.5 / (span * np.sqrt(n_cols))
     blocks = np.resize(pool, (n_blocks, size)).reshape(n_rows, n_cols // per_block, size)
     factors = rng.uniform(0.5, 1.5, size=(n_rows, 1)) if row_scales else np.ones((1, 1))
-    scales = (base * factors).astype(np.float16).view(np.uint8).reshape(-1, 1, 2)
-    for offset in SCALE_OFFSETS[kind]:
-        blocks[:, :, offset:offset + 2] = scales
-    if kind == "Q4_K":
-        offset, multiple = Q4_K_MIN_OFFSET
-        blocks[:, :, offset:offset + 2] = (base * multiple * factors).astype(np.float16).view(np.uint8).reshape(-1, 1, 2)
+    for offset, multiple in SCALE_OFFSETS[kind]:
+        scale = (base * multiple * factors).astype(np.float16)
+        blocks[:, :, offset:offset + 2] = scale.view(np.uint8).reshape(-1, 1, 2)
     return blocks.reshape(n_rows, -1)
 
 
