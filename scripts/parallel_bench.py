@@ -35,6 +35,10 @@ from serve_vs_llama_server import wait_healthy   # a sibling script: this folder
 ROOT = Path(__file__).resolve().parents[1]
 LONG_PROMPT = "Write a detailed, step-by-step explanation of how a hash map works, with Python code."
 SHORT_PROMPT = "Name one colour."
+# one HTTP client for every request, made before any is timed: httpx.stream() makes a client per call,
+# loading the CA certificates each time, and three clients started at once spent 0.2-0.4 s of a core
+# on that before their requests went out, which read as the server's time to the first token
+HTTP = httpx.Client(timeout=1800, limits=httpx.Limits(max_connections=64, max_keepalive_connections=0))
 
 
 SCALING_TOPICS = ("hash maps", "binary search", "TCP handshakes", "garbage collection", "B-trees", "regular expressions",
@@ -52,6 +56,8 @@ def main() -> int:
     else:
         for parallel in dict.fromkeys([args.parallel, 1]):   # the slots asked for, then one slot: the control
             runs[f"--parallel {parallel}"] = run_server(args, ours(args, parallel), clients_at_once)
+            if args.turns and parallel > 1:   # the same slots, each decoding alone: what decoding together gives
+                runs[f"--parallel {parallel} -nocb"] = run_server(args, ours(args, parallel) + ["-nocb"], clients_at_once)
         if args.llama_server:   # the anchor: llama-server with as many slots, on the same files
             runs[f"llama-server -np {args.parallel}"] = run_server(args, theirs(args), clients_at_once)
         print(format_table(runs))
@@ -69,6 +75,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--short", type=int, default=16, help="the short answers' max tokens (16)")
     p.add_argument("--ignore-eos", action="store_true",
                    help="answers run to their max tokens (models with random weights end anywhere)")
+    p.add_argument("--turns", action="store_true",
+                   help="also run the slots taking turns, each decoding alone (serve --no-cont-batching)")
     p.add_argument("--scaling", type=int, metavar="N",
                    help="instead: 1 .. --clients equal clients at once, N tokens each; tokens/s summed over them")
     return p.parse_args()
@@ -171,12 +179,14 @@ def clients_growing(url: str, args) -> list[dict]:
 
 
 def stream(url: str, prompt: str, n: int, start: float, ignore_eos: bool = False) -> dict:
-    """One streamed chat answer: seconds from ``start`` to the first content and to the end, tokens."""
+    """One streamed chat answer: seconds from ``start`` to the first content and to the end, tokens, and the
+    server's timings of it (its closing chunk's: prompt and decoding time, drafted and accepted)."""
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": n, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}, "ignore_eos": ignore_eos}
     first = None
     tokens = 0
-    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=1800) as response:
+    timings = None
+    with HTTP.stream("POST", url + "/v1/chat/completions", json=body) as response:
         for line in response.iter_lines():
             if not line.startswith("data: {"):
                 continue
@@ -185,7 +195,8 @@ def stream(url: str, prompt: str, n: int, start: float, ignore_eos: bool = False
                 first = time.perf_counter() - start
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
-    return {"first_token_s": first, "total_s": time.perf_counter() - start, "tokens": tokens}
+            timings = chunk.get("timings") or timings
+    return {"first_token_s": first, "total_s": time.perf_counter() - start, "tokens": tokens, "timings": timings}
 
 
 def free_port() -> int:
@@ -206,13 +217,17 @@ def peak_memory_mb(pid: int) -> float | None:
 
 
 def format_table(runs: dict[str, list[dict]]) -> str:
-    lines = ["| server | client | tokens | first token (s) | total (s) | server's peak memory (MB) |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| server | client | tokens | first token (s) | total (s) | server: prompt read, decoding (ms) "
+             "| accepted of drafted | server's peak memory (MB) |", "|---|---|---|---|---|---|---|---|"]
     for name, results in runs.items():
         for r in results:
-            first = f"{r['first_token_s']:.1f}" if r["first_token_s"] is not None else "-"
+            first = f"{r['first_token_s']:.2f}" if r["first_token_s"] is not None else "-"
             peak = f"{r['server_peak_mb']:.0f}" if r.get("server_peak_mb") is not None else "-"
-            lines.append(f"| {name} | {r['client']} | {r['tokens']} | {first} | {r['total_s']:.1f} | {peak} |")
+            t = r.get("timings") or {}
+            server = f"{t['prompt_ms']:.0f}, {t['predicted_ms']:.0f}" if "predicted_ms" in t else "-"
+            drafts = f"{t['draft_n_accepted']} of {t['draft_n']}" if "draft_n" in t else "-"
+            lines.append(f"| {name} | {r['client']} | {r['tokens']} | {first} | {r['total_s']:.2f} | {server} "
+                         f"| {drafts} | {peak} |")
     return "\n".join(lines)
 
 

@@ -22,7 +22,7 @@ from app.core.gguf.shared_vocab import shared_vocabulary
 from app.core.llama import binding as llama, devices, dflash, eagle3, infill, mtp
 from app.core.llama.grammar import TokenGrammar
 from app.core.llama.shared_context import SharedContext
-from app.core.llama.special import eog_tokens, fim_tokens, special_piece
+from app.core.llama.special import fim_tokens, special_piece
 from app.core.lm import FimTokens, common_prefix_length
 from app.core.llama.placement import footprint, plan_gpu_layers, resolved
 from app.core.llama.state_cache import StateCache
@@ -234,7 +234,7 @@ class Engine:
         return fim_tokens(self.main.model.vocab)
 
     def eog_tokens(self) -> list[int]:
-        return eog_tokens(self.main.model.vocab)
+        return self.main.model.eog_tokens()
 
     def generate(self, request: GenerationRequest) -> Iterator[Event]:
         """Generate an answer to the request's messages (or to its raw prompt tokens), yielding a

@@ -20,6 +20,10 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallel", "-np", type=int, default=4,
                    help="requests answered at once, each in a slot with its own cache and drafting (4, as LM "
                         "Studio); the slots are made as the server starts, as many as fit")
+    p.add_argument("--cont-batching", "-cb", dest="cont_batching", action="store_true", default=True,
+                   help="the slots' verify batches are decoded together, one pass over the weights for all (default)")
+    p.add_argument("--no-cont-batching", "-nocb", dest="cont_batching", action="store_false",
+                   help="each slot decodes alone, the slots taking turns")
     p.add_argument("--queue", type=int, default=8,
                    help="requests that may wait while all slots answer; more get 429 with Retry-After (8)")
     p.add_argument("--log-requests", action="store_true", help="print one line per HTTP request")
@@ -61,7 +65,8 @@ def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
         raise QuickdraftError(f"--queue must not be negative, not {args.queue}")
     if not 1 <= args.parallel <= MAX_PARALLEL:
         raise QuickdraftError(f"--parallel must be between 1 and {MAX_PARALLEL}, not {args.parallel}")
-    jobs = ThreadedJobs(load_engine, speculation, drafter, max_waiting=args.queue, parallel=args.parallel)
+    jobs = ThreadedJobs(load_engine, speculation, drafter, max_waiting=args.queue, parallel=args.parallel,
+                        merge=args.cont_batching)
     # bind before loading, so a taken port or a wrong address fails before minutes of loading
     options = ServerOptions(api_key=args.api_key, aliases=args.alias, tags=args.tags, cors_origins=args.cors_origins,
                             slots_endpoint=args.slots, metrics_endpoint=args.metrics, web_ui=args.ui)

@@ -274,15 +274,17 @@ class SlotJobs(JobQueue):
 
 class ThreadedJobs(SlotJobs):
     """Owns the Engine on a thread of its own and answers up to ``parallel`` requests at once (slots);
-    up to ``max_waiting`` more wait."""
+    up to ``max_waiting`` more wait. ``merge`` False keeps each slot's decodes its own (llama-server's
+    --no-cont-batching) where they could have been decoded together."""
 
     def __init__(self, load_engine: Callable[[], AnswerEngine], speculation: SpeculationParams = SpeculationParams(),
                  drafter: DrafterKind = DEFAULT_DRAFTER, max_waiting: int = 8, metrics: ServerMetrics | None = None,
-                 parallel: int = DEFAULT_PARALLEL):
+                 parallel: int = DEFAULT_PARALLEL, merge: bool = True):
         super().__init__(speculation, drafter, max_waiting, metrics)
         if parallel < 1:
             raise ValueError("parallel must be at least 1")
         self.parallel = parallel
+        self.merge = merge
         self._load_engine = load_engine
         self._ready = threading.Event()
         self._load_error: BaseException | None = None
@@ -330,7 +332,7 @@ class ThreadedJobs(SlotJobs):
         hidden states, would need a sequence's own decode); else contexts of their own. The loaded
         engine is the first slot either way."""
         engine, shared = self._engine, None
-        if self.parallel > 1 and self.drafting not in HEADS and hasattr(engine, "use_main"):   # a local engine
+        if self.merge and self.parallel > 1 and self.drafting not in HEADS and hasattr(engine, "use_main"):   # local
             try:
                 shared = share_main(engine, self.parallel)
             except ModelLoadError as exc:

@@ -555,14 +555,14 @@ def stage_overhead(r: Run) -> None:
 
 
 def stage_slots(r: Run) -> None:
-    """`quickdraft serve` with one long and three short streaming clients at once, four slots against one
-    (scripts/parallel_bench.py), the first main model drafting with the draft model, answers run to
-    their length (random weights)."""
+    """`quickdraft serve` with one long and three short streaming clients at once, four slots (decoding
+    together, and taking turns: -nocb) against one (scripts/parallel_bench.py), the first main model
+    drafting with the draft model, answers run to their length (random weights)."""
     out = r.out / "parallel-bench.json"
     long, short = (64, 8) if r.plan.cpu else (300, 16)
     r.run("slots", [r.python, "scripts/parallel_bench.py", "-m", str(r.model(r.plan.mains[0])), "-md",
                     str(r.model(r.plan.draft)), "-ngl", r.plan.gpu_layers, "--long", str(long), "--short", str(short),
-                    "--ignore-eos", "--data-dir", str(r.work / "data"), "--json", str(out)], timeout=600)
+                    "--ignore-eos", "--turns", "--data-dir", str(r.work / "data"), "--json", str(out)], timeout=600)
     runs = json.loads(out.read_text())["runs"]
     rows = []
     for name, clients in runs.items():
@@ -572,11 +572,18 @@ def stage_slots(r: Run) -> None:
         rows.append({"server": name, "long_first_s": clients[0]["first_token_s"], "long_total_s": clients[0]["total_s"],
                      "short_first_s": statistics.median(c["first_token_s"] for c in shorts),
                      "short_total_s": statistics.median(c["total_s"] for c in shorts),
-                     "tokens_per_s": sum(c["tokens"] for c in clients) / max(c["total_s"] for c in clients)})
+                     "tokens_per_s": sum(c["tokens"] for c in clients) / max(c["total_s"] for c in clients),
+                     "long_server": clients[0].get("timings")})
         print(f"  {name}: short clients' first token {rows[-1]['short_first_s']:.2f} s (median), long answer "
               f"{rows[-1]['long_total_s']:.2f} s, {rows[-1]['tokens_per_s']:.1f} t/s over all")
     r.record("slots", rows)
     r.record("slots_scaling", clients_growing(r, 8 if r.plan.cpu else 64))
+
+
+def server_side(row: dict) -> str:
+    """The long answer's decoding as the server timed it, and its drafts ("-" from a run before they were kept)."""
+    t = row.get("long_server") or {}
+    return f"{t['predicted_ms']:.0f}, {t.get('draft_n_accepted', 0)} of {t.get('draft_n', 0)}" if t else "-"
 
 
 def clients_growing(r: Run, tokens: int) -> list[dict]:
@@ -729,8 +736,9 @@ def summary_markdown(results: dict, device: str) -> str:
                              f"{x['block_ms']:.2f}", f"{x['start_ms']:.2f}", f"{x['block_over_main']:.2f}"]]))
     if "slots" in results:
         parts.append(table(["four clients at once (1 long, 3 short)", "long: first token s", "long: total s",
-                            "short: first token s (median)", "short: total s (median)", "t/s over all"],
-                           [[x["server"], f"{x['long_first_s']:.2f}", f"{x['long_total_s']:.2f}",
+                            "long: server's decoding ms, accepted of drafted", "short: first token s (median)",
+                            "short: total s (median)", "t/s over all"],
+                           [[x["server"], f"{x['long_first_s']:.2f}", f"{x['long_total_s']:.2f}", server_side(x),
                              f"{x['short_first_s']:.2f}", f"{x['short_total_s']:.2f}", f"{x['tokens_per_s']:.1f}"]
                             for x in results["slots"]]))
     if "slots_scaling" in results:

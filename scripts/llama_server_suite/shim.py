@@ -27,7 +27,9 @@ PASSED = {"--port": "--port", "--host": "--host", "--api-key": "--api-key", "--c
           "--parallel": "--parallel", "-np": "--parallel", "--tags": "--tags", "-a": "--alias"}
 # llama-server switches that Quickdraft's serve takes under its own name
 SWITCHES = {"--slots": "--slots", "--no-slots": "--no-slots", "--ui": "--ui", "--no-ui": "--no-ui",
-            "--webui": "--ui", "--no-webui": "--no-ui", "--metrics": "--metrics"}
+            "--webui": "--ui", "--no-webui": "--no-ui", "--metrics": "--metrics",
+            "--cont-batching": "--cont-batching", "-cb": "--cont-batching",
+            "--no-cont-batching": "--no-cont-batching", "-nocb": "--no-cont-batching"}
 # llama-server options with a value that only choose a model or tune llama-server's own machinery
 DROPPED_WITH_VALUE = {"--temp", "--seed", "--hf-repo", "--hf-file", "--model", "--model-url", "--model-draft",
                       "--batch-size", "--ubatch-size", "--n-gpu-layers", "--n-predict",

@@ -1,6 +1,6 @@
 """scripts/llama_server_suite/llama-server: started as llama.cpp's server tests start llama-server, it
 serves `quickdraft serve` with the options Quickdraft has (port, key, alias, tags, context, CORS, the
-slots endpoint, the web UI) and the
+slots endpoint, the web UI, continuous batching) and the
 model it is given instead of the one the test names."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def test_the_shim_serves_quickdraft_behind_llama_servers_options(tiny_models):
     port = free_port()
     args = [str(SHIM), "--port", str(port), "--temp", "0.8", "--seed", "42", "--hf-repo", "ggml-org/models",
             "--alias", "tinyllama-2", "--ctx-size", "512", "--parallel", "2", "--cors-origins", "localhost",
-            "--api-key", "sk-key", "--jinja", "--no-ui", "--tags", "chat,fim", "--no-slots"]
+            "--api-key", "sk-key", "--jinja", "--no-ui", "--tags", "chat,fim", "--no-slots", "-nocb"]
     env = {**os.environ, "QUICKDRAFT_SUITE_PYTHON": sys.executable, "QUICKDRAFT_SUITE_MAIN": str(tiny_models.main),
            "QUICKDRAFT_SUITE_DRAFT": ""}
     server = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -55,3 +55,4 @@ def test_the_shim_serves_quickdraft_behind_llama_servers_options(tiny_models):
         server.terminate()
         _, err = server.communicate(timeout=30)
     assert "--temp 0.8" in err and "--hf-repo ggml-org/models" in err and "--jinja" in err   # named, not passed
+    assert "-nocb" not in err and "2 at once) at" in err   # passed: the slots decode alone, not together

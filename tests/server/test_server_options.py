@@ -96,7 +96,8 @@ def test_the_command_line_takes_llama_servers_spellings():
     assert (args.alias, args.tags, args.slots, args.ui, args.metrics, args.host) == \
         ("a,b", "x", False, False, False, "127.0.0.1,::1")
     defaults = p.parse_args([])
-    assert defaults.slots and defaults.ui and defaults.metrics
+    assert defaults.slots and defaults.ui and defaults.metrics and defaults.cont_batching
+    assert p.parse_args(["-nocb"]).cont_batching is False and p.parse_args(["--no-cont-batching"]).cont_batching is False
 
 
 def test_no_metrics_answers_501_and_metrics_carry_the_start_time_and_decodes(tiny_models):

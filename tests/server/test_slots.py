@@ -43,12 +43,12 @@ def finishing_order(jobs: ThreadedJobs, requests: list) -> tuple[list[int], list
     return asyncio.run(run())
 
 
-def threaded(main, draft=None, parallel=2, drafter=DrafterKind.NONE) -> ThreadedJobs:
+def threaded(main, draft=None, parallel=2, drafter=DrafterKind.NONE, merge=True) -> ThreadedJobs:
     def load():
         return Engine.load(ModelParams(str(main), n_ctx=N_CTX, n_threads=1),
                            ModelParams(str(draft), n_ctx=N_CTX, n_threads=1) if draft else None)
 
-    jobs = ThreadedJobs(load, SpeculationParams(policy="fixed", draft_max=4), drafter, parallel=parallel)
+    jobs = ThreadedJobs(load, SpeculationParams(policy="fixed", draft_max=4), drafter, parallel=parallel, merge=merge)
     jobs.start()
     return jobs
 
@@ -169,7 +169,7 @@ def test_the_windows_chat_answers_between_two_turns_of_a_clients_answer(tiny_mod
 def test_the_slots_verify_batches_are_decoded_in_one_pass_where_the_main_model_allows(tiny_models, tmp_path):
     """Slots whose main model keeps keys and values are sequences of one context: their verify batches go
     into one llama_decode (each answer still its own: the test above). A recurrent main model's slots
-    keep contexts of their own, as do one slot's."""
+    keep contexts of their own, as do one slot's and those of a server told --no-cont-batching."""
     from app.core.gguf.tiny import TinySpec, write_tiny_model
 
     jobs = threaded(tiny_models.main, tiny_models.same, 2, DrafterKind.MODEL)
@@ -182,8 +182,8 @@ def test_the_slots_verify_batches_are_decoded_in_one_pass_where_the_main_model_a
     finally:
         jobs.stop()
     recurrent = write_tiny_model(tmp_path / "mamba.gguf", TinySpec(architecture="mamba"))
-    for main, parallel in ((recurrent, 2), (tiny_models.main, 1)):
-        jobs = threaded(main, parallel=parallel)
+    for main, parallel, merge in ((recurrent, 2, True), (tiny_models.main, 1, True), (tiny_models.main, 2, False)):
+        jobs = threaded(main, parallel=parallel, merge=merge)
         try:
             assert jobs._pool.shared is None
         finally:

@@ -25,12 +25,6 @@ def fim_tokens(vocab) -> FimTokens:
                      token(llama_cpp.llama_vocab_fim_sep))
 
 
-def eog_tokens(vocab) -> list[int]:
-    """The end-of-generation tokens of ``vocab`` (EOS, EOT, and for FIM models their pad and separators)."""
-    llama_cpp = lib()
-    return [t for t in range(int(llama_cpp.llama_vocab_n_tokens(vocab))) if llama_cpp.llama_vocab_is_eog(vocab, t)]
-
-
 def special_piece(vocab, token: int) -> bytes:
     """A token's bytes with control tokens rendered as their text (llama-server's
     ``common_token_to_piece(vocab, token, special=true)``)."""
