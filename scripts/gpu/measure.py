@@ -578,6 +578,15 @@ def stage_slots(r: Run) -> None:
               f"{rows[-1]['long_total_s']:.2f} s, {rows[-1]['tokens_per_s']:.1f} t/s over all")
     r.record("slots", rows)
     r.record("slots_scaling", clients_growing(r, 8 if r.plan.cpu else 64))
+    keep_profiles(r)
+
+
+def keep_profiles(r: Run) -> None:
+    """The cost profiles the servers learned and stored (what their policies drafted by), into the results."""
+    kept = r.out / "profiles"
+    for profile in sorted((r.work / "data").glob("cache/profiles/*.json")):
+        kept.mkdir(exist_ok=True)
+        shutil.copy2(profile, kept / profile.name)
 
 
 def server_side(row: dict) -> str:

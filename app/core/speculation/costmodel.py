@@ -178,6 +178,12 @@ class CostModel:
         self.surprise = 0.0
         self.stale = False                    # a stored profile the first rounds contradicted was dropped
         self._draft_measured = 0
+        # Batches not learned from: any slower than its tokens one by one, and on a GPU each size's first
+        # decode since this model was made, which also loads that size's kernels (CUDA loads each kernel
+        # at its first launch); learned, such a time makes the size look dear for good (_over_one_by_one)
+        self.one_time_costs = 0
+        self.on_gpu = key.get("device", "cpu") != "cpu"   # profile_key names a device only for a GPU
+        self._decoded: set[int] = set()
         self._first_rounds: list[tuple[int, int, float]] = []  # (n, context, seconds) of the first rounds
         self._times_at: tuple[tuple[int, int], list[float]] | None = None  # the last _times: ((context, rounds), times)
         slope = self.PRIOR_CONTEXT_SLOPE if context_slope is None else context_slope
@@ -194,7 +200,8 @@ class CostModel:
         self._known = np.zeros(n_max + 1, dtype=bool)   # [n]: a batch of n was measured (index 0 unused)
         if self.warm:  # the sizes the stored profile measured (None: every size it has, as calibrate)
             sizes_stored = range(1, min(n_max, len(main_batch_s)) + 1) if measured is None else measured
-            self._known[[n for n in sizes_stored if 1 <= n <= n_max]] = True
+            self._known[[n for n in sizes_stored if 1 <= n <= min(n_max, len(main_batch_s))
+                         and not _over_one_by_one(n, main_batch_s[n - 1], main_batch_s[0])]] = True
         self._noise = np.diag(np.append(np.full(n_max, self.Q_SHAPE), self.Q_CONTEXT))
         self._noise[:n_max, :n_max] += self.Q_SPEED
 
@@ -306,6 +313,11 @@ class CostModel:
         """A main-model batch of ``n`` tokens after ``context`` cached positions took ``seconds``."""
         if not 1 <= n <= self.n_max or not seconds > 0:
             return
+        first_here = self.on_gpu and n not in self._decoded
+        self._decoded.add(n)
+        if first_here or (n > 1 and self._known[1] and _over_one_by_one(n, seconds, self._times(context)[0])):
+            self.one_time_costs += 1
+            return
         size, x = n - 1, context / 1000   # the observation reads m[n] + c * x
         self._cov += self._noise
         covariance = self._cov[:, size] + x * self._cov[:, -1]
@@ -334,6 +346,7 @@ class CostModel:
         fresh = CostModel(self.key, self.n_max, draft_step_s=self.draft_step_s if self._draft_measured else None,
                           lookup_step_s=self.lookup_step_s, prior_shape=self.prior_shape)
         fresh._draft_measured = self._draft_measured
+        fresh._decoded = self._decoded   # the first rounds' sizes are decoded already: learned again
         for n, context, seconds in self._first_rounds:
             fresh.observe_main(n, context, seconds)
         self.__dict__.update(fresh.__dict__)
@@ -351,3 +364,13 @@ class CostModel:
             error = min(self.CLIP, max(-self.CLIP, math.log(measured / self.draft_step_s)))
             self.draft_step_s *= math.exp(gain * error)
         self._draft_measured += 1
+
+
+def _over_one_by_one(n: int, seconds: float, step: float) -> bool:
+    """Whether a batch of ``n`` took longer than its tokens would decoding one by one. A batch never
+    costs that (llama.cpp could decode it in single steps), so the time paid for something else once:
+    a GPU's first launch of the kernels for that batch size (CUDA loads each kernel lazily), or a
+    burst of load. Learned, it made the size look dear for good: the policy never verifies a size it
+    finds dear again and probes a bigger one only at a step a token, so nothing more was drafted in
+    that run. Not learned, the size stays a probe and is tried again at its steady cost."""
+    return seconds > n * step
