@@ -78,6 +78,9 @@ def parse_chat(body: Any) -> ApiRequest:
 def parse_completion(body: Any) -> ApiRequest:
     body = json_object(body)
     check_model(body)
+    if several_prompts(body.get("prompt")) is not None:   # one answer's choices would not say which prompt
+        raise ApiError(400, "'prompt' holds several prompts: /v1/completions answers one a request (llama-server's "
+                       "/completion answers an array of them).", param="prompt")
     prompt = prompt_parts(body.get("prompt"))
     return ApiRequest("completion", sampling_from(body), prompt=prompt, **delivery_from(body))
 
@@ -276,23 +279,40 @@ def _content(content: Any, param: str) -> str:
     raise ApiError(400, f"'{param}' must be a string or an array of text parts.", param=param)
 
 
+def several_prompts(value: Any) -> list | None:
+    """The prompts of a request that asks several (llama-server's rule: an array with more than one
+    element and no token id at its top level: strings, token arrays, prompt objects), or None."""
+    if isinstance(value, list) and len(value) > 1 and not any(_is_id(p) for p in value):
+        return value
+    return None
+
+
 def prompt_parts(value: Any) -> tuple[str | int, ...]:
-    """One prompt as llama-server takes it: a string, token ids, or text and ids mixed in one array
-    (a batch of one prompt is that prompt); its parts in order."""
-    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
+    """One prompt as llama-server takes it: a string, token ids, text and ids mixed in one array, or an
+    object holding one as ``prompt_string`` (a batch of one prompt is that prompt); its parts in order."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list, dict)):
         value = value[0]  # a batch of one prompt
+    if isinstance(value, dict) and "prompt_string" in value:
+        if value.get("multimodal_data"):
+            raise ApiError(400, "'prompt' carries multimodal_data, but this model reads text only (no multimodal "
+                           "projector is loaded).", param="prompt")
+        value = value["prompt_string"]
     if isinstance(value, str):
         if not value:
             raise ApiError(400, "'prompt' is empty.", param="prompt")
         return (value,)
     if isinstance(value, list) and value and all(_is_part(p) for p in value):
         return tuple(value)
-    raise ApiError(400, "'prompt' must be a string, an array of token ids, or one array mixing strings and token "
-                   "ids (one prompt per request).", param="prompt")
+    raise ApiError(400, "'prompt' must be a string, an array of token ids, an array mixing strings and token ids, "
+                   "an object with 'prompt_string', or an array of such prompts.", param="prompt")
 
 
 def _is_part(value: Any) -> bool:
-    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+    return isinstance(value, str) or _is_id(value)
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _stop(value: Any) -> tuple[str, ...]:

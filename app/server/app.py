@@ -37,7 +37,7 @@ from app.server.worker import Job, JobQueue
 def create_app(jobs: JobQueue, options: ServerOptions = ServerOptions()) -> Starlette:
     """The app, named and opened as ``options`` say."""
     handlers = _Handlers(jobs, options)
-    native = NativeRoutes(jobs, handlers.generate, options)
+    native = NativeRoutes(jobs, handlers.generate, handlers.generate_each, options)
     routes = [
         Route("/health", handlers.health), Route("/v1/health", handlers.health),
         Route("/metrics", handlers.metrics),
@@ -104,16 +104,18 @@ class _Handlers:
             raise _not_loaded()
         return self.jobs.pair
 
-    async def generate(self, request: Request, parse: Callable, reply: Callable) -> Response:
-        """A generation: ``parse`` makes the body an (ApiRequest, options) pair on a thread, the queue
-        runs it, ``reply(job, options, alias, started)`` (once it started) shapes its answer, whole or
-        streamed: OpenAIReply, or native_routes.NativeReply."""
-        body = await body_bytes(request)
-        # decoding and checking up to 8 MiB takes a while (seconds for thousands of tools): on a thread
-        # of its own, so /health, /metrics and the streams of others go on meanwhile
-        parsed, options = await asyncio.to_thread(lambda: parse(json_body(body)))
+    async def generate(self, request: Request, parse: Callable, reply: Callable, body: object = None) -> Response:
+        """A generation: ``parse`` makes the body (read here unless given, decoded) an (ApiRequest,
+        options) pair on a thread, the queue runs it, ``reply(job, options, alias, started)`` (once it
+        started) shapes its answer, whole or streamed: OpenAIReply, or native_routes.NativeReply."""
+        if body is None:
+            raw = await body_bytes(request)
+            body = await asyncio.to_thread(json_body, raw)
+        # checking takes a while (seconds for thousands of tools): on a thread of its own, so /health,
+        # /metrics and the streams of others go on meanwhile
+        parsed, options = await asyncio.to_thread(parse, body)
         job = self.jobs.submit(parsed, asyncio.get_running_loop())
-        watcher = asyncio.create_task(_cancel_on_disconnect(request, self.jobs, job))
+        watcher = asyncio.create_task(_cancel_on_disconnect(request, self.jobs, [job]))
         streaming = False
         try:
             item = await first_item_within(job, ADMIT_GRACE_S) if parsed.stream else await job.next()
@@ -133,6 +135,28 @@ class _Handlers:
         finally:
             if not streaming:
                 _finish(watcher, self.jobs, job)
+
+
+    async def generate_each(self, request: Request, bodies: list, parse: Callable, reply: Callable) -> Response:
+        """Several prompts in one request (llama-server's /completion given an array of prompts): each a
+        job of its own, answered in a slot of its own where one is free, the answers as one JSON array
+        in the prompts' order. Not streamed: a stream would interleave them."""
+        asked = [await asyncio.to_thread(parse, body) for body in bodies]
+        if any(parsed.stream for parsed, _ in asked):
+            raise ApiError(400, "Several prompts are answered together only without 'stream'.", param="stream")
+        loop, jobs = asyncio.get_running_loop(), []
+        watcher = asyncio.create_task(_cancel_on_disconnect(request, self.jobs, jobs))
+        try:
+            for parsed, _ in asked:
+                jobs.append(self.jobs.submit(parsed, loop))
+            answers = []
+            for job, (_, options) in zip(jobs, asked):
+                answers.append(await reply(job, options, self.alias, as_started(await job.next())).whole())
+            return JSONResponse(answers)
+        finally:
+            watcher.cancel()
+            for job in jobs:
+                self.jobs.withdraw(job)
 
 
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -200,10 +224,11 @@ def _not_loaded() -> ApiError:
     return ApiError(503, "The model is not loaded.", type="unavailable_error", retry_after=5)
 
 
-async def _cancel_on_disconnect(request: Request, jobs: JobQueue, job: Job) -> None:
+async def _cancel_on_disconnect(request: Request, jobs: JobQueue, watched: list[Job]) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
-    jobs.withdraw(job)
+    for job in watched:
+        jobs.withdraw(job)
 
 
 def _finish(watcher: asyncio.Task, jobs: JobQueue, job: Job) -> None:

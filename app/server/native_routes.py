@@ -20,7 +20,7 @@ from app.core.params import DrafterKind
 from app.core.speculation.events import Started
 from app.core.speculation.stats import GenerationStats
 from app.server.answers import chat_prompt
-from app.server.api import DEFAULT_SAMPLING, ApiRequest, parse_chat
+from app.server.api import DEFAULT_SAMPLING, ApiRequest, parse_chat, several_prompts
 from app.server.bodies import body_bytes, json_body
 from app.server.errors import ApiError
 from app.server.infill import mixed_tokens
@@ -67,14 +67,21 @@ class NativeReply:
 class NativeRoutes:
     """The handlers; ``generate`` is app.py's generation path (parse, queue, reply)."""
 
-    def __init__(self, jobs: JobQueue, generate: Callable, options: ServerOptions):
+    def __init__(self, jobs: JobQueue, generate: Callable, generate_each: Callable, options: ServerOptions):
         self.jobs = jobs
         self.generate = generate
+        self.generate_each = generate_each
         self.options = options
         self.alias = options.model_id
 
     async def completion(self, request: Request) -> Response:
-        return await self.generate(request, parse_native_completion, NativeReply)
+        """One prompt, or several in an array (``several_prompts``): each then a job of its own."""
+        body = await asyncio.to_thread(json_body, await body_bytes(request))
+        prompts = several_prompts(body.get("prompt")) if isinstance(body, dict) else None
+        if prompts is None:
+            return await self.generate(request, parse_native_completion, NativeReply, body)
+        return await self.generate_each(request, [body | {"prompt": prompt} for prompt in prompts],
+                                        parse_native_completion, NativeReply)
 
     async def infill(self, request: Request) -> Response:
         return await self.generate(request, parse_infill, NativeReply)

@@ -169,6 +169,25 @@ def test_completion_prompt_as_tokens_or_mixed(coder, fim_models):
     assert by_ids["tokens_evaluated"] == len(tokens) and mixed["tokens_evaluated"] >= 2
 
 
+def test_completion_answers_several_prompts_each_as_alone(coder, fim_models):
+    """llama-server's multi-prompt /completion: an array with no token id at its top level holds
+    several prompts (strings, token arrays, prompt objects); the answers come as one array in their
+    order, each the main model's own answer to its prompt."""
+    tokens = post(coder.url, "/tokenize", {"content": PROMPT, "add_special": True})["tokens"]   # as a string prompt is
+    other = post(coder.url, "/tokenize", {"content": "the dog", "add_special": True})["tokens"]
+    body = {"prompt": [tokens, {"prompt_string": PROMPT}, "the dog"], "n_predict": 6, "temperature": 0}
+    answers = httpx.post(coder.url + "/completion", json=body, timeout=60).json()
+    assert [a["content"] for a in answers] == [alone(fim_models[0], t, 6)[0] for t in (tokens, tokens, other)]
+    single = post(coder.url, "/completion", {"prompt": {"prompt_string": PROMPT}, "n_predict": 6, "temperature": 0})
+    assert single["content"] == answers[0]["content"]
+    for refused, param in (({"prompt": {"prompt_string": PROMPT, "multimodal_data": ["iVBORw0KGgo="]}}, "prompt"),
+                           ({"prompt": [PROMPT, PROMPT], "stream": True}, "stream")):
+        response = httpx.post(coder.url + "/completion", json=refused, timeout=30)
+        assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+    several = httpx.post(coder.url + "/v1/completions", json={"prompt": [PROMPT, PROMPT]}, timeout=30)
+    assert several.status_code == 400 and several.json()["error"]["param"] == "prompt"
+
+
 def test_completion_stop_words_and_response_fields(coder):
     whole = post(coder.url, "/completion", {"prompt": PROMPT, "n_predict": 16, "temperature": 0})
     word = whole["content"][4:7]
