@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 
 from app import __version__
-from app.cli.model_args import load_engine, model_params
+from app.cli.model_args import add_chat_template_arg, load_engine, model_params
 from app.cli.suffix_index import add_suffix_flag, add_suffix_index_parser
 from app.core.params import DEFAULT_DRAFTER, DrafterKind, PolicyName
 from app.paths import DATA_DIR_ENV
@@ -164,8 +164,8 @@ def _model_args(p: argparse.ArgumentParser, main_required: bool = True) -> None:
     p.add_argument("-t", "--threads", type=int, default=None,
                    help="threads for the main model (default: learned as it answers, fewer when other programs "
                         "keep cores busy)")
-    p.add_argument("-td", "--threads-draft", type=int, default=None,
-                   help="threads for the draft (= --threads; default: learned)")
+    p.add_argument("-td", "--threads-draft", type=int, default=None, help="threads for the draft (= --threads; default: learned)")
+    add_chat_template_arg(p)
 
 
 def _gpu_layer_args(p: argparse.ArgumentParser) -> None:

@@ -32,7 +32,7 @@ def model_params(args):
 
     device = args.device or "auto"
     main = ModelParams(args.main, n_gpu_layers=args.gpu_layers, n_ctx=args.ctx, n_threads=args.threads, device=device,
-                       use_mmap=args.mmap)
+                       use_mmap=args.mmap, chat_template=chat_template_file(getattr(args, "chat_template_file", None)))
     if not args.draft:
         return main, None
     try:
@@ -40,3 +40,22 @@ def model_params(args):
                                  n_threads=args.threads_draft or args.threads, device=device, use_mmap=args.mmap)
     except InvalidParameterError as exc:
         raise InvalidParameterError(f"draft {exc.name}", exc.problem) from None
+
+
+def add_chat_template_arg(p) -> None:
+    p.add_argument("--chat-template-file", metavar="FILE",
+                   help="a Jinja chat template to use instead of the main model's own (as llama-server's)")
+
+
+def chat_template_file(path: str | None) -> str | None:
+    """The text of ``--chat-template-file``; a file that cannot be read is named with the reason."""
+    from pathlib import Path
+
+    from app.core.errors import InvalidParameterError
+
+    if not path:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidParameterError("--chat-template-file", f"{path} cannot be read ({exc})") from None

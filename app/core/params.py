@@ -205,6 +205,7 @@ class ModelParams:
     use_mmap: bool = True
     device: str = AUTO        # AUTO (the GPU a user would pick), "cpu" (none), or a device name: CUDA0, Vulkan1
     load_mtp: bool = False    # also load the model's MTP (nextn) layers, so that it can draft for itself
+    chat_template: str | None = None   # a Jinja chat template used instead of the file's own (None: the file's)
 
     def __post_init__(self) -> None:
         _require("n_gpu_layers", self.n_gpu_layers, _gpu_layers_ok(self.n_gpu_layers),
@@ -216,6 +217,8 @@ class ModelParams:
                  self.n_threads is None or (_integer(self.n_threads) and 1 <= self.n_threads <= 4096),
                  "must be at least 1 (or left out for the default)")
         _require("n_batch", self.n_batch, _integer(self.n_batch) and 1 <= self.n_batch < 2**31, "must be at least 1")
+        _require("chat_template", self.chat_template, self.chat_template is None or isinstance(self.chat_template, str),
+                 "must be a template's text")
         _require("device", self.device, isinstance(self.device, str) and bool(self.device.strip()),
                  "must be 'auto', 'cpu' or a device name such as CUDA0 or Vulkan0")
 

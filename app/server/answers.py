@@ -58,6 +58,7 @@ def chat_prompt(engine: AnswerEngine, request: ApiRequest) -> tuple[Prompt, Answ
     choice = request.tools
     active = choice is not None and choice.mode != "none"
     messages = check_messages(list(request.messages))
+    continued = messages.pop()["content"] if request.continues_final else None   # the answer's own start
     variables = dict(request.template_variables)
     support = None
     if active or needs_template(messages, None):
@@ -73,15 +74,20 @@ def chat_prompt(engine: AnswerEngine, request: ApiRequest) -> tuple[Prompt, Answ
     if forced and grammar is not None:
         raise ApiError(400, "A forced tool call ('tool_choice') and a grammar or JSON schema ('grammar', "
                        "'json_schema', 'response_format') cannot both shape the answer: give one.", param="tool_choice")
+    if forced and continued is not None:
+        raise ApiError(400, "A forced tool call ('tool_choice') cannot continue a final assistant message.",
+                       param="tool_choice")
     prefill: list[tuple[str, bool]] = []
-    if (forced or grammar is not None) and thinking is not None and thinking.starts_open:
-        prefill.append((thinking.end + "\n\n", True))   # the grammar shapes the answer, not the reasoning
+    if (forced or grammar is not None or continued is not None) and thinking is not None and thinking.starts_open:
+        prefill.append((thinking.end + "\n\n", True))   # the grammar (or the text continued) is the answer, not reasoning
     if forced:
         prefill += call_opening(support.format, template, choice.name)
         grammar = call_grammar(support.format, template, choice.tools, choice.name, choice.parallel)
+    opening = "".join(text for text, _ in prefill)   # what the parsers read as the answer's start
+    if continued:   # written after it, as llama-server writes an assistant prefill; not sent again
+        prefill.append((continued, False))
     if prefill:
         chat = engine.prompt(messages, variables, prefill)
-    opening = "".join(text for text, _ in prefill)
     if not active:
         return chat, AnswerPlan(thinking, prefill=opening, grammar=grammar)
     return chat, AnswerPlan(thinking, support.format, choice.tools, choice.parallel, opening, MARKERS[support.format],

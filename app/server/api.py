@@ -7,6 +7,8 @@ and the answer's ``model`` names the pair that answered. Only its type is checke
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +67,7 @@ class ApiRequest:
     bias_texts: tuple[tuple[str, float], ...] = ()   # logit_bias given as texts: each of their tokens is biased
     ignore_eos: bool = False                 # llama-server's: end-of-generation tokens are banned
     grammar: str | None = None               # GBNF the answer follows (grammar, json_schema, response_format)
+    continues_final: bool = False            # chat: the answer goes on from the final assistant message
 
 
 def parse_chat(body: Any) -> ApiRequest:
@@ -72,12 +75,54 @@ def parse_chat(body: Any) -> ApiRequest:
     check_model(body)
     messages = _messages(body.get("messages"))
     return ApiRequest("chat", sampling_from(body), messages=messages, tools=_tool_choice(body),
-                             template_variables=_template_variables(body), **delivery_from(body))
+                      template_variables=_template_variables(body), continues_final=_continues_final(body, messages),
+                      **delivery_from(body))
+
+
+def _continues_final(body: dict, messages: tuple[dict, ...]) -> bool:
+    """Whether the answer goes on from the final assistant message, as llama-server decides it (its
+    assistant prefill; vLLM's ``continue_final_message``): when asked, with ``add_generation_prompt``
+    false, or when the conversation ends with an assistant message after one that is not. The message
+    continued is text: one holding tool calls cannot be continued."""
+    asked = body.get("continue_final_message")
+    if asked not in (None, False, True, "content"):
+        raise ApiError(400, "'continue_final_message' must be true, false or \"content\" (an answer's reasoning "
+                       "is not continued).", param="continue_final_message")
+    generation_prompt = field_value(body, "add_generation_prompt", bool, "true or false")
+    ends_with_answer = messages[-1]["role"] == "assistant"
+    if asked in (None, False):
+        if generation_prompt is False:
+            raise ApiError(400, "'add_generation_prompt': false needs 'continue_final_message': the prompt ends "
+                           "where the assistant's answer begins, or goes on from its final message.",
+                           param="add_generation_prompt")
+        if not ends_with_answer:
+            return False
+        if len(messages) > 1 and messages[-2]["role"] == "assistant":
+            raise ApiError(400, "Cannot have 2 or more assistant messages at the end of the list.", param="messages")
+    elif generation_prompt is not False:
+        raise ApiError(400, "Cannot set both add_generation_prompt and continue_final_message to true.",
+                       param="continue_final_message")
+    elif not ends_with_answer:
+        raise ApiError(400, "'continue_final_message' needs the last message to be the assistant's.",
+                       param="continue_final_message")
+    if messages[-1].get("tool_calls"):
+        raise ApiError(400, "Cannot continue an assistant message that contains tool calls.", param="messages")
+    return True
+
+
+def refuse_chat_fields(body: dict) -> None:
+    """The fields that shape a chat prompt's end, refused on a completion (its prompt is the request's
+    own text) rather than ignored."""
+    for name, neutral in (("continue_final_message", False), ("add_generation_prompt", True)):
+        if body.get(name) not in (None, neutral):
+            raise ApiError(400, f"'{name}' shapes a chat prompt's end; a completion's prompt is the request's own "
+                           "text.", param=name)
 
 
 def parse_completion(body: Any) -> ApiRequest:
     body = json_object(body)
     check_model(body)
+    refuse_chat_fields(body)
     if several_prompts(body.get("prompt")) is not None:   # one answer's choices would not say which prompt
         raise ApiError(400, "'prompt' holds several prompts: /v1/completions answers one a request (llama-server's "
                        "/completion answers an array of them).", param="prompt")
@@ -245,6 +290,30 @@ def _tool(tool: Any, param: str) -> dict:
         raise ApiError(400, f"'{param}.function.parameters' must be a JSON Schema object.",
                        param=f"{param}.function.parameters")
     return {"type": "function", "function": {k: v for k, v in function.items() if v is not None}}
+
+
+def with_template_defaults(request: ApiRequest, defaults: dict) -> ApiRequest:
+    """``request`` with the server's template variables (serve --reasoning, --chat-template-kwargs) where
+    it sets none of its own."""
+    return dataclasses.replace(request, template_variables={**defaults, **request.template_variables}) \
+        if defaults else request
+
+
+def template_defaults(kwargs_json: str | None, reasoning: str = "auto") -> dict:
+    """serve's --chat-template-kwargs (a JSON object) and --reasoning (on: enable_thinking true, off: false,
+    auto: as the template decides) as template variables; a ValueError says what is wrong."""
+    try:
+        variables = json.loads(kwargs_json) if kwargs_json else {}
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--chat-template-kwargs is not JSON ({exc})") from None
+    if not isinstance(variables, dict):
+        raise ValueError("--chat-template-kwargs must be a JSON object")
+    reserved = [name for name in RESERVED_TEMPLATE_NAMES if name in variables]
+    if reserved:
+        raise ValueError(f"--chat-template-kwargs may not set {', '.join(reserved)}: the server sets them")
+    if reasoning != "auto":
+        variables["enable_thinking"] = reasoning == "on"
+    return variables
 
 
 def _template_variables(body: dict) -> dict:

@@ -287,11 +287,11 @@ def _live_timings(job: Job, shape: ResponseShape, live: GenerationStats) -> dict
 def _closing(shape: ResponseShape, s: Summary, job: Job, calls: bool = False) -> bytes:
     if s.error is not None:
         return sse(ApiError(500, s.error, type="server_error").body())
-    finish = finish_reason(s, calls)
-    out = sse(shape.chunk(None, finish, timings=summary_timings(s, shape.speculative)))
-    if job.request.include_usage:
-        out += sse(shape.usage_chunk(s))
-    return out
+    finish, timings = finish_reason(s, calls), summary_timings(s, shape.speculative)
+    if not job.request.include_usage:
+        return sse(shape.chunk(None, finish, timings=timings))
+    # the timings go with the last chunk, as llama-server sends them: the usage chunk when there is one
+    return sse(shape.chunk(None, finish)) + sse(shape.usage_chunk(s) | {"timings": timings})
 
 
 async def _api_error(request: Request, exc: ApiError) -> Response:

@@ -24,6 +24,11 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="the slots' verify batches are decoded together, one pass over the weights for all (default)")
     p.add_argument("--no-cont-batching", "-nocb", dest="cont_batching", action="store_false",
                    help="each slot decodes alone, the slots taking turns")
+    p.add_argument("--reasoning", "-rea", choices=("on", "off", "auto"), default="auto",
+                   help="thinking models think (on) or not (off) unless a request says, or as their template decides "
+                        "(auto; default)")
+    p.add_argument("--chat-template-kwargs", metavar="JSON",
+                   help="names every request's chat template reads unless the request sets them, as a JSON object")
     p.add_argument("--queue", type=int, default=8,
                    help="requests that may wait while all slots answer; more get 429 with Retry-After (8)")
     p.add_argument("--log-requests", action="store_true", help="print one line per HTTP request")
@@ -55,6 +60,7 @@ def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
     """Serve the pair ``load_engine`` loads (on the engine's thread) with ``drafter`` (a DrafterKind)."""
     from app.core.errors import QuickdraftError
 
+    from app.server.api import template_defaults
     from app.server.options import ServerOptions
     from app.server.run import LocalServer
     from app.server.slots import ThreadedJobs
@@ -67,6 +73,10 @@ def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
         raise QuickdraftError(f"--parallel must be between 1 and {MAX_PARALLEL}, not {args.parallel}")
     jobs = ThreadedJobs(load_engine, speculation, drafter, max_waiting=args.queue, parallel=args.parallel,
                         merge=args.cont_batching)
+    try:
+        jobs.template_defaults = template_defaults(args.chat_template_kwargs, args.reasoning)
+    except ValueError as exc:
+        raise QuickdraftError(str(exc)) from None
     # bind before loading, so a taken port or a wrong address fails before minutes of loading
     options = ServerOptions(api_key=args.api_key, aliases=args.alias, tags=args.tags, cors_origins=args.cors_origins,
                             slots_endpoint=args.slots, metrics_endpoint=args.metrics, web_ui=args.ui)

@@ -22,13 +22,9 @@ NEUTRAL: dict[str, tuple] = {
     "presence_penalty": (0,), "frequency_penalty": (0,), "repeat_penalty": (1,),
     "mirostat": (0,), "typical_p": (1,), "dynatemp_range": (0,), "xtc_probability": (0,),
     "dry_multiplier": (0,), "top_n_sigma": (-1,), "n_keep": (0, -1),
-    "lora": ([],), "continue_final_message": (False,), "echo": (False,), "best_of": (1,),
-    "suffix": ("",), "add_generation_prompt": (True,),
+    "lora": ([],), "echo": (False,), "best_of": (1,), "suffix": ("",),
 }
-WHY = {
-    "lora": "no LoRA adapters are loaded", "suffix": "use /infill for fill-in-the-middle",
-    "add_generation_prompt": "the prompt always ends where the assistant's answer begins",
-}
+WHY = {"lora": "no LoRA adapters are loaded", "suffix": "use /infill for fill-in-the-middle"}
 OPENAI_TOP_LOGPROBS = 20   # OpenAI's most for a chat's top_logprobs
 MAX_BIAS = 100.0        # OpenAI's range for a logit_bias value, -100 to 100
 MAX_BIASED_TOKENS = 4096

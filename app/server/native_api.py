@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.server.api import ApiRequest, check_model, delivery_from, field_value, json_object, prompt_parts, sampling_from
+from app.server.api import (ApiRequest, check_model, delivery_from, field_value, json_object, prompt_parts,
+                            refuse_chat_fields, sampling_from)
 from app.server.errors import ApiError
 from app.server.infill import Infill
 
@@ -77,6 +78,7 @@ def parse_detokenize(body: Any, n_vocab: int) -> tuple[int, ...]:
 def _checked(body: Any) -> dict:
     body = json_object(body)
     check_model(body)
+    refuse_chat_fields(body)
     slot = field_value(body, "id_slot", int, "an integer", -1)
     if slot not in (-1, 0):   # one slot answers every request (-1: any)
         raise ApiError(400, f"'id_slot' must be -1 or 0: this server has one slot; got {slot}.", param="id_slot")

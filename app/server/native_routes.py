@@ -20,7 +20,7 @@ from app.core.params import DrafterKind
 from app.core.speculation.events import Started
 from app.core.speculation.stats import GenerationStats
 from app.server.answers import chat_prompt
-from app.server.api import DEFAULT_SAMPLING, ApiRequest, parse_chat, several_prompts
+from app.server.api import DEFAULT_SAMPLING, ApiRequest, parse_chat, several_prompts, with_template_defaults
 from app.server.bodies import body_bytes, json_body
 from app.server.errors import ApiError
 from app.server.infill import mixed_tokens
@@ -108,7 +108,7 @@ class NativeRoutes:
         chat: ApiRequest = await asyncio.to_thread(lambda: parse_chat(json_body(body)))
 
         def run(engine: AnswerEngine) -> dict:
-            return {"prompt": chat_prompt(engine, chat)[0].text}
+            return {"prompt": chat_prompt(engine, with_template_defaults(chat, self.jobs.template_defaults))[0].text}
 
         return await self._call(run)
 

@@ -22,7 +22,7 @@ from app.core.params import DEFAULT_DRAFTER, DrafterKind, SamplingParams, Specul
 from app.core.speculation.events import StopReason, Summary, until_summary
 from app.core.speculation.loop import check_prompt_fits
 from app.server.answers import AnswerPlan, chat_prompt
-from app.server.api import ApiError, ApiRequest
+from app.server.api import ApiError, ApiRequest, with_template_defaults
 from app.server.infill import infill_tokens, mixed_tokens
 from app.server.metrics import ServerMetrics
 
@@ -88,6 +88,7 @@ class JobQueue:
         self._waiting: deque[Job] = deque()
         self._answering: list[Job] = []   # the jobs being answered now (one per slot)
         self.parallel = 1                 # how many are answered at once (ThreadedJobs' slots)
+        self.template_defaults: dict = {}  # what every chat template reads unless the request says (serve's flags)
         self._stopping = False
         self._cond = threading.Condition()
         self._durations: deque[float] = deque(maxlen=RECENT_JOBS)
@@ -249,7 +250,7 @@ class JobQueue:
     def _prompt_tokens(self, job: Job) -> list[int]:
         engine, request = self._engine, job.request
         if request.kind == "chat":
-            prompt, job.plan = chat_prompt(engine, request)
+            prompt, job.plan = chat_prompt(engine, with_template_defaults(request, self.template_defaults))
             return list(prompt.tokens)
         if request.kind == "infill":
             return infill_tokens(engine, request.infill, self.pair.n_ctx)

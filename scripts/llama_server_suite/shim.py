@@ -24,7 +24,10 @@ DRAFT = os.environ.get("QUICKDRAFT_SUITE_DRAFT", str(MODELS / "qwen2.5-coder-0.5
 # llama-server options with a value that Quickdraft's serve takes under its own name
 PASSED = {"--port": "--port", "--host": "--host", "--api-key": "--api-key", "--ctx-size": "--ctx",
           "--threads": "--threads", "--alias": "--alias", "--cors-origins": "--cors-origins",
-          "--parallel": "--parallel", "-np": "--parallel", "--tags": "--tags", "-a": "--alias"}
+          "--parallel": "--parallel", "-np": "--parallel", "--tags": "--tags", "-a": "--alias",
+          "--reasoning": "--reasoning", "-rea": "--reasoning", "--chat-template-kwargs": "--chat-template-kwargs",
+          "--chat-template-file": "--chat-template-file"}
+PATHS = {"--chat-template-file"}   # relative to where the suite runs: made absolute (serve runs in the repository)
 # llama-server switches that Quickdraft's serve takes under its own name
 SWITCHES = {"--slots": "--slots", "--no-slots": "--no-slots", "--ui": "--ui", "--no-ui": "--no-ui",
             "--webui": "--ui", "--no-webui": "--no-ui", "--metrics": "--metrics",
@@ -33,8 +36,8 @@ SWITCHES = {"--slots": "--slots", "--no-slots": "--no-slots", "--ui": "--ui", "-
 # llama-server options with a value that only choose a model or tune llama-server's own machinery
 DROPPED_WITH_VALUE = {"--temp", "--seed", "--hf-repo", "--hf-file", "--model", "--model-url", "--model-draft",
                       "--batch-size", "--ubatch-size", "--n-gpu-layers", "--n-predict",
-                      "-ctk", "-ctv", "-fa", "--pooling", "--reasoning-format", "--reasoning",
-                      "--chat-template", "--chat-template-file", "--spec-type", "--spec-draft-n-max",
+                      "-ctk", "-ctv", "-fa", "--pooling", "--reasoning-format",
+                      "--chat-template", "--spec-type", "--spec-draft-n-max",
                       "--spec-draft-n-min", "--models-dir", "--models-max", "--models-preset",
                       "--slot-save-path", "--grp-attn-n", "--grp-attn-w", "--lora", "--mmproj-url",
                       "--media-path", "--sleep-idle-seconds", "--cache-ram", "--tools", "--tools-runtime",
@@ -50,7 +53,7 @@ def translate(argv: list[str], unknown: set[str] = frozenset()) -> tuple[list[st
     while i < len(argv):
         flag = argv[i]
         if flag in PASSED and flag not in unknown and i + 1 < len(argv):
-            out += [PASSED[flag], argv[i + 1]]
+            out += [PASSED[flag], os.path.abspath(argv[i + 1]) if flag in PATHS else argv[i + 1]]
             i += 2
         elif flag in SWITCHES and flag not in unknown:
             out.append(SWITCHES[flag])

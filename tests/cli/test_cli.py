@@ -57,11 +57,14 @@ def test_a_first_auto_answer_learns_the_machine_instead_of_calibrating(tiny_mode
     s = json.loads(first.stdout)
     assert s["cost_rounds_observed"] == s["rounds"] > 0 and isinstance(s["policy_learning"], bool)
     stored = list((tmp_path / "data" / "cache" / "profiles").glob("*.json"))
-    assert len(stored) == 1 and json.loads(stored[0].read_text())["learned_rounds"] == s["rounds"]
+    # every round is learned from but one slower than its tokens one by one (a burst of load on a busy test run)
+    learned = json.loads(stored[0].read_text())["learned_rounds"]
+    assert len(stored) == 1 and 0 < learned <= s["rounds"]
     second = json.loads(quickdraft(*args, tmp_path=tmp_path).stdout)   # starts warm from what the first learned
     # ... and goes on from it; or, when its first rounds ran 1.5x off it (a tiny model's millisecond
     # batches under a busy test run can), drops it as stale and learns again from those rounds
-    assert json.loads(stored[0].read_text())["learned_rounds"] in (s["rounds"] + second["rounds"], second["rounds"])
+    again = json.loads(stored[0].read_text())["learned_rounds"]
+    assert again <= learned + second["rounds"] and (again > learned or again <= second["rounds"])
 
 
 def test_generate_from_a_messages_file_with_sampling(tiny_models, tmp_path):
@@ -76,16 +79,18 @@ def test_generate_from_a_messages_file_with_sampling(tiny_models, tmp_path):
     assert json.loads(a.stdout)["text"] == json.loads(b.stdout)["text"]
 
 
-@pytest.mark.parametrize("case", ["missing", "garbage", "incompatible"])
+@pytest.mark.parametrize("case", ["missing", "garbage", "incompatible", "template"])
 def test_user_errors_are_one_clear_line(tiny_models, tmp_path, case):
     garbage = tmp_path / "garbage.gguf"
     garbage.write_bytes(b"\x00" * 100)
     args = {"missing": ["-m", str(tmp_path / "none.gguf")],
             "garbage": ["-m", str(garbage)],
-            "incompatible": ["-m", str(tiny_models.main), "-md", str(tiny_models.incompatible)]}[case]
+            "incompatible": ["-m", str(tiny_models.main), "-md", str(tiny_models.incompatible)],
+            "template": ["-m", str(tiny_models.main), "--chat-template-file", str(tmp_path / "none.jinja")]}[case]
     r = quickdraft("generate", *args, "-p", "x", tmp_path=tmp_path)
     assert r.returncode == 1
     assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+    assert case != "template" or "--chat-template-file" in r.stderr
 
 
 def test_generate_with_a_draft_of_another_vocabulary_gives_the_main_models_answer(tiny_models, tmp_path):

@@ -56,3 +56,34 @@ def test_the_shim_serves_quickdraft_behind_llama_servers_options(tiny_models):
         _, err = server.communicate(timeout=30)
     assert "--temp 0.8" in err and "--hf-repo ggml-org/models" in err and "--jinja" in err   # named, not passed
     assert "-nocb" not in err and "2 at once) at" in err   # passed: the slots decode alone, not together
+
+
+def test_the_shim_passes_a_chat_template_file_and_the_reasoning_switch(tiny_models, tmp_path):
+    """--chat-template-file (relative to where the suite runs: serve runs in the repository) replaces the
+    model's template; --reasoning off and --chat-template-kwargs are what every request's template reads."""
+    (tmp_path / "t.jinja").write_text("{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"
+                                      "<think={{ enable_thinking }} x={{ x }}>{% if add_generation_prompt %}[assistant:{% endif %}")
+    port = free_port()
+    args = [str(SHIM), "--port", str(port), "--chat-template-file", "t.jinja", "--reasoning", "off",
+            "--chat-template-kwargs", '{"x": 7}']
+    env = {**os.environ, "QUICKDRAFT_SUITE_PYTHON": sys.executable, "QUICKDRAFT_SUITE_MAIN": str(tiny_models.main),
+           "QUICKDRAFT_SUITE_DRAFT": ""}
+    server = subprocess.Popen(args, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            if server.poll() is not None:
+                break
+            try:
+                if httpx.get(url + "/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        messages = [{"role": "user", "content": "hi"}]
+        prompt = httpx.post(url + "/apply-template", json={"messages": messages}).json()["prompt"]
+        assert prompt == "[user:hi]<think=False x=7>[assistant:"
+        asked = {"messages": messages, "chat_template_kwargs": {"enable_thinking": True}}
+        assert httpx.post(url + "/apply-template", json=asked).json()["prompt"] == "[user:hi]<think=True x=7>[assistant:"
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)

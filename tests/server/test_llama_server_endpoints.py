@@ -120,6 +120,29 @@ def test_apply_template_gives_the_prompt_chat_would_use(coder):
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"
 
 
+def test_a_final_assistant_message_is_continued_as_llama_servers_prefill(coder, fim_models):
+    """A conversation that ends with an assistant message is answered from inside it (llama-server's
+    assistant prefill; vLLM's continue_final_message with add_generation_prompt false): the prompt is the
+    rest's, its generation prompt, then that message's text, and the answer is what follows it."""
+    asked = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "the cat"}]
+    prompt = post(coder.url, "/apply-template", {"messages": asked})["prompt"]
+    assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nthe cat"
+    tokens = post(coder.url, "/tokenize", {"content": prompt, "add_special": True})["tokens"]
+    answer = post(coder.url, "/v1/chat/completions", {"messages": asked, "max_tokens": 6, "temperature": 0})
+    assert answer["choices"][0]["message"]["content"] == alone(fim_models[0], tokens, 6)[0]
+    explicit = {"messages": asked, "continue_final_message": True, "add_generation_prompt": False}
+    assert post(coder.url, "/apply-template", explicit)["prompt"] == prompt
+    for body, param in ((explicit | {"add_generation_prompt": True}, "continue_final_message"),
+                        ({"messages": asked + [{"role": "assistant", "content": "x"}]}, "messages"),
+                        ({"messages": asked[:1], "continue_final_message": True, "add_generation_prompt": False},
+                         "continue_final_message"),
+                        ({"messages": asked[:1], "add_generation_prompt": False}, "add_generation_prompt")):
+        response = httpx.post(coder.url + "/v1/chat/completions", json=body, timeout=30)
+        assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+    refused = httpx.post(coder.url + "/completion", json={"prompt": "x", "continue_final_message": True}, timeout=30)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "continue_final_message"
+
+
 def test_props_tells_what_the_server_has(coder, fim_models):
     props = httpx.get(coder.url + "/props", timeout=30).json()
     assert props["model_path"] == str(fim_models[0]) and props["total_slots"] == DEFAULT_PARALLEL and props["endpoint_slots"]

@@ -54,6 +54,8 @@ def test_stream_without_timings_per_token_has_timings_only_at_the_end(client, se
                                                  stream_options={"include_usage": True}, **GREEDY))
     assert [("timings" in c.model_extra) for c in chunks].count(True) == 1
     assert chunks[-1].usage.completion_tokens > 0 and chunks[-1].choices == []
+    # on the last chunk, as llama-server sends them: the usage chunk when there is one
+    assert chunks[-1].model_extra["timings"]["predicted_n"] == chunks[-1].usage.completion_tokens
 
 
 def test_completions_stream_and_not_and_stop_strings(client, served):

@@ -100,6 +100,16 @@ def test_the_command_line_takes_llama_servers_spellings():
     assert p.parse_args(["-nocb"]).cont_batching is False and p.parse_args(["--no-cont-batching"]).cont_batching is False
 
 
+@pytest.mark.parametrize("kwargs, words", [("{not json", "is not JSON"), ("[1]", "a JSON object"),
+                                            ('{"messages": []}', "may not set messages")])
+def test_bad_chat_template_kwargs_are_named(kwargs, words):
+    from app.server.api import template_defaults
+
+    with pytest.raises(ValueError, match=words):
+        template_defaults(kwargs)
+    assert template_defaults('{"a": 1}', "on") == {"a": 1, "enable_thinking": True} and template_defaults(None) == {}
+
+
 def test_no_metrics_answers_501_and_metrics_carry_the_start_time_and_decodes(tiny_models):
     with serving(tiny_models.main, metrics_endpoint=False) as s:
         refused = httpx.get(s.url + "/metrics")

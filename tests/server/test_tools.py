@@ -192,7 +192,8 @@ def test_completions_take_response_format_as_chat_completions_do(qwen, response_
 
 def test_arguments_that_are_not_json_in_the_conversation_are_a_400(qwen):
     messages = ASK + [{"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{Paris"}}]}]
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{Paris"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
     response = _post(qwen, {"messages": messages})
     assert response.status_code == 400 and "not valid JSON" in response.json()["error"]["message"]
 

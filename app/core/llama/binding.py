@@ -86,6 +86,8 @@ class LlamaModel:
         return self._vocab
 
     def chat_template(self) -> str | None:
+        if self.params.chat_template is not None:   # the user's (--chat-template-file) over the file's own
+            return self.params.chat_template
         raw = lib().llama_model_chat_template(self._model, None)
         return raw.decode("utf-8", "replace") if raw else None
 
@@ -96,13 +98,10 @@ class LlamaModel:
         except UnicodeEncodeError as exc:   # callers check messages first; this guards any other text
             raise InvalidMessagesError(f"The text is not valid Unicode: character {exc.start + 1} is a lone "
                                        f"surrogate ({text[exc.start]!r}).") from None
-        capacity = len(data) + 8
-        buf = (llama_cpp.llama_token * capacity)()
-        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, parse_special)
-        if n < 0:
-            capacity = -n
-            buf = (llama_cpp.llama_token * capacity)()
-            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, parse_special)
+        n = -(len(data) + 8)   # room for every byte a token and the specials; asked again with what it says
+        while n < 0:
+            buf = (llama_cpp.llama_token * -n)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, len(buf), add_special, parse_special)
         return list(buf[:n])
 
     def is_control(self, token: int) -> bool:
