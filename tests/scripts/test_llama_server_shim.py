@@ -10,7 +10,9 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 
@@ -24,14 +26,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_the_shim_serves_quickdraft_behind_llama_servers_options(tiny_models):
+@contextmanager
+def shim_serving(tiny_models, options: list[str], cwd: Path | None = None) -> Iterator[tuple[str, list[str]]]:
+    """The shim started as the suite starts llama-server, with ``options``, serving the tiny main model:
+    (its URL, a list that holds its stderr once it has stopped)."""
     port = free_port()
-    args = [str(SHIM), "--port", str(port), "--temp", "0.8", "--seed", "42", "--hf-repo", "ggml-org/models",
-            "--alias", "tinyllama-2", "--ctx-size", "512", "--parallel", "2", "--cors-origins", "localhost",
-            "--api-key", "sk-key", "--jinja", "--no-ui", "--tags", "chat,fim", "--no-slots", "-nocb"]
     env = {**os.environ, "QUICKDRAFT_SUITE_PYTHON": sys.executable, "QUICKDRAFT_SUITE_MAIN": str(tiny_models.main),
            "QUICKDRAFT_SUITE_DRAFT": ""}
-    server = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen([str(SHIM), "--port", str(port), *options], env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    err: list[str] = []
     try:
         url = f"http://127.0.0.1:{port}"
         for _ in range(600):
@@ -42,6 +46,17 @@ def test_the_shim_serves_quickdraft_behind_llama_servers_options(tiny_models):
                     break
             except httpx.TransportError:
                 time.sleep(0.1)
+        yield url, err
+    finally:
+        server.terminate()
+        err.append(server.communicate(timeout=30)[1])
+
+
+def test_the_shim_serves_quickdraft_behind_llama_servers_options(tiny_models):
+    options = ["--temp", "0.8", "--seed", "42", "--hf-repo", "ggml-org/models", "--alias", "tinyllama-2",
+               "--ctx-size", "512", "--parallel", "2", "--cors-origins", "localhost", "--api-key", "sk-key", "--jinja",
+               "--no-ui", "--tags", "chat,fim", "--no-slots", "-nocb"]
+    with shim_serving(tiny_models, options) as (url, stderr):
         auth = {"Authorization": "Bearer sk-key"}
         [model] = httpx.get(url + "/v1/models", headers=auth).json()["data"]
         assert model["id"] == "tinyllama-2" and model["tags"] == ["chat", "fim"]
@@ -51,9 +66,7 @@ def test_the_shim_serves_quickdraft_behind_llama_servers_options(tiny_models):
         assert httpx.get(url + "/props").status_code == 401
         preflight = httpx.options(url + "/completion", headers={"Origin": "http://evil.com"})
         assert "access-control-allow-origin" not in preflight.headers
-    finally:
-        server.terminate()
-        _, err = server.communicate(timeout=30)
+    [err] = stderr
     assert "--temp 0.8" in err and "--hf-repo ggml-org/models" in err and "--jinja" in err   # named, not passed
     assert "-nocb" not in err and "2 at once) at" in err   # passed: the slots decode alone, not together
 
@@ -63,27 +76,10 @@ def test_the_shim_passes_a_chat_template_file_and_the_reasoning_switch(tiny_mode
     model's template; --reasoning off and --chat-template-kwargs are what every request's template reads."""
     (tmp_path / "t.jinja").write_text("{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"
                                       "<think={{ enable_thinking }} x={{ x }}>{% if add_generation_prompt %}[assistant:{% endif %}")
-    port = free_port()
-    args = [str(SHIM), "--port", str(port), "--chat-template-file", "t.jinja", "--reasoning", "off",
-            "--chat-template-kwargs", '{"x": 7}']
-    env = {**os.environ, "QUICKDRAFT_SUITE_PYTHON": sys.executable, "QUICKDRAFT_SUITE_MAIN": str(tiny_models.main),
-           "QUICKDRAFT_SUITE_DRAFT": ""}
-    server = subprocess.Popen(args, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(600):
-            if server.poll() is not None:
-                break
-            try:
-                if httpx.get(url + "/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
+    options = ["--chat-template-file", "t.jinja", "--reasoning", "off", "--chat-template-kwargs", '{"x": 7}']
+    with shim_serving(tiny_models, options, cwd=tmp_path) as (url, _):
         messages = [{"role": "user", "content": "hi"}]
         prompt = httpx.post(url + "/apply-template", json={"messages": messages}).json()["prompt"]
         assert prompt == "[user:hi]<think=False x=7>[assistant:"
         asked = {"messages": messages, "chat_template_kwargs": {"enable_thinking": True}}
         assert httpx.post(url + "/apply-template", json=asked).json()["prompt"] == "[user:hi]<think=True x=7>[assistant:"
-    finally:
-        server.terminate()
-        server.communicate(timeout=30)
