@@ -146,8 +146,8 @@ def sampling_from(body: dict) -> SamplingParams:
     d = DEFAULT_SAMPLING
     refuse_unsupported(body)
     n = field_value(body, "n", int, "an integer")
-    if n is not None and n != 1:
-        raise ApiError(400, "Only n = 1 is supported.", param="n")
+    if n is not None and n != 1:   # a chat's n up to 16 is answered as that many requests (app.py's chat)
+        raise ApiError(400, "'n' must be 1 here (a chat answers 2 to 16 choices, not streamed).", param="n")
     max_tokens = field_value(body, "max_completion_tokens", int, "an integer")
     max_tokens = n_predict(body, field_value(body, "max_tokens", int, "an integer", max_tokens))
     if max_tokens is not None and max_tokens > MAX_TOKENS_LIMIT:

@@ -52,6 +52,8 @@ def create_app(jobs: JobQueue, options: ServerOptions = ServerOptions()) -> Star
         Route("/tokenize", native.tokenize, methods=["POST"]),
         Route("/detokenize", native.detokenize, methods=["POST"]),
         Route("/apply-template", native.apply_template, methods=["POST"]),
+        Route("/chat/completions/input_tokens", native.count_chat_tokens, methods=["POST"]),
+        Route("/v1/chat/completions/input_tokens", native.count_chat_tokens, methods=["POST"]),
         Route("/props", native.props),
         Route("/slots", native.slots),
         *([Route(path, web_page) for path in WEB_PAGE_PATHS] if options.web_ui else []),
@@ -94,7 +96,13 @@ class _Handlers:
         return JSONResponse({"object": "list", "data": [model]})
 
     async def chat(self, request: Request) -> Response:
-        return await self.generate(request, lambda body: (parse_chat(body), None), OpenAIReply)
+        body = await asyncio.to_thread(json_body, await body_bytes(request))
+        n = body.get("n") if isinstance(body, dict) else None
+        if not (isinstance(n, int) and not isinstance(n, bool) and 1 < n <= MAX_CHOICES):
+            return await self.generate(request, lambda body: (parse_chat(body), None), OpenAIReply, body)
+        answers = await self.answer_each(request, [body | {"n": 1}] * n, lambda body: (parse_chat(body), None),
+                                         OpenAIReply)
+        return JSONResponse(choices_of(answers))
 
     async def completions(self, request: Request) -> Response:
         return await self.generate(request, lambda body: (parse_completion(body), None), OpenAIReply)
@@ -138,12 +146,17 @@ class _Handlers:
 
 
     async def generate_each(self, request: Request, bodies: list, parse: Callable, reply: Callable) -> Response:
-        """Several prompts in one request (llama-server's /completion given an array of prompts): each a
-        job of its own, answered in a slot of its own where one is free, the answers as one JSON array
-        in the prompts' order. Not streamed: a stream would interleave them."""
+        """Several prompts in one request (llama-server's /completion given an array of prompts): the
+        answers as one JSON array in the prompts' order (``answer_each``)."""
+        return JSONResponse(await self.answer_each(request, bodies, parse, reply))
+
+    async def answer_each(self, request: Request, bodies: list, parse: Callable, reply: Callable) -> list[dict]:
+        """Each body a job of its own, answered in a slot of its own where one is free; the whole answers
+        in order. Not streamed: a stream would interleave them."""
         asked = [await asyncio.to_thread(parse, body) for body in bodies]
         if any(parsed.stream for parsed, _ in asked):
-            raise ApiError(400, "Several prompts are answered together only without 'stream'.", param="stream")
+            raise ApiError(400, "Several prompts or choices ('n') are answered together only without 'stream'.",
+                           param="stream")
         loop, jobs = asyncio.get_running_loop(), []
         watcher = asyncio.create_task(_cancel_on_disconnect(request, self.jobs, jobs))
         try:
@@ -152,14 +165,25 @@ class _Handlers:
             answers = []
             for job, (_, options) in zip(jobs, asked):
                 answers.append(await reply(job, options, self.alias, as_started(await job.next())).whole())
-            return JSONResponse(answers)
+            return answers
         finally:
             watcher.cancel()
             for job in jobs:
                 self.jobs.withdraw(job)
 
 
+def choices_of(answers: list[dict]) -> dict:
+    """One chat answer holding the ``n`` answers' choices, indexed in order, and their usage summed (the
+    prompt once: each was read from the same prompt); each answer's own timings are left out."""
+    choices = [dict(answer["choices"][0], index=i) for i, answer in enumerate(answers)]
+    completion = sum(answer["usage"]["completion_tokens"] for answer in answers)
+    usage = dict(answers[0]["usage"], completion_tokens=completion,
+                 total_tokens=answers[0]["usage"]["prompt_tokens"] + completion)
+    return {key: value for key, value in answers[0].items() if key != "timings"} | {"choices": choices, "usage": usage}
+
+
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+MAX_CHOICES = 16   # a chat request's 'n': each choice is answered as a request of its own
 ADMIT_GRACE_S = 1.0   # a stream's headers wait this long for its answer to start (a quick refusal keeps its status)
 KEEPALIVE_S = 5.0     # then a comment this often while it waits for a slot
 WAITING = b": waiting for a free slot\n\n"
@@ -302,6 +326,7 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
     path = request.url.path
     message = {404: f"There is no {path} here; see GET /v1/models, POST /v1/chat/completions, "
                     "POST /v1/completions, POST /completion, /infill, /tokenize, /detokenize, /apply-template, "
+                    "/chat/completions/input_tokens, "
                     "GET /props, /health, /metrics.",
                405: f"{request.method} is not allowed on {path}."}.get(exc.status_code, str(exc.detail))
     error = ApiError(exc.status_code, message, code="not_found" if exc.status_code == 404 else None)

@@ -104,13 +104,17 @@ class NativeRoutes:
     async def apply_template(self, request: Request) -> Response:
         """The prompt text /v1/chat/completions would give the model for these messages (tools included):
         the template's output, as llama-server's (the BOS token, added when tokenized, is not in it)."""
+        return await self._chat_prompt(request, lambda prompt: {"prompt": prompt.text})
+
+    async def count_chat_tokens(self, request: Request) -> Response:
+        """llama-server's /chat/completions/input_tokens: how many tokens that prompt is, BOS included."""
+        return await self._chat_prompt(request, lambda prompt: {"input_tokens": len(prompt.tokens)})
+
+    async def _chat_prompt(self, request: Request, answer: Callable) -> Response:
         body = await body_bytes(request)
         chat: ApiRequest = await asyncio.to_thread(lambda: parse_chat(json_body(body)))
-
-        def run(engine: AnswerEngine) -> dict:
-            return {"prompt": chat_prompt(engine, with_template_defaults(chat, self.jobs.template_defaults))[0].text}
-
-        return await self._call(run)
+        return await self._call(lambda engine: answer(
+            chat_prompt(engine, with_template_defaults(chat, self.jobs.template_defaults))[0]))
 
     async def props(self, request: Request) -> Response:
         """GET /props: what llama-server tells of itself, where Quickdraft has it."""

@@ -91,6 +91,21 @@ def test_neutral_values_are_answered(served):
     assert httpx.post(served.url + "/v1/chat/completions", json=CHAT | neutral, timeout=30).status_code == 200
 
 
+def test_n_choices_are_each_the_answer_to_the_request(served):
+    """A chat's n (2 to 16) is answered as that many requests, in slots of their own where free: greedy,
+    each choice is the one answer; the usage counts the prompt once and every choice's tokens."""
+    one = httpx.post(served.url + "/v1/chat/completions", json=CHAT | {"max_tokens": 6, "temperature": 0}, timeout=30).json()
+    three = httpx.post(served.url + "/v1/chat/completions", json=CHAT | {"max_tokens": 6, "temperature": 0, "n": 3},
+                       timeout=60).json()
+    assert [c["index"] for c in three["choices"]] == [0, 1, 2]
+    assert {c["message"]["content"] for c in three["choices"]} == {one["choices"][0]["message"]["content"]}
+    assert three["usage"]["completion_tokens"] == 3 * one["usage"]["completion_tokens"]
+    assert three["usage"]["prompt_tokens"] == one["usage"]["prompt_tokens"]
+    for extra, param in (({"n": 2, "stream": True}, "stream"), ({"n": 17}, "n")):
+        response = httpx.post(served.url + "/v1/chat/completions", json=CHAT | extra, timeout=30)
+        assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+
+
 def test_n_predict_wins_over_max_tokens_as_in_llama_server(served):
     body = CHAT | {"max_tokens": 9, "n_predict": 3}
     usage = httpx.post(served.url + "/v1/chat/completions", json=body, timeout=30).json()["usage"]

@@ -118,6 +118,9 @@ def test_apply_template_gives_the_prompt_chat_would_use(coder):
                       "<|im_start|>assistant\n")
     bad = httpx.post(coder.url + "/apply-template", json={"messages": []}, timeout=30)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"
+    counted = post(coder.url, "/v1/chat/completions/input_tokens", {"messages": messages})["input_tokens"]
+    usage = post(coder.url, "/v1/chat/completions", {"messages": messages, "max_tokens": 1})["usage"]
+    assert counted == usage["prompt_tokens"] == len(post(coder.url, "/tokenize", {"content": prompt, "add_special": True})["tokens"])
 
 
 def test_a_final_assistant_message_is_continued_as_llama_servers_prefill(coder, fim_models):

@@ -104,7 +104,7 @@ def value(text: str, name: str) -> float:
     ({"messages": MESSAGES, "max_tokens": True}, 400, "max_tokens"),
     ({"messages": MESSAGES, "max_tokens": 0}, 400, "max_tokens"),
     ({"messages": MESSAGES, "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
-    ({"messages": MESSAGES, "n": 2}, 400, "n"),
+    ({"messages": MESSAGES, "n": 0}, 400, "n"),
     ({"messages": MESSAGES, "model": 4}, 400, "model"),
     ({"messages": MESSAGES, "seed": -5}, 400, "seed"),
     ({"messages": MESSAGES, "seed": 10**29}, 400, "seed"),
