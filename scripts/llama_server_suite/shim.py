@@ -26,15 +26,16 @@ PASSED = {"--port": "--port", "--host": "--host", "--api-key": "--api-key", "--c
           "--threads": "--threads", "--alias": "--alias", "--cors-origins": "--cors-origins",
           "--parallel": "--parallel", "-np": "--parallel", "--tags": "--tags", "-a": "--alias",
           "--reasoning": "--reasoning", "-rea": "--reasoning", "--chat-template-kwargs": "--chat-template-kwargs",
-          "--chat-template-file": "--chat-template-file"}
-PATHS = {"--chat-template-file"}   # relative to where the suite runs: made absolute (serve runs in the repository)
+          "--chat-template-file": "--chat-template-file", "--model-draft": "-md", "-md": "-md"}
+# files named relative to where the suite runs: made absolute, since serve runs in the repository
+PATHS = {"--chat-template-file", "--model-draft", "-md"}
 # llama-server switches that Quickdraft's serve takes under its own name
 SWITCHES = {"--slots": "--slots", "--no-slots": "--no-slots", "--ui": "--ui", "--no-ui": "--no-ui",
             "--webui": "--ui", "--no-webui": "--no-ui", "--metrics": "--metrics",
             "--cont-batching": "--cont-batching", "-cb": "--cont-batching",
             "--no-cont-batching": "--no-cont-batching", "-nocb": "--no-cont-batching"}
 # llama-server options with a value that only choose a model or tune llama-server's own machinery
-DROPPED_WITH_VALUE = {"--temp", "--seed", "--hf-repo", "--hf-file", "--model", "--model-url", "--model-draft",
+DROPPED_WITH_VALUE = {"--temp", "--seed", "--hf-repo", "--hf-file", "--model", "--model-url",
                       "--batch-size", "--ubatch-size", "--n-gpu-layers", "--n-predict",
                       "-ctk", "-ctv", "-fa", "--pooling", "--reasoning-format",
                       "--chat-template", "--spec-type", "--spec-draft-n-max",
