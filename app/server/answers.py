@@ -59,7 +59,7 @@ def chat_prompt(engine: AnswerEngine, request: ApiRequest) -> tuple[Prompt, Answ
     active = choice is not None and choice.mode != "none"
     messages = check_messages(list(request.messages))
     continued = messages.pop()["content"] if request.continues_final else None   # the answer's own start
-    variables = dict(request.template_variables)
+    variables = dict(request.template_variables) | ({} if request.generation_prompt else {"add_generation_prompt": False})
     support = None
     if active or needs_template(messages, None):
         support = tool_support(template)

@@ -68,22 +68,26 @@ class ApiRequest:
     ignore_eos: bool = False                 # llama-server's: end-of-generation tokens are banned
     grammar: str | None = None               # GBNF the answer follows (grammar, json_schema, response_format)
     continues_final: bool = False            # chat: the answer goes on from the final assistant message
+    generation_prompt: bool = True           # chat: False, the prompt is the messages alone (add_generation_prompt)
 
 
 def parse_chat(body: Any) -> ApiRequest:
     body = json_object(body)
     check_model(body)
     messages = _messages(body.get("messages"))
+    continues = _continues_final(body, messages)
+    alone = not continues and body.get("add_generation_prompt") is False
     return ApiRequest("chat", sampling_from(body), messages=messages, tools=_tool_choice(body),
-                      template_variables=_template_variables(body), continues_final=_continues_final(body, messages),
-                      **delivery_from(body))
+                      template_variables=_template_variables(body), continues_final=continues,
+                      generation_prompt=not alone, **delivery_from(body))
 
 
 def _continues_final(body: dict, messages: tuple[dict, ...]) -> bool:
     """Whether the answer goes on from the final assistant message, as llama-server decides it (its
     assistant prefill; vLLM's ``continue_final_message``): when asked, with ``add_generation_prompt``
     false, or when the conversation ends with an assistant message after one that is not. The message
-    continued is text: one holding tool calls cannot be continued."""
+    continued is text: one holding tool calls cannot be continued. (``add_generation_prompt`` false
+    alone leaves the prompt at the messages' end: the answer goes on from the last one, whoever wrote it.)"""
     asked = body.get("continue_final_message")
     if asked not in (None, False, True, "content"):
         raise ApiError(400, "'continue_final_message' must be true, false or \"content\" (an answer's reasoning "
@@ -91,10 +95,6 @@ def _continues_final(body: dict, messages: tuple[dict, ...]) -> bool:
     generation_prompt = field_value(body, "add_generation_prompt", bool, "true or false")
     ends_with_answer = messages[-1]["role"] == "assistant"
     if asked in (None, False):
-        if generation_prompt is False:
-            raise ApiError(400, "'add_generation_prompt': false needs 'continue_final_message': the prompt ends "
-                           "where the assistant's answer begins, or goes on from its final message.",
-                           param="add_generation_prompt")
         if not ends_with_answer:
             return False
         if len(messages) > 1 and messages[-2]["role"] == "assistant":
@@ -300,8 +300,8 @@ def with_template_defaults(request: ApiRequest, defaults: dict) -> ApiRequest:
 
 
 def template_defaults(kwargs_json: str | None, reasoning: str = "auto") -> dict:
-    """serve's --chat-template-kwargs (a JSON object) and --reasoning (on: enable_thinking true, off: false,
-    auto: as the template decides) as template variables; a ValueError says what is wrong."""
+    """serve's --chat-template-kwargs (a JSON object) and --reasoning (off: enable_thinking false; on and auto:
+    true, as llama-server) as template variables; a ValueError says what is wrong."""
     try:
         variables = json.loads(kwargs_json) if kwargs_json else {}
     except json.JSONDecodeError as exc:
@@ -311,8 +311,9 @@ def template_defaults(kwargs_json: str | None, reasoning: str = "auto") -> dict:
     reserved = [name for name in RESERVED_TEMPLATE_NAMES if name in variables]
     if reserved:
         raise ValueError(f"--chat-template-kwargs may not set {', '.join(reserved)}: the server sets them")
-    if reasoning != "auto":
-        variables["enable_thinking"] = reasoning == "on"
+    # llama-server tells a template that reads enable_thinking to think unless --reasoning off: the
+    # templates in llama.cpp's repository that read it close the reasoning block when it is missing
+    variables["enable_thinking"] = reasoning != "off"
     return variables
 
 

@@ -25,8 +25,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cont-batching", "-nocb", dest="cont_batching", action="store_false",
                    help="each slot decodes alone, the slots taking turns")
     p.add_argument("--reasoning", "-rea", choices=("on", "off", "auto"), default="auto",
-                   help="thinking models think (on) or not (off) unless a request says, or as their template decides "
-                        "(auto; default)")
+                   help="thinking models think (on, or auto: the default, as llama-server) or not (off) unless a "
+                        "request says")
     p.add_argument("--chat-template-kwargs", metavar="JSON",
                    help="names every request's chat template reads unless the request sets them, as a JSON object")
     p.add_argument("--queue", type=int, default=8,

@@ -78,8 +78,7 @@ def test_cors_origins_can_be_listed(tiny_models):
 # --- OpenAI fields ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("field, value", [("logprobs", "yes"), ("top_logprobs", 2), ("presence_penalty", 0.5),
-                                          ("frequency_penalty", 1), ("continue_final_message", True),
-                                          ("add_generation_prompt", False)])
+                                          ("frequency_penalty", 1), ("continue_final_message", True)])
 def test_fields_quickdraft_cannot_honour_are_refused_naming_them(served, field, value):
     response = httpx.post(served.url + "/v1/chat/completions", json=CHAT | {field: value})
     assert response.status_code == 400 and response.json()["error"]["param"] == field

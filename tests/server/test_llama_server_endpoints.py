@@ -138,12 +138,18 @@ def test_a_final_assistant_message_is_continued_as_llama_servers_prefill(coder, 
     for body, param in ((explicit | {"add_generation_prompt": True}, "continue_final_message"),
                         ({"messages": asked + [{"role": "assistant", "content": "x"}]}, "messages"),
                         ({"messages": asked[:1], "continue_final_message": True, "add_generation_prompt": False},
-                         "continue_final_message"),
-                        ({"messages": asked[:1], "add_generation_prompt": False}, "add_generation_prompt")):
+                         "continue_final_message")):
         response = httpx.post(coder.url + "/v1/chat/completions", json=body, timeout=30)
         assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
     refused = httpx.post(coder.url + "/completion", json={"prompt": "x", "continue_final_message": True}, timeout=30)
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "continue_final_message"
+    # add_generation_prompt false alone: the messages and nothing after them, the answer going on from there
+    alone_prompt = post(coder.url, "/apply-template", {"messages": asked[:1], "add_generation_prompt": False})["prompt"]
+    assert alone_prompt == "<|im_start|>user\nhi<|im_end|>\n"
+    tokens = post(coder.url, "/tokenize", {"content": alone_prompt, "add_special": True})["tokens"]
+    answer = post(coder.url, "/v1/chat/completions", {"messages": asked[:1], "add_generation_prompt": False,
+                                                      "max_tokens": 6, "temperature": 0})
+    assert answer["choices"][0]["message"]["content"] == alone(fim_models[0], tokens, 6)[0]
 
 
 def test_props_tells_what_the_server_has(coder, fim_models):

@@ -107,7 +107,8 @@ def test_bad_chat_template_kwargs_are_named(kwargs, words):
 
     with pytest.raises(ValueError, match=words):
         template_defaults(kwargs)
-    assert template_defaults('{"a": 1}', "on") == {"a": 1, "enable_thinking": True} and template_defaults(None) == {}
+    assert template_defaults('{"a": 1}', "on") == {"a": 1, "enable_thinking": True}
+    assert template_defaults(None) == {"enable_thinking": True} and template_defaults(None, "off") == {"enable_thinking": False}
 
 
 def test_no_metrics_answers_501_and_metrics_carry_the_start_time_and_decodes(tiny_models):

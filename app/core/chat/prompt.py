@@ -65,20 +65,34 @@ def render_prompt(messages: Sequence[Message], template: str | None, bos_token: 
         try:
             return RenderedPrompt(_render_jinja(template, messages, bos_token, eos_token, variables or {}), True)
         except _TemplateTooCostly as exc:
-            return RenderedPrompt(render_plain(messages), False,
+            return RenderedPrompt(render_plain(messages, answer_begins(variables)), False,
                                   f"The model's chat template {exc}; a plain transcript was used instead.", str(exc))
         except Exception as exc:   # a template our Jinja cannot render: the plain format still works
-            return RenderedPrompt(render_plain(messages), False, failure=f"{type(exc).__name__}: {exc}")
-    return RenderedPrompt(render_plain(messages), False, failure="the model has no chat template")
+            return RenderedPrompt(render_plain(messages, answer_begins(variables)), False,
+                                  failure=f"{type(exc).__name__}: {exc}")
+    return RenderedPrompt(render_plain(messages, answer_begins(variables)), False, failure="the model has no chat template")
 
 
-def render_plain(messages: Sequence[Message]) -> str:
+def render_plain(messages: Sequence[Message], answer: bool = True) -> str:
     lines = [f"{m['role'].capitalize()}: {m.get('content') or ''}" for m in messages]
-    return "\n\n".join(lines) + "\n\nAssistant:"
+    return "\n\n".join(lines) + ("\n\nAssistant:" if answer else "")
+
+
+def answer_begins(variables: Mapping[str, Any] | None) -> bool:
+    """Whether the prompt ends where the assistant's answer begins (the generation prompt): unless the
+    server was asked for the messages alone (llama-server's add_generation_prompt false)."""
+    return bool((variables or {}).get("add_generation_prompt", True))
 
 
 class _TemplateTooCostly(Exception):
     pass
+
+
+def _today() -> dict[str, str]:
+    """The date, in the two variables llama.cpp gives every template (Llama 3.x's system prompt tells the
+    model today's date from ``date_string``; without it the template writes its own, 26 Jul 2024)."""
+    now = datetime.now()
+    return {"date_string": now.strftime("%d %b %Y"), "datetime": now.strftime("%b %d %Y")}
 
 
 def _render_jinja(template: str, messages: Sequence[Message], bos_token: str, eos_token: str,
@@ -89,8 +103,9 @@ def _render_jinja(template: str, messages: Sequence[Message], bos_token: str, eo
     size = 0
     try:
         with Deadline(RENDER_TIME_LIMIT_S):
-            for chunk in _compile(template).generate({**variables, "messages": [dict(m) for m in messages],
-                                                      "add_generation_prompt": True, "bos_token": bos_token,
+            for chunk in _compile(template).generate({**_today(), **variables, "messages": [dict(m) for m in messages],
+                                                      "add_generation_prompt": answer_begins(variables),
+                                                      "bos_token": bos_token,
                                                       "eos_token": eos_token}):
                 size += len(chunk)
                 if size > RENDER_MAX_CHARS:
@@ -248,13 +263,13 @@ def prompt_tokens(model, messages: Sequence[Message], variables: Mapping[str, An
             text += piece
         tokens = _template_tokens(model, text, messages, guarded)
         if tokens is None:   # the template rewrote message text that holds control-token text
-            rendered = RenderedPrompt(render_plain(messages), False, rendered.warning,
+            rendered = RenderedPrompt(render_plain(messages, answer_begins(variables)), False, rendered.warning,
                                       "it rewrites message text that spells the model's control tokens")
     if tokens is None:
         if needs_template(messages, variables):
             raise ChatTemplateError(f"The model's chat template cannot render this conversation with its tools "
                                     f"({rendered.failure}); a plain transcript would lose them.")
-        text = render_plain(messages) + "".join(piece for piece, _ in prefill)
+        text = render_plain(messages, answer_begins(variables)) + "".join(piece for piece, _ in prefill)
         tokens = model.tokenize(text, add_special=False, parse_special=False)
     if model.add_bos and tokens[:1] != [model.bos]:
         tokens = [model.bos, *tokens]
