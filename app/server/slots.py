@@ -71,7 +71,9 @@ class Slot:
         self.decoded = 0
 
     def release(self) -> None:
+        """The answer ended: an idle slot shows no budget and nothing decoded, as llama-server's."""
         self.job = self.steps = None
+        self.decoded = 0
         self.last_used = time.perf_counter()
 
     def describe(self, n_ctx: int, speculative: bool) -> dict:
