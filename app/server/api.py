@@ -69,6 +69,7 @@ class ApiRequest:
     grammar: str | None = None               # GBNF the answer follows (grammar, json_schema, response_format)
     continues_final: bool = False            # chat: the answer goes on from the final assistant message
     generation_prompt: bool = True           # chat: False, the prompt is the messages alone (add_generation_prompt)
+    verbose: bool = False                    # an OpenAI answer also carries llama-server's __verbose (its native body)
 
 
 def parse_chat(body: Any) -> ApiRequest:
@@ -184,6 +185,7 @@ def delivery_from(body: dict) -> dict:
         "stream": bool(field_value(body, "stream", bool, "true or false", False)),
         "include_usage": bool(field_value(options, "include_usage", bool, "true or false", False)),
         "timings_per_token": bool(field_value(body, "timings_per_token", bool, "true or false", False)),
+        "verbose": bool(field_value(body, "verbose", bool, "true or false", False)),
     }
 
 

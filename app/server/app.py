@@ -26,6 +26,8 @@ from app.server.answers import AnswerStream, answer_message
 from app.server.access import ApiKey, Cors, default_origins
 from app.server.api import ApiError, parse_chat, parse_completion
 from app.server.bodies import body_bytes, json_body
+from app.server.native_api import NativeOptions
+from app.server.native_responses import NativeAnswer
 from app.server.native_routes import NativeRoutes
 from app.server.options import ServerOptions, comma_separated, switched_off
 from app.server.web_page import WEB_PAGE_PATHS, web_page
@@ -199,14 +201,26 @@ class OpenAIReply:
         self.job = job
         self.shape = ResponseShape(job.request.kind, alias or job.pair.model_id, job.drafting is not DrafterKind.NONE,
                                    logprobs=job.request.sampling.logprobs is not None)
+        self.native = NativeAnswer(self.shape.model_id, first.prompt_tokens, job.prompt_text, job.sampling,
+                                   job.request.stream, NativeOptions(), self.shape.speculative)
 
     async def whole(self) -> dict:
         summary = await summary_of(self.job)
         if summary.error is not None:
             raise ApiError(500, summary.error, type="server_error")
         if _reads_answer(self.shape, self.job):
-            return self.shape.complete(summary, *answer_message(self.job.plan, summary.text))
-        return self.shape.complete(summary)
+            body = self.shape.complete(summary, *answer_message(self.job.plan, summary.text))
+        else:
+            body = self.shape.complete(summary)
+        return body | self.verbose(summary)
+
+    def verbose(self, summary: Summary) -> dict:
+        """llama-server's __verbose, when asked (the request's verbose, serve --verbose): the answer's native
+        body, the prompt as text among it."""
+        if not self.job.verbose:
+            return {}
+        timings = summary_timings(summary, self.shape.speculative)
+        return {"__verbose": self.native.final(summary, self.job.stopping_word, timings)}
 
     async def events(self, live: GenerationStats) -> AsyncIterator[bytes]:
         """A role chunk (chat), one chunk per text piece (for a chat answer read into parts, per delta
@@ -241,7 +255,7 @@ class OpenAIReply:
                                    for i, d in enumerate(deltas or [{}]))
                 elif held:   # tokens that showed no text (a character cut short at the end)
                     yield sse(shape.chunk("", probs=held))
-                yield _closing(shape, summary, job, bool(answer is not None and answer.calls))
+                yield _closing(shape, summary, job, bool(answer is not None and answer.calls), self.verbose(summary))
 
 
 def _not_loaded() -> ApiError:
@@ -308,14 +322,15 @@ def _live_timings(job: Job, shape: ResponseShape, live: GenerationStats) -> dict
     return live_timings(live, shape.speculative) if job.request.timings_per_token else None
 
 
-def _closing(shape: ResponseShape, s: Summary, job: Job, calls: bool = False) -> bytes:
+def _closing(shape: ResponseShape, s: Summary, job: Job, calls: bool = False, verbose: dict | None = None) -> bytes:
+    """The finish chunk (with ``verbose``'s __verbose, as llama-server's first chunk of its final result),
+    and the usage chunk when asked; the timings go with the last of them, as llama-server sends them."""
     if s.error is not None:
         return sse(ApiError(500, s.error, type="server_error").body())
     finish, timings = finish_reason(s, calls), summary_timings(s, shape.speculative)
     if not job.request.include_usage:
-        return sse(shape.chunk(None, finish, timings=timings))
-    # the timings go with the last chunk, as llama-server sends them: the usage chunk when there is one
-    return sse(shape.chunk(None, finish)) + sse(shape.usage_chunk(s) | {"timings": timings})
+        return sse(shape.chunk(None, finish, timings=timings) | (verbose or {}))
+    return sse(shape.chunk(None, finish) | (verbose or {})) + sse(shape.usage_chunk(s) | {"timings": timings})
 
 
 async def _api_error(request: Request, exc: ApiError) -> Response:

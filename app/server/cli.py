@@ -32,6 +32,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queue", type=int, default=8,
                    help="requests that may wait while all slots answer; more get 429 with Retry-After (8)")
     p.add_argument("--log-requests", action="store_true", help="print one line per HTTP request")
+    p.add_argument("--verbose", action="store_true",
+                   help="every OpenAI answer also carries llama-server's __verbose (the prompt as text, the native "
+                        "body); a request asks for it alone with \"verbose\": true")
     p.add_argument("--state-cache-mb", type=int, default=2048,
                    help="disk kept for the caches of conversations left, so that a client coming back reads "
                         "only its new message (2048; 0 = none)")
@@ -75,6 +78,7 @@ def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
                         merge=args.cont_batching)
     try:
         jobs.template_defaults = template_defaults(args.chat_template_kwargs, args.reasoning)
+        jobs.verbose = args.verbose
     except ValueError as exc:
         raise QuickdraftError(str(exc)) from None
     # bind before loading, so a taken port or a wrong address fails before minutes of loading

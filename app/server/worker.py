@@ -58,6 +58,7 @@ class Job:
     sampling: SamplingParams | None = None   # the request's, logit_bias's texts made tokens, set there too
     prompt_text: str = ""           # completion, infill: the prompt as text (control tokens shown), set there too
     stopping_word: str = ""         # the stop string that ended the answer, set there before the Summary is posted
+    verbose: bool = False           # its answer carries __verbose (the request's or serve --verbose), set there too
 
     def post(self, item) -> None:
         try:
@@ -89,6 +90,7 @@ class JobQueue:
         self._answering: list[Job] = []   # the jobs being answered now (one per slot)
         self.parallel = 1                 # how many are answered at once (ThreadedJobs' slots)
         self.template_defaults: dict = {}  # what every chat template reads unless the request says (serve's flags)
+        self.verbose = False               # every OpenAI answer carries __verbose (serve --verbose)
         self._stopping = False
         self._cond = threading.Condition()
         self._durations: deque[float] = deque(maxlen=RECENT_JOBS)
@@ -218,7 +220,8 @@ class JobQueue:
             return Failed(ApiError(400, str(exc)))
         except ApiError as exc:
             return Failed(exc)
-        if job.request.kind != "chat":   # llama-server's native answers show their prompt
+        job.verbose = self.verbose or job.request.verbose
+        if job.request.kind != "chat" or job.verbose:   # llama-server's native answers show their prompt
             job.prompt_text = _text(self._engine.pieces(tokens))
         return tokens
 

@@ -33,7 +33,7 @@ PATHS = {"--chat-template-file", "--model-draft", "-md"}
 SWITCHES = {"--slots": "--slots", "--no-slots": "--no-slots", "--ui": "--ui", "--no-ui": "--no-ui",
             "--webui": "--ui", "--no-webui": "--no-ui", "--metrics": "--metrics",
             "--cont-batching": "--cont-batching", "-cb": "--cont-batching",
-            "--no-cont-batching": "--no-cont-batching", "-nocb": "--no-cont-batching"}
+            "--no-cont-batching": "--no-cont-batching", "-nocb": "--no-cont-batching", "--verbose": "--verbose"}
 # llama-server options with a value that only choose a model or tune llama-server's own machinery
 DROPPED_WITH_VALUE = {"--temp", "--seed", "--hf-repo", "--hf-file", "--model", "--model-url",
                       "--batch-size", "--ubatch-size", "--n-gpu-layers", "--n-predict",

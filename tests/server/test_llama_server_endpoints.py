@@ -152,6 +152,23 @@ def test_a_final_assistant_message_is_continued_as_llama_servers_prefill(coder, 
     assert answer["choices"][0]["message"]["content"] == alone(fim_models[0], tokens, 6)[0]
 
 
+def test_verbose_answers_carry_llama_servers_native_body_with_the_prompt(coder):
+    """"verbose": true (or serve --verbose) adds llama-server's __verbose to an OpenAI answer: its native
+    body, the prompt the template made among it; at the end of a stream, on the finish chunk."""
+    messages = [{"role": "user", "content": "hi"}]
+    prompt = post(coder.url, "/apply-template", {"messages": messages})["prompt"]
+    body = {"messages": messages, "max_tokens": 4, "temperature": 0}
+    plain = post(coder.url, "/v1/chat/completions", body)
+    verbose = post(coder.url, "/v1/chat/completions", body | {"verbose": True})
+    assert "__verbose" not in plain and verbose["__verbose"]["prompt"].endswith(prompt)   # after BOS, as llama-server's
+    assert verbose["__verbose"]["content"] == verbose["choices"][0]["message"]["content"]
+    assert verbose["__verbose"]["tokens_predicted"] == verbose["usage"]["completion_tokens"]
+    streamed = httpx.post(coder.url + "/v1/chat/completions", json=body | {"verbose": True, "stream": True}, timeout=60)
+    chunks = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    [finish] = [c for c in chunks if c.get("choices") and c["choices"][0]["finish_reason"]]
+    assert finish["__verbose"]["prompt"].endswith(prompt) and sum("__verbose" in c for c in chunks) == 1
+
+
 def test_props_tells_what_the_server_has(coder, fim_models):
     props = httpx.get(coder.url + "/props", timeout=30).json()
     assert props["model_path"] == str(fim_models[0]) and props["total_slots"] == DEFAULT_PARALLEL and props["endpoint_slots"]
