@@ -146,7 +146,6 @@ class _Handlers:
             if not streaming:
                 _finish(watcher, self.jobs, job)
 
-
     async def generate_each(self, request: Request, bodies: list, parse: Callable, reply: Callable) -> Response:
         """Several prompts in one request (llama-server's /completion given an array of prompts): the
         answers as one JSON array in the prompts' order (``answer_each``)."""
