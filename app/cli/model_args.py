@@ -32,7 +32,8 @@ def model_params(args):
 
     device = args.device or "auto"
     main = ModelParams(args.main, n_gpu_layers=args.gpu_layers, n_ctx=args.ctx, n_threads=args.threads, device=device,
-                       use_mmap=args.mmap, chat_template=chat_template_file(getattr(args, "chat_template_file", None)))
+                       use_mmap=args.mmap, chat_template=chat_template_file(getattr(args, "chat_template_file", None)),
+                       chat_template_name=chat_template_name(getattr(args, "chat_template", None)))
     if not args.draft:
         return main, None
     try:
@@ -43,8 +44,22 @@ def model_params(args):
 
 
 def add_chat_template_arg(p) -> None:
-    p.add_argument("--chat-template-file", metavar="FILE",
-                   help="a Jinja chat template to use instead of the main model's own (as llama-server's)")
+    template = p.add_mutually_exclusive_group()
+    template.add_argument("--chat-template-file", metavar="FILE",
+                          help="a Jinja chat template to use instead of the main model's own (as llama-server's)")
+    template.add_argument("--chat-template", metavar="NAME",
+                          help="one of llama.cpp's built-in templates instead (chatml, llama3, mistral-v7, ...)")
+
+
+def chat_template_name(name: str | None) -> str | None:
+    """``--chat-template NAME``, checked against llama.cpp's names."""
+    from app.core.errors import InvalidParameterError
+    from app.core.llama import named_templates
+
+    if name and name not in named_templates.names():
+        raise InvalidParameterError("--chat-template", f"{name!r} is not one of llama.cpp's built-in templates "
+                                    f"({', '.join(named_templates.names())})")
+    return name or None
 
 
 def chat_template_file(path: str | None) -> str | None:

@@ -206,6 +206,7 @@ class ModelParams:
     device: str = AUTO        # AUTO (the GPU a user would pick), "cpu" (none), or a device name: CUDA0, Vulkan1
     load_mtp: bool = False    # also load the model's MTP (nextn) layers, so that it can draft for itself
     chat_template: str | None = None   # a Jinja chat template used instead of the file's own (None: the file's)
+    chat_template_name: str | None = None   # or one of llama.cpp's built-in templates by name (chatml, llama3, ...)
 
     def __post_init__(self) -> None:
         _require("n_gpu_layers", self.n_gpu_layers, _gpu_layers_ok(self.n_gpu_layers),

@@ -26,7 +26,8 @@ PASSED = {"--port": "--port", "--host": "--host", "--api-key": "--api-key", "--c
           "--threads": "--threads", "--alias": "--alias", "--cors-origins": "--cors-origins",
           "--parallel": "--parallel", "-np": "--parallel", "--tags": "--tags", "-a": "--alias",
           "--reasoning": "--reasoning", "-rea": "--reasoning", "--chat-template-kwargs": "--chat-template-kwargs",
-          "--chat-template-file": "--chat-template-file", "--model-draft": "-md", "-md": "-md"}
+          "--chat-template-file": "--chat-template-file", "--model-draft": "-md", "-md": "-md",
+          "--chat-template": "--chat-template"}
 # files named relative to where the suite runs: made absolute, since serve runs in the repository
 PATHS = {"--chat-template-file", "--model-draft", "-md"}
 # llama-server switches that Quickdraft's serve takes under its own name
@@ -38,7 +39,7 @@ SWITCHES = {"--slots": "--slots", "--no-slots": "--no-slots", "--ui": "--ui", "-
 DROPPED_WITH_VALUE = {"--temp", "--seed", "--hf-repo", "--hf-file", "--model", "--model-url",
                       "--batch-size", "--ubatch-size", "--n-gpu-layers", "--n-predict",
                       "-ctk", "-ctv", "-fa", "--pooling", "--reasoning-format",
-                      "--chat-template", "--spec-type", "--spec-draft-n-max",
+                      "--spec-type", "--spec-draft-n-max",
                       "--spec-draft-n-min", "--models-dir", "--models-max", "--models-preset",
                       "--slot-save-path", "--grp-attn-n", "--grp-attn-w", "--lora", "--mmproj-url",
                       "--media-path", "--sleep-idle-seconds", "--cache-ram", "--tools", "--tools-runtime",

@@ -79,18 +79,19 @@ def test_generate_from_a_messages_file_with_sampling(tiny_models, tmp_path):
     assert json.loads(a.stdout)["text"] == json.loads(b.stdout)["text"]
 
 
-@pytest.mark.parametrize("case", ["missing", "garbage", "incompatible", "template"])
+@pytest.mark.parametrize("case", ["missing", "garbage", "incompatible", "template", "template name"])
 def test_user_errors_are_one_clear_line(tiny_models, tmp_path, case):
     garbage = tmp_path / "garbage.gguf"
     garbage.write_bytes(b"\x00" * 100)
     args = {"missing": ["-m", str(tmp_path / "none.gguf")],
             "garbage": ["-m", str(garbage)],
             "incompatible": ["-m", str(tiny_models.main), "-md", str(tiny_models.incompatible)],
-            "template": ["-m", str(tiny_models.main), "--chat-template-file", str(tmp_path / "none.jinja")]}[case]
+            "template": ["-m", str(tiny_models.main), "--chat-template-file", str(tmp_path / "none.jinja")],
+            "template name": ["-m", str(tiny_models.main), "--chat-template", "chatmll"]}[case]
     r = quickdraft("generate", *args, "-p", "x", tmp_path=tmp_path)
     assert r.returncode == 1
     assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
-    assert case != "template" or "--chat-template-file" in r.stderr
+    assert not case.startswith("template") or ("--chat-template" in r.stderr and "\n" not in r.stderr.strip())
 
 
 def test_generate_with_a_draft_of_another_vocabulary_gives_the_main_models_answer(tiny_models, tmp_path):

@@ -83,3 +83,13 @@ def test_the_shim_passes_a_chat_template_file_and_the_reasoning_switch(tiny_mode
         assert prompt == "[user:hi]<think=False x=7>[assistant:"
         asked = {"messages": messages, "chat_template_kwargs": {"enable_thinking": True}}
         assert httpx.post(url + "/apply-template", json=asked).json()["prompt"] == "[user:hi]<think=True x=7>[assistant:"
+
+
+def test_the_shim_passes_a_built_in_template_by_name(tiny_models):
+    """--chat-template NAME: llama.cpp's own rendering of its built-in template (the tiny model has none)."""
+    with shim_serving(tiny_models, ["--chat-template", "chatml"]) as (url, _):
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+        prompt = httpx.post(url + "/apply-template", json={"messages": messages}).json()["prompt"]
+        assert prompt == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        answer = httpx.post(url + "/v1/chat/completions", json={"messages": messages, "max_tokens": 3}).json()
+        assert answer["usage"]["completion_tokens"] == 3

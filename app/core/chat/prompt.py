@@ -24,6 +24,7 @@ from app.core.chat.deadline import Deadline, DeadlineExceeded
 from app.core.chat.messages import check_messages
 from app.core.chat.reasoning import ThinkingFormat
 from app.core.errors import ChatTemplateError, InvalidMessagesError
+from app.core.llama import named_templates
 
 __all__ = ["Message", "Prompt", "RenderedPrompt", "check_messages", "prompt_tokens", "render_plain", "render_prompt"]
 
@@ -252,9 +253,14 @@ def prompt_tokens(model, messages: Sequence[Message], variables: Mapping[str, An
     as one text (as llama.cpp would tokenize the prompt with it: no word boundary at the seam)."""
     messages = check_messages(messages)
     slots = _Slots(model)
-    rendered = render_prompt([slots.message(m) for m in messages], model.chat_template(),
-                             model.token_text(model.bos), model.token_text(model.eos),
-                             slots.protect(dict(variables or {})))
+    named = getattr(getattr(model, "params", None), "chat_template_name", None)
+    if named:   # llama.cpp's own rendering of a built-in template (--chat-template NAME)
+        rendered = RenderedPrompt(named_templates.render(named, [slots.message(m) for m in messages],
+                                                         answer_begins(variables)), True)
+    else:
+        rendered = render_prompt([slots.message(m) for m in messages], model.chat_template(),
+                                 model.token_text(model.bos), model.token_text(model.eos),
+                                 slots.protect(dict(variables or {})))
     tokens = None
     if rendered.templated:
         text, guarded = slots.restore(rendered.text)

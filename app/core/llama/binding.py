@@ -86,8 +86,8 @@ class LlamaModel:
         return self._vocab
 
     def chat_template(self) -> str | None:
-        if self.params.chat_template is not None:   # the user's (--chat-template-file) over the file's own
-            return self.params.chat_template
+        if self.params.chat_template is not None or self.params.chat_template_name:   # the user's over the file's
+            return self.params.chat_template   # a built-in template by name is no Jinja (named_templates.py)
         raw = lib().llama_model_chat_template(self._model, None)
         return raw.decode("utf-8", "replace") if raw else None
 
