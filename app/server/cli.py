@@ -78,9 +78,9 @@ def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
                         merge=args.cont_batching)
     try:
         jobs.template_defaults = template_defaults(args.chat_template_kwargs, args.reasoning)
-        jobs.verbose = args.verbose
     except ValueError as exc:
         raise QuickdraftError(str(exc)) from None
+    jobs.verbose = args.verbose
     # bind before loading, so a taken port or a wrong address fails before minutes of loading
     options = ServerOptions(api_key=args.api_key, aliases=args.alias, tags=args.tags, cors_origins=args.cors_origins,
                             slots_endpoint=args.slots, metrics_endpoint=args.metrics, web_ui=args.ui)
