@@ -70,6 +70,7 @@ class ApiRequest:
     continues_final: bool = False            # chat: the answer goes on from the final assistant message
     generation_prompt: bool = True           # chat: False, the prompt is the messages alone (add_generation_prompt)
     verbose: bool = False                    # an OpenAI answer also carries llama-server's __verbose (its native body)
+    id_slot: int = -1                        # the slot that answers it (llama-server's id_slot; -1: any)
 
 
 def parse_chat(body: Any) -> ApiRequest:
@@ -186,7 +187,16 @@ def delivery_from(body: dict) -> dict:
         "include_usage": bool(field_value(options, "include_usage", bool, "true or false", False)),
         "timings_per_token": bool(field_value(body, "timings_per_token", bool, "true or false", False)),
         "verbose": bool(field_value(body, "verbose", bool, "true or false", False)),
+        "id_slot": _id_slot(body),
     }
+
+
+def _id_slot(body: dict) -> int:
+    """llama-server's id_slot: the slot that answers (-1: any); one past the slots is said when it is placed."""
+    slot = field_value(body, "id_slot", int, "an integer", -1)
+    if slot < -1:
+        raise ApiError(400, f"'id_slot' must be -1 (any slot) or a slot's number; got {slot}.", param="id_slot")
+    return slot
 
 
 def _messages(value: Any) -> tuple[dict, ...]:

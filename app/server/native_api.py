@@ -79,10 +79,6 @@ def _checked(body: Any) -> dict:
     body = json_object(body)
     check_model(body)
     refuse_chat_fields(body)
-    slot = field_value(body, "id_slot", int, "an integer", -1)
-    if slot not in (-1, 0):   # requests are not pinned to slots; 0 (llama-server's first) is taken as any
-        raise ApiError(400, f"'id_slot' must be -1 (any slot) or 0: requests are not pinned to a slot here; got {slot}.",
-                       param="id_slot")
     return body
 
 

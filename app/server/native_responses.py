@@ -16,7 +16,6 @@ from app.server.native_api import NativeOptions
 
 STOP_TYPES = {StopReason.EOG: "eos", StopReason.STOP_STRING: "word", StopReason.LENGTH: "limit",
               StopReason.CONTEXT: "limit"}
-SLOT = 0          # the one slot that answers
 
 
 @dataclass(frozen=True)
@@ -30,13 +29,14 @@ class NativeAnswer:
     stream: bool
     options: NativeOptions
     speculative: bool
+    slot: int = 0             # the slot that answered
 
     def chunk(self, text: str, token_ids: list[int], predicted: int, timings: dict | None,
               probs: Sequence[TokenProb] = ()) -> dict:
         """A streamed piece of the answer, with its tokens (always, as llama-server sends them) and, with
         ``n_probs``, their probabilities."""
         body = {"index": 0, "content": text, "tokens": token_ids,
-                "stop": False, "id_slot": SLOT, "tokens_predicted": predicted, "tokens_evaluated": self.n_prompt}
+                "stop": False, "id_slot": self.slot, "tokens_predicted": predicted, "tokens_evaluated": self.n_prompt}
         if self._probs:
             body["completion_probabilities"] = logprobs.native(probs, self.sampling.post_sampling_probs)
         return self._only_asked(body | ({"timings": timings} if timings is not None else {}))
@@ -50,7 +50,7 @@ class NativeAnswer:
         last event (its text and tokens already sent: empty here)."""
         tokens = list(s.token_ids) if self.options.return_tokens and not self.stream else []
         body = {
-            "index": 0, "content": "" if self.stream else s.text, "tokens": tokens, "id_slot": SLOT, "stop": True, "model": self.model,
+            "index": 0, "content": "" if self.stream else s.text, "tokens": tokens, "id_slot": self.slot, "stop": True, "model": self.model,
             "tokens_predicted": s.generated_tokens, "tokens_evaluated": s.prompt_tokens,
             "generation_settings": generation_settings(self.sampling, self.stream, self.speculative),
             "prompt": self.prompt_text, "has_new_line": "\n" in s.text,

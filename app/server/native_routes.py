@@ -42,7 +42,7 @@ class NativeReply:
         self.speculative = job.drafting is not DrafterKind.NONE
         request = job.request
         self.answer = NativeAnswer(alias or job.pair.model_id, first.prompt_tokens, job.prompt_text, job.sampling,
-                                   request.stream, options, self.speculative)
+                                   request.stream, options, self.speculative, job.slot)
 
     async def whole(self) -> dict:
         summary = await summary_of(self.job)

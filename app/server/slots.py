@@ -117,9 +117,16 @@ class SlotPool:
     def has_room(self) -> bool:
         return len(self.slots) < self.limit or any(slot.job is None for slot in self.slots)
 
-    def slot_for(self, tokens: Sequence[int]) -> Slot | None:
-        """The free slot whose cache the prompt continues; else an empty one; else a new slot while there is
-        room; else the free slot used least recently. None when every slot is busy."""
+    def busy_for(self, pinned: int) -> bool:
+        """Whether a job pinned to slot ``pinned`` (id_slot; -1: none) must wait for it."""
+        return 0 <= pinned < len(self.slots) and self.slots[pinned].job is not None
+
+    def slot_for(self, tokens: Sequence[int], pinned: int = -1) -> Slot | None:
+        """Slot ``pinned`` when the request names one; else the free slot whose cache the prompt continues;
+        else an empty one; else a new slot while there is room; else the free slot used least recently.
+        None when every slot is busy."""
+        if pinned >= 0:
+            return None if self.busy_for(pinned) else self.slots[pinned]
         free = [slot for slot in self.slots if slot.job is None]
         kept = {slot.index: slot.engine.cached_prefix(tokens) for slot in free}
         own = [slot for slot in free if slot.engine.cached_length
@@ -136,6 +143,11 @@ class SlotPool:
 
     def next_task(self) -> int:
         return next(self._tasks)
+
+    def open_through(self, index: int) -> None:
+        """Open the slots up to ``index`` (a request pinned to one not opened yet), as many as fit."""
+        while len(self.slots) <= index < self.limit and self._open() is not None:
+            pass
 
     def open_all(self) -> None:
         """Open every slot now (as llama-server allocates its slots at start): the first burst of
@@ -201,25 +213,40 @@ class SlotJobs(JobQueue):
             self.metrics.record_decode(len(waiting), sum(len(item.tokens) for item in waiting))
 
     def _admit(self) -> None:
-        """Waiting jobs, oldest first, into free slots (calls are answered at once, without one)."""
-        while True:
-            with self._cond:
-                if self._stopping or not self._waiting or (self._waiting[0].call is None and not self._pool.has_room()):
+        """Waiting jobs, oldest first, into free slots (calls are answered at once, without one). A job
+        pinned to a busy slot (id_slot) waits for it without holding up the jobs behind it."""
+        held: list[Job] = []
+        try:
+            while True:
+                with self._cond:
+                    if self._stopping or not self._waiting or (self._waiting[0].call is None and not self._pool.has_room()):
+                        return
+                    job = self._waiting.popleft()
+                    if job.call is None and self._pool.busy_for(job.request.id_slot):
+                        held.append(job)
+                        continue
+                    self._answering.append(job)
+                if job.call is not None:
+                    self._finish(job, self._run_call(job), time.perf_counter(), counted=False)
+                    continue
+                if not self._place(job):
                     return
-                job = self._waiting.popleft()
-                self._answering.append(job)
-            if job.call is not None:
-                self._finish(job, self._run_call(job), time.perf_counter(), counted=False)
-                continue
-            if not self._place(job):
-                return
+        finally:
+            with self._cond:
+                self._waiting.extendleft(reversed(held))
 
     def _place(self, job: Job) -> bool:
         """Prepare ``job`` and give it a slot; False (the job back at the queue's head) when none is free."""
         started = time.perf_counter()
+        self._pool.open_through(job.request.id_slot)
+        if job.request.id_slot >= len(self._pool.slots):
+            self._finish(job, Failed(ApiError(400, f"'id_slot' must be -1 (any slot) or a slot from 0 to "
+                                                   f"{len(self._pool.slots) - 1}; got {job.request.id_slot}.",
+                                              param="id_slot")), started, counted=False)
+            return True
         try:
             tokens = self._prepare(job)
-            slot = self._pool.slot_for(tokens) if not isinstance(tokens, Failed) else None
+            slot = self._pool.slot_for(tokens, job.request.id_slot) if not isinstance(tokens, Failed) else None
         except Exception as exc:
             self._finish(job, internal_error(exc), started)
             return True
@@ -231,6 +258,7 @@ class SlotJobs(JobQueue):
                 self._answering.remove(job)
                 self._waiting.appendleft(job)
             return False
+        job.slot = slot.index
         slot.take(job, self._answer(job, slot.engine, tokens), self._pool.next_task())
         return True
 

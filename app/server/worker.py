@@ -59,6 +59,7 @@ class Job:
     prompt_text: str = ""           # completion, infill: the prompt as text (control tokens shown), set there too
     stopping_word: str = ""         # the stop string that ended the answer, set there before the Summary is posted
     verbose: bool = False           # its answer carries __verbose (the request's or serve --verbose), set there too
+    slot: int = 0                   # the slot that answers it, set there too
 
     def post(self, item) -> None:
         try:

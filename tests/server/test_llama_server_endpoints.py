@@ -193,7 +193,7 @@ def test_completion_is_the_main_models_own_answer_in_llama_servers_shape(coder, 
     assert body["content"] == text and body["tokens"] == list(ids)
     assert body["tokens_predicted"] == len(ids) and body["tokens_evaluated"] == len(tokens)
     assert body["stop"] is True and body["stop_type"] in ("limit", "eos") and body["truncated"] is False
-    assert body["prompt"] == "<s> " + PROMPT and body["model"] == "coder" and body["id_slot"] == 0
+    assert body["prompt"] == "<s> " + PROMPT and body["model"] == "coder" and 0 <= body["id_slot"] < DEFAULT_PARALLEL
     assert body["generation_settings"]["n_predict"] == 12 and body["generation_settings"]["temperature"] == 0
     assert body["timings"]["predicted_n"] == len(ids) and body["timings"]["draft_n"] > 0
 
@@ -237,6 +237,11 @@ def test_completion_answers_several_prompts_each_as_alone(coder, fim_models):
     assert several.status_code == 400 and several.json()["error"]["param"] == "prompt"
 
 
+def test_completion_names_the_slot_that_answered_and_takes_the_slot_it_names(coder):
+    for slot in (2, 1):
+        assert post(coder.url, "/completion", {"prompt": PROMPT, "n_predict": 2, "id_slot": slot})["id_slot"] == slot
+
+
 def test_completion_stop_words_and_response_fields(coder):
     whole = post(coder.url, "/completion", {"prompt": PROMPT, "n_predict": 16, "temperature": 0})
     word = whole["content"][4:7]
@@ -262,7 +267,7 @@ def test_completion_seeded_sampling_repeats_and_cache_prompt_false_gives_the_sam
     ({"prompt": PROMPT, "n_predict": "ten"}, "n_predict"),
     ({"prompt": PROMPT, "n_predict": -2}, "n_predict"),
     ({"prompt": PROMPT, "temperature": 9}, "temperature"),
-    ({"prompt": PROMPT, "id_slot": 3}, "id_slot"),
+    ({"prompt": PROMPT, "id_slot": 9}, "id_slot"), ({"prompt": PROMPT, "id_slot": -2}, "id_slot"),
     ({"prompt": PROMPT, "n_probs": -1}, "n_probs"),
     ({"prompt": PROMPT, "n_probs": 2, "post_sampling_probs": "yes"}, "post_sampling_probs"),
     ({"prompt": PROMPT, "grammar": "root ::= this is (not valid GBNF"}, "grammar"),

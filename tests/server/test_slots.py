@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 
 from app.core.engine import Engine
 from app.core.params import DrafterKind, ModelParams, SpeculationParams
-from app.server.api import parse_chat
+from app.server.api import ApiError, parse_chat
 from app.server.slots import ThreadedJobs
 from app.server.streams import summary_of
 from app.server.worker import Failed
@@ -72,6 +73,26 @@ def test_a_short_answer_is_not_held_behind_a_long_one_and_each_is_its_own_greedy
         assert answers[drafter, 2] == answers[drafter, 1], drafter
     assert answers[DrafterKind.NONE, 2] == (greedy_text(tiny_models.main, LONG_PROMPT, 400),
                                             greedy_text(tiny_models.main, SHORT_PROMPT, 8))
+
+
+def pinned(messages, max_tokens: int, slot: int):
+    return parse_chat({"messages": messages, "temperature": 0, "max_tokens": max_tokens, "id_slot": slot})
+
+
+def test_a_request_pinned_to_a_busy_slot_waits_for_it_and_holds_up_no_other(tiny_models):
+    """llama-server's id_slot: the long answer and a short one both pinned to slot 0 take it in turn, and
+    a short one behind them that names no slot is answered in slot 1 meanwhile, first. A slot that is
+    not there is a 400."""
+    jobs = threaded(tiny_models.main, parallel=2)
+    try:
+        order, summaries = finishing_order(jobs, [pinned(LONG_PROMPT, 200, 0), pinned(SHORT_PROMPT, 8, 0),
+                                                  chat(SHORT_PROMPT, 8)])
+        assert order == [2, 0, 1], order
+        assert all(summary.error is None for summary in summaries)
+        with pytest.raises(ApiError, match="id_slot"):
+            finishing_order(jobs, [pinned(SHORT_PROMPT, 4, 2)])
+    finally:
+        jobs.stop()
 
 
 def test_each_client_keeps_its_own_cache_between_its_turns(tiny_models):
