@@ -19,8 +19,7 @@ from app.core.llama.library import version as llama_cpp_version
 from app.core.params import DrafterKind
 from app.core.speculation.events import Started
 from app.core.speculation.stats import GenerationStats
-from app.server.answers import chat_prompt
-from app.server.api import DEFAULT_SAMPLING, ApiRequest, parse_chat, several_prompts, with_template_defaults
+from app.server.api import DEFAULT_SAMPLING, ApiRequest, parse_chat, several_prompts
 from app.server.bodies import body_bytes, json_body
 from app.server.errors import ApiError
 from app.server.infill import mixed_tokens
@@ -113,8 +112,7 @@ class NativeRoutes:
     async def _chat_prompt(self, request: Request, answer: Callable) -> Response:
         body = await body_bytes(request)
         chat: ApiRequest = await asyncio.to_thread(lambda: parse_chat(json_body(body)))
-        return await self._call(lambda engine: answer(
-            chat_prompt(engine, with_template_defaults(chat, self.jobs.template_defaults))[0]))
+        return await self._call(lambda engine: answer(self.jobs.chat_prompt(engine, chat)[0]))
 
     async def props(self, request: Request) -> Response:
         """GET /props: what llama-server tells of itself, where Quickdraft has it."""

@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Generator
 
+from app.core.chat.prompt import Prompt
 from app.core.errors import PromptTooLongError, QuickdraftError
 from app.core.frontdoor import AnswerEngine, GenerationRequest, LoadedPair
 from app.core.params import DEFAULT_DRAFTER, DrafterKind, SamplingParams, SpeculationParams
@@ -251,10 +252,14 @@ class JobQueue:
         self.metrics.record(summary)
         return summary
 
+    def chat_prompt(self, engine: AnswerEngine, request: ApiRequest) -> tuple[Prompt, AnswerPlan]:
+        """A chat request's prompt and answer plan, the server's template defaults under its own variables."""
+        return chat_prompt(engine, with_template_defaults(request, self.template_defaults))
+
     def _prompt_tokens(self, job: Job) -> list[int]:
         engine, request = self._engine, job.request
         if request.kind == "chat":
-            prompt, job.plan = chat_prompt(engine, with_template_defaults(request, self.template_defaults))
+            prompt, job.plan = self.chat_prompt(engine, request)
             return list(prompt.tokens)
         if request.kind == "infill":
             return infill_tokens(engine, request.infill, self.pair.n_ctx)

@@ -253,7 +253,7 @@ def prompt_tokens(model, messages: Sequence[Message], variables: Mapping[str, An
     as one text (as llama.cpp would tokenize the prompt with it: no word boundary at the seam)."""
     messages = check_messages(messages)
     slots = _Slots(model)
-    named = getattr(getattr(model, "params", None), "chat_template_name", None)
+    named = model.params.chat_template_name
     if named:   # llama.cpp's own rendering of a built-in template (--chat-template NAME)
         rendered = RenderedPrompt(named_templates.render(named, [slots.message(m) for m in messages],
                                                          answer_begins(variables)), True)
