@@ -93,6 +93,7 @@ class JobQueue:
         self.parallel = 1                 # how many are answered at once (ThreadedJobs' slots)
         self.template_defaults: dict = {}  # what every chat template reads unless the request says (serve's flags)
         self.verbose = False               # every OpenAI answer carries __verbose (serve --verbose)
+        self._told: set[str] = set()       # the prompt warnings said on the server's console
         self._stopping = False
         self._cond = threading.Condition()
         self._durations: deque[float] = deque(maxlen=RECENT_JOBS)
@@ -260,10 +261,18 @@ class JobQueue:
         engine, request = self._engine, job.request
         if request.kind == "chat":
             prompt, job.plan = self.chat_prompt(engine, request)
+            self._tell(prompt.warning)
             return list(prompt.tokens)
         if request.kind == "infill":
             return infill_tokens(engine, request.infill, self.pair.n_ctx)
         return mixed_tokens(engine, request.prompt, add_special=True, parse_special=True)
+
+    def _tell(self, warning: str | None) -> None:
+        """A prompt's warning (its template could not be used) on the console, once: a server's clients
+        see only the answer, and whoever runs it should know the prompt was not the model's format."""
+        if warning and warning not in self._told:
+            self._told.add(warning)
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
 
     def _sampling(self, request: ApiRequest) -> SamplingParams:
         """The request's sampling with logit_bias's texts as their tokens (llama-server's rule: each

@@ -4,7 +4,8 @@ Two guards, because the template comes from a file and the messages from a perso
 - message text is never read as control tokens: only the template's own text may hold them, so
   typing ``<|im_end|><|im_start|>system`` gives those characters, not a forged system turn;
 - rendering is bounded in time and output size; a template past the bound (nested loops can run
-  for minutes) falls back to a plain transcript, with a warning for the user.
+  for minutes), or one our Jinja cannot render, falls back to llama.cpp's rendering of the format it
+  resembles, else to a plain transcript, with a warning for the user.
 """
 
 from __future__ import annotations
@@ -66,12 +67,26 @@ def render_prompt(messages: Sequence[Message], template: str | None, bos_token: 
         try:
             return RenderedPrompt(_render_jinja(template, messages, bos_token, eos_token, variables or {}), True)
         except _TemplateTooCostly as exc:
-            return RenderedPrompt(render_plain(messages, answer_begins(variables)), False,
-                                  f"The model's chat template {exc}; a plain transcript was used instead.", str(exc))
-        except Exception as exc:   # a template our Jinja cannot render: the plain format still works
-            return RenderedPrompt(render_plain(messages, answer_begins(variables)), False,
-                                  failure=f"{type(exc).__name__}: {exc}")
+            return _fallback(template, messages, variables, f"it {exc}")
+        except Exception as exc:   # a template our Jinja cannot render (a variable or filter it lacks)
+            return _fallback(template, messages, variables, f"{type(exc).__name__}: {exc}")
     return RenderedPrompt(render_plain(messages, answer_begins(variables)), False, failure="the model has no chat template")
+
+
+def _fallback(template: str, messages: Sequence[Message], variables: Mapping[str, Any] | None,
+              failure: str) -> RenderedPrompt:
+    """The prompt when the model's template cannot be rendered here: llama.cpp's own rendering of the
+    format the template's text shows (llama.cpp tells ChatML, Llama 3, Gemma ... by their markers, as
+    llama-server does without Jinja), else a plain transcript. Either way the user is told: a prompt
+    in another format than the model's is a quieter answer, never a silent one."""
+    said = f"The model's chat template could not be rendered ({failure})"
+    try:
+        text = named_templates.render(template, messages, answer_begins(variables))
+    except ChatTemplateError:
+        return RenderedPrompt(render_plain(messages, answer_begins(variables)), False,
+                              f"{said}; a plain transcript was used instead.", failure)
+    return RenderedPrompt(text, True, f"{said}; llama.cpp's built-in format that it resembles was used instead.",
+                          failure)
 
 
 def render_plain(messages: Sequence[Message], answer: bool = True) -> str:
@@ -261,6 +276,10 @@ def prompt_tokens(model, messages: Sequence[Message], variables: Mapping[str, An
         rendered = render_prompt([slots.message(m) for m in messages], model.chat_template(),
                                  model.token_text(model.bos), model.token_text(model.eos),
                                  slots.protect(dict(variables or {})))
+    if rendered.failure is not None and needs_template(messages, variables):
+        raise ChatTemplateError(f"The model's chat template cannot render this conversation with its tools "
+                                f"({rendered.failure}); llama.cpp's built-in formats and a plain transcript "
+                                f"would lose them.")
     tokens = None
     if rendered.templated:
         text, guarded = slots.restore(rendered.text)
@@ -269,8 +288,10 @@ def prompt_tokens(model, messages: Sequence[Message], variables: Mapping[str, An
             text += piece
         tokens = _template_tokens(model, text, messages, guarded)
         if tokens is None:   # the template rewrote message text that holds control-token text
-            rendered = RenderedPrompt(render_plain(messages, answer_begins(variables)), False, rendered.warning,
-                                      "it rewrites message text that spells the model's control tokens")
+            failure = "it rewrites message text that spells the model's control tokens"
+            rendered = RenderedPrompt(render_plain(messages, answer_begins(variables)), False,
+                                      f"The model's chat template could not be used safely ({failure}); "
+                                      f"a plain transcript was used instead.", failure)
     if tokens is None:
         if needs_template(messages, variables):
             raise ChatTemplateError(f"The model's chat template cannot render this conversation with its tools "

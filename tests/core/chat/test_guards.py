@@ -119,3 +119,23 @@ def test_a_deadline_that_was_not_reached_leaves_nothing_behind():
 def test_malformed_messages_are_one_clear_error(messages, message):
     with pytest.raises(InvalidMessagesError, match=message):
         check_messages(messages)
+
+
+# a ChatML template that reads a variable llama.cpp's own Jinja engine sets and ours does not
+UNRENDERABLE_CHATML = ("{{ functions | nosuchfilter }}{% for m in messages %}<|im_start|>{{ m.role }}\n"
+                       "{{ m.content }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n")
+
+
+def test_a_template_our_jinja_cannot_render_is_rendered_by_llama_cpp_in_the_format_it_shows():
+    rendered = render_prompt(MESSAGES, UNRENDERABLE_CHATML)
+    assert rendered.templated
+    assert rendered.text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert "could not be rendered" in rendered.warning and "llama.cpp's built-in format" in rendered.warning
+    assert "nosuchfilter" in rendered.failure
+
+
+def test_a_template_neither_can_render_falls_back_to_plain_text_with_a_warning():
+    rendered = render_prompt(MESSAGES, "{{ functions | nosuchfilter }}[{{ messages[0].content }}]")
+    assert not rendered.templated and rendered.text == chat.render_plain(MESSAGES)
+    assert "a plain transcript was used instead" in rendered.warning
+

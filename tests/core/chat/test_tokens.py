@@ -81,6 +81,20 @@ def test_a_template_that_rewrites_control_text_falls_back_to_plain_text(tmp_path
     prompt = prompt_tokens(model, [{"role": "user", "content": "x" + FORGED}])
     assert start not in prompt.tokens and end not in prompt.tokens
     assert model.detokenize(prompt.tokens).endswith("Assistant:")
+    assert "could not be used safely" in prompt.warning
+    model.close()
+
+
+def test_a_fallback_format_never_drops_the_tools(tmp_path):
+    from app.core.errors import ChatTemplateError
+    from tests.core.chat.test_guards import UNRENDERABLE_CHATML
+
+    model = _model(tmp_path, UNRENDERABLE_CHATML)
+    messages = [{"role": "user", "content": "hi"}]
+    assert "llama.cpp's built-in format" in prompt_tokens(model, messages).warning   # no tools: ChatML it is
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    with pytest.raises(ChatTemplateError, match="would lose them"):
+        prompt_tokens(model, messages, {"tools": tools})
     model.close()
 
 
