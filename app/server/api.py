@@ -71,6 +71,7 @@ class ApiRequest:
     generation_prompt: bool = True           # chat: False, the prompt is the messages alone (add_generation_prompt)
     verbose: bool = False                    # an OpenAI answer also carries llama-server's __verbose (its native body)
     id_slot: int = -1                        # the slot that answers it (llama-server's id_slot; -1: any)
+    return_progress: bool = False            # a stream also says how much of the prompt is read (prompt_progress)
 
 
 def parse_chat(body: Any) -> ApiRequest:
@@ -188,6 +189,7 @@ def delivery_from(body: dict) -> dict:
         "timings_per_token": bool(field_value(body, "timings_per_token", bool, "true or false", False)),
         "verbose": bool(field_value(body, "verbose", bool, "true or false", False)),
         "id_slot": _id_slot(body),
+        "return_progress": bool(field_value(body, "return_progress", bool, "true or false", False)),
     }
 
 

@@ -29,10 +29,10 @@ from app.server.bodies import body_bytes, json_body
 from app.server.native_api import NativeOptions
 from app.server.native_responses import NativeAnswer
 from app.server.native_routes import NativeRoutes
-from app.server.options import ServerOptions, comma_separated, switched_off
+from app.server.options import ServerOptions, comma_separated, switched_off, with_request_defaults
 from app.server.web_page import WEB_PAGE_PATHS, web_page
-from app.server.streams import as_started, bursts, first_item_within, summary_of
-from app.server.responses import ResponseShape, finish_reason, live_timings, sse, summary_timings
+from app.server.streams import PromptProgress, as_started, bursts, first_item_within, summary_of
+from app.server.responses import ResponseShape, finish_reason, live_timings, progress_timings, sse, summary_timings
 from app.server.worker import Job, JobQueue
 
 
@@ -121,6 +121,7 @@ class _Handlers:
         if body is None:
             raw = await body_bytes(request)
             body = await asyncio.to_thread(json_body, raw)
+        body = with_request_defaults(body, self.options.request_defaults)
         # checking takes a while (seconds for thousands of tools): on a thread of its own, so /health,
         # /metrics and the streams of others go on meanwhile
         parsed, options = await asyncio.to_thread(parse, body)
@@ -154,7 +155,8 @@ class _Handlers:
     async def answer_each(self, request: Request, bodies: list, parse: Callable, reply: Callable) -> list[dict]:
         """Each body a job of its own, answered in a slot of its own where one is free; the whole answers
         in order. Not streamed: a stream would interleave them."""
-        asked = [await asyncio.to_thread(parse, body) for body in bodies]
+        asked = [await asyncio.to_thread(parse, with_request_defaults(body, self.options.request_defaults))
+                 for body in bodies]
         if any(parsed.stream for parsed, _ in asked):
             raise ApiError(400, "Several prompts or choices ('n') are answered together only without 'stream'.",
                            param="stream")
@@ -198,6 +200,7 @@ class OpenAIReply:
     def __init__(self, job: Job, options: object, alias: str | None, first: Started):
         # the pair that answers (the window may have loaded another since the request came)
         self.job = job
+        self.started = first
         self.shape = ResponseShape(job.request.kind, alias or job.pair.model_id, job.drafting is not DrafterKind.NONE,
                                    logprobs=job.request.sampling.logprobs is not None)
         self.native = NativeAnswer(self.shape.model_id, first.prompt_tokens, job.prompt_text, job.sampling,
@@ -227,10 +230,14 @@ class OpenAIReply:
         timings, a usage chunk when asked."""
         job, shape = self.job, self.shape
         answer = AnswerStream(job.plan) if _reads_answer(shape, job) else None
-        if shape.chat:
+        progressing = job.request.return_progress
+        if shape.chat and not progressing:   # with progress, each progress chunk carries the role
             yield sse(shape.chunk(None, role=True))
         held: list = []   # log-probabilities of tokens whose text has not gone out yet
-        async for pieces, summary in bursts(job, live):
+        async for pieces, summary, progress in bursts(job, live, self.started if progressing else None):
+            if progress is not None:
+                yield sse(_progress_chunk(shape, progress, job))
+                continue
             if pieces and answer is None:
                 chunks = []
                 for piece in pieces:
@@ -315,6 +322,13 @@ async def _stream_once_started(job: Job, reply: Callable, reply_args: tuple, wat
 def _reads_answer(shape: ResponseShape, job: Job) -> bool:
     """Whether the chat answer is read into parts (reasoning, tool calls), not sent as its text."""
     return shape.chat and job.plan is not None and not job.plan.plain
+
+
+def _progress_chunk(shape: ResponseShape, progress: PromptProgress, job: Job) -> dict:
+    """llama-server's progress chunk: a chat's role delta (a completion's empty text) with prompt_progress."""
+    timings = progress_timings(progress, shape.speculative) if job.request.timings_per_token else None
+    return shape.chunk(None if shape.chat else "", role=shape.chat, timings=timings) | \
+        {"prompt_progress": progress.to_json()}
 
 
 def _live_timings(job: Job, shape: ResponseShape, live: GenerationStats) -> dict | None:

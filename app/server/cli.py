@@ -8,7 +8,9 @@ import sys
 from typing import Callable
 
 API_KEY_ENV = "QUICKDRAFT_API_KEY"
-MAX_PARALLEL = 64   # slots: each holds a KV cache of the whole context
+MAX_PARALLEL = 64   # slots: each holds a KV cache of its context
+AUTO_PARALLEL = 4   # slots when --parallel is not given
+SLOT_CONTEXT_STEP = 256   # a divided context is rounded up to this, as llama.cpp rounds n_ctx_seq
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
@@ -17,9 +19,14 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8080, help="port to listen on (8080; 0 = any free port)")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                    help=f"require 'Authorization: Bearer KEY' on every route but /health (or set {API_KEY_ENV})")
-    p.add_argument("--parallel", "-np", type=int, default=4,
-                   help="requests answered at once, each in a slot with its own cache and drafting (4, as LM "
-                        "Studio); the slots are made as the server starts, as many as fit")
+    p.add_argument("--parallel", "-np", type=int, default=None,
+                   help=f"requests answered at once, each in a slot with its own cache and drafting; the slots are "
+                        f"made as the server starts, as many as fit. Unset: {AUTO_PARALLEL} (as LM Studio), each slot "
+                        f"may hold the whole --ctx; given: --ctx is divided among them (as llama-server)")
+    p.add_argument("--kv-unified", "-kvu", dest="kv_unified", action="store_true", default=None,
+                   help="each slot may hold the whole --ctx, even with --parallel given")
+    p.add_argument("--no-kv-unified", "-no-kvu", dest="kv_unified", action="store_false",
+                   help="--ctx is divided among the slots, even with --parallel unset")
     p.add_argument("--cont-batching", "-cb", dest="cont_batching", action="store_true", default=True,
                    help="the slots' verify batches are decoded together, one pass over the weights for all (default)")
     p.add_argument("--no-cont-batching", "-nocb", dest="cont_batching", action="store_false",
@@ -29,6 +36,14 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                         "request says")
     p.add_argument("--chat-template-kwargs", metavar="JSON",
                    help="names every request's chat template reads unless the request sets them, as a JSON object")
+    sampling = p.add_argument_group("sampling of requests that set none (as llama-server's)")
+    sampling.add_argument("--temp", dest="temperature", type=float, help="temperature (0.8)")
+    sampling.add_argument("--top-k", dest="top_k", type=int, help="top-k (40; 0 = off)")
+    sampling.add_argument("--top-p", dest="top_p", type=float, help="top-p (0.95)")
+    sampling.add_argument("--min-p", dest="min_p", type=float, help="min-p (0.05)")
+    sampling.add_argument("--seed", "-s", dest="seed", type=int, help="random seed (-1: a fresh one each request)")
+    sampling.add_argument("--n-predict", "-n", dest="n_predict", type=int,
+                          help="most tokens an answer may have (-1: until the context is full, the default)")
     p.add_argument("--queue", type=int, default=8,
                    help="requests that may wait while all slots answer; more get 429 with Retry-After (8)")
     p.add_argument("--log-requests", action="store_true", help="print one line per HTTP request")
@@ -59,6 +74,44 @@ def states_config(args):
     return StatesConfig(app_paths().states_dir, max(0, args.state_cache_mb) << 20)
 
 
+def divide_context(args) -> None:
+    """Set ``args.parallel`` and each slot's context, llama-server's rule: with ``--parallel`` given
+    the context (``--ctx``, and the draft's) is the slots' together, each slot holding its share
+    rounded up to 256 tokens (llama.cpp's n_ctx_seq), so ``-c 8192 -np 4`` holds what llama-server
+    holds; left unset, each of 4 slots may hold the whole context (llama-server's auto slots, whose
+    cache is unified). ``--kv-unified`` / ``--no-kv-unified`` choose either way."""
+    from app.core.errors import QuickdraftError
+
+    given = args.parallel is not None
+    args.parallel = args.parallel if given else AUTO_PARALLEL
+    if not 1 <= args.parallel <= MAX_PARALLEL:
+        raise QuickdraftError(f"--parallel must be between 1 and {MAX_PARALLEL}, not {args.parallel}")
+    unified = args.kv_unified if args.kv_unified is not None else not given
+    if not unified:
+        args.ctx = _share(args.ctx, args.parallel)
+        args.ctx_draft = _share(args.ctx_draft, args.parallel) if args.ctx_draft else None
+
+
+def checked_defaults(args) -> dict:
+    """serve's sampling flags as the body fields they default, checked as a request's would be."""
+    from app.core.errors import QuickdraftError
+    from app.server.api import sampling_from
+    from app.server.errors import ApiError
+    from app.server.options import DEFAULT_FLAGS, request_defaults
+
+    defaults = request_defaults(args)
+    try:
+        sampling_from(dict(defaults))
+    except ApiError as exc:
+        flag = DEFAULT_FLAGS.get(exc.param or "", "a sampling flag")
+        raise QuickdraftError(f"{flag}: {exc.message}") from None
+    return defaults
+
+
+def _share(n_ctx: int, slots: int) -> int:
+    return -(-(n_ctx // slots) // SLOT_CONTEXT_STEP) * SLOT_CONTEXT_STEP
+
+
 def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
     """Serve the pair ``load_engine`` loads (on the engine's thread) with ``drafter`` (a DrafterKind)."""
     from app.core.errors import QuickdraftError
@@ -72,8 +125,7 @@ def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
         raise QuickdraftError(f"--port must be between 0 and 65535, not {args.port}")
     if args.queue < 0:
         raise QuickdraftError(f"--queue must not be negative, not {args.queue}")
-    if not 1 <= args.parallel <= MAX_PARALLEL:
-        raise QuickdraftError(f"--parallel must be between 1 and {MAX_PARALLEL}, not {args.parallel}")
+    divide_context(args)
     jobs = ThreadedJobs(load_engine, speculation, drafter, max_waiting=args.queue, parallel=args.parallel,
                         merge=args.cont_batching)
     try:
@@ -83,14 +135,15 @@ def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
     jobs.verbose = args.verbose
     # bind before loading, so a taken port or a wrong address fails before minutes of loading
     options = ServerOptions(api_key=args.api_key, aliases=args.alias, tags=args.tags, cors_origins=args.cors_origins,
-                            slots_endpoint=args.slots, metrics_endpoint=args.metrics, web_ui=args.ui)
+                            slots_endpoint=args.slots, metrics_endpoint=args.metrics, web_ui=args.ui,
+                            request_defaults=checked_defaults(args))
     server = LocalServer(jobs, args.host, args.port, options, access_log=args.log_requests)
     try:
         pair = jobs.start()
         draft = f" drafting with {pair.draft_file}" if pair.draft_file else ""
         page = f"; chat page at {server.url}/" if args.ui else ""
         merged = ", their verify batches decoded together" if jobs.shares_context else ""
-        print(f"serving {options.model_id or pair.model_id}{draft} (context {pair.n_ctx}, {jobs.parallel} at once"
+        print(f"serving {options.model_id or pair.model_id}{draft} (context {pair.n_ctx} a slot, {jobs.parallel} at once"
               f"{merged}) at {server.url}/v1{page} -- Ctrl-C stops",
               file=sys.stderr, flush=True)
         server.run()

@@ -19,14 +19,14 @@ from app.core.llama.library import version as llama_cpp_version
 from app.core.params import DrafterKind
 from app.core.speculation.events import Started
 from app.core.speculation.stats import GenerationStats
-from app.server.api import DEFAULT_SAMPLING, ApiRequest, parse_chat, several_prompts
+from app.server.api import ApiRequest, parse_chat, sampling_from, several_prompts
 from app.server.bodies import body_bytes, json_body
 from app.server.errors import ApiError
 from app.server.infill import mixed_tokens
 from app.server.native_api import NativeOptions, parse_detokenize, parse_infill, parse_native_completion, parse_tokenize
 from app.server.native_responses import NativeAnswer, generation_settings, token_entries
 from app.server.options import ServerOptions, switched_off
-from app.server.responses import live_timings, sse, summary_timings
+from app.server.responses import live_timings, progress_timings, sse, summary_timings
 from app.server.streams import bursts, summary_of
 from app.server.worker import Done, Failed, Job, JobQueue
 
@@ -38,6 +38,7 @@ class NativeReply:
 
     def __init__(self, job: Job, options: NativeOptions, alias: str | None, first: Started):
         self.job = job
+        self.started = first
         self.speculative = job.drafting is not DrafterKind.NONE
         request = job.request
         self.answer = NativeAnswer(alias or job.pair.model_id, first.prompt_tokens, job.prompt_text, job.sampling,
@@ -52,7 +53,11 @@ class NativeReply:
     async def events(self, live: GenerationStats) -> AsyncIterator[bytes]:
         per_token = self.job.request.timings_per_token
         answer = self.answer
-        async for pieces, summary in bursts(self.job, live):
+        async for pieces, summary, progress in bursts(self.job, live, self.started if self.job.request.return_progress else None):
+            if progress is not None:
+                timings = progress_timings(progress, self.speculative) if per_token else None
+                yield sse(answer.chunk("", [], 0, timings) | {"prompt_progress": progress.to_json()})
+                continue
             timings = live_timings(live, self.speculative) if per_token else None
             if pieces:
                 yield b"".join(sse(answer.chunk(p.text, list(p.token_ids), live.generated_tokens, timings, p.probs))
@@ -117,7 +122,8 @@ class NativeRoutes:
     async def props(self, request: Request) -> Response:
         """GET /props: what llama-server tells of itself, where Quickdraft has it."""
         pair = self._pair()
-        params = generation_settings(DEFAULT_SAMPLING, False, self.jobs.drafting is not DrafterKind.NONE)
+        defaults = sampling_from(dict(self.options.request_defaults))   # serve's --temp ... over llama-server's own
+        params = generation_settings(defaults, False, self.jobs.drafting is not DrafterKind.NONE)
         return JSONResponse({
             "default_generation_settings": {"params": params, "n_ctx": pair.n_ctx},
             "total_slots": self.jobs.parallel, "model_alias": self.alias or pair.model_id, "model_path": pair.main_path,

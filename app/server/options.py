@@ -3,9 +3,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from app.server.errors import ApiError
+
+# serve's flags that set a request's sampling unless it sets its own (llama-server's), by body field
+DEFAULT_FLAGS = {"temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p",
+                 "seed": "--seed", "n_predict": "--n-predict"}
+LENGTH_FIELDS = ("n_predict", "max_tokens", "max_completion_tokens")
 
 
 def comma_separated(text: str | None) -> tuple[str, ...]:
@@ -23,6 +29,7 @@ class ServerOptions:
     slots_endpoint: bool = True      # --no-slots: GET /slots answers 501, as llama-server's
     metrics_endpoint: bool = True    # --no-metrics: GET /metrics answers 501 (llama-server's default)
     web_ui: bool = True              # --no-ui: no chat page at /
+    request_defaults: Mapping = field(default_factory=dict)   # body fields a request that sets none gets (--temp ...)
 
     @property
     def model_id(self) -> str | None:
@@ -36,3 +43,20 @@ def switched_off(endpoint: str) -> ApiError:
     """llama-server's answer to an endpoint it was started without (--no-slots, --no-metrics)."""
     return ApiError(501, f"This server does not support {endpoint} endpoint (it was started with --no-{endpoint}).",
                     type="not_supported_error")
+
+
+def request_defaults(args) -> dict:
+    """The body fields serve's sampling flags give every request (``DEFAULT_FLAGS``), those given only."""
+    return {name: value for name in DEFAULT_FLAGS if (value := getattr(args, name, None)) is not None}
+
+
+def with_request_defaults(body: object, defaults: Mapping) -> object:
+    """``body`` with the server's defaults under its own fields (llama-server's rule: a request's field
+    wins). The answer's length default applies only where the body sets no length of its own, since
+    n_predict would otherwise win over the body's max_tokens."""
+    if not defaults or not isinstance(body, dict):
+        return body
+    merged = {name: value for name, value in defaults.items() if name != "n_predict"} | body
+    if "n_predict" in defaults and not any(name in body for name in LENGTH_FIELDS):
+        merged["n_predict"] = defaults["n_predict"]
+    return merged

@@ -81,6 +81,13 @@ def live_timings(live: GenerationStats, speculative: bool) -> dict:
                     live.generation_s, live.generation_tps, live.drafted, live.accepted, speculative)
 
 
+def progress_timings(progress, speculative: bool) -> dict:
+    """The timings of a prompt still being read (a PromptProgress): its tokens read so far, nothing yet
+    predicted, as llama-server's progress chunks carry them."""
+    return _timings(progress.cache, progress.processed - progress.cache, progress.seconds, 0, 0.0, 0.0, 0, 0,
+                    speculative)
+
+
 def usage(s: Summary) -> dict:
     """OpenAI's usage, with the prompt tokens read from the cache as llama-server reports them."""
     return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.generated_tokens,

@@ -313,6 +313,8 @@ def _stopping_word(summary: Summary, generated: str, stops: tuple[str, ...]) -> 
 
 
 def context_error(kind: str, exc: PromptTooLongError) -> ApiError:
-    """A prompt over the context, as llama-server types it (exceed_context_size_error, with the counts)."""
-    return ApiError(400, str(exc), type="exceed_context_size_error", param="messages" if kind == "chat" else "prompt",
+    """A prompt over the context, as llama-server says it (its words, which clients look for to shorten a
+    conversation; exceed_context_size_error, with the counts)."""
+    return ApiError(400, f"request ({exc.n_prompt} tokens) exceeds the available context size ({exc.n_ctx} tokens), "
+                    f"try increasing it", type="exceed_context_size_error", param="messages" if kind == "chat" else "prompt",
                     code="context_length_exceeded", extra={"n_prompt_tokens": exc.n_prompt, "n_ctx": exc.n_ctx})

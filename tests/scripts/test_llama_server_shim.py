@@ -62,12 +62,15 @@ def test_the_shim_serves_quickdraft_behind_llama_servers_options(tiny_models):
         assert model["id"] == "tinyllama-2" and model["tags"] == ["chat", "fim"]
         assert httpx.get(url + "/slots", headers=auth).status_code == 501 and httpx.get(url + "/").status_code == 404
         props = httpx.get(url + "/props", headers=auth).json()
-        assert props["default_generation_settings"]["n_ctx"] == 512 and props["total_slots"] == 2
+        settings = props["default_generation_settings"]
+        assert settings["n_ctx"] == 256 and props["total_slots"] == 2   # --parallel given: the context divided
+        assert (settings["params"]["seed"], settings["params"]["temperature"]) == (42, 0.8)
         assert httpx.get(url + "/props").status_code == 401
         preflight = httpx.options(url + "/completion", headers={"Origin": "http://evil.com"})
         assert "access-control-allow-origin" not in preflight.headers
     [err] = stderr
-    assert "--temp 0.8" in err and "--hf-repo ggml-org/models" in err and "--jinja" in err   # named, not passed
+    assert "--hf-repo ggml-org/models" in err and "--jinja" in err   # named, not passed
+    assert "--temp 0.8" not in err.split("not passed on:")[1]
     assert "-nocb" not in err and "2 at once) at" in err   # passed: the slots decode alone, not together
 
 

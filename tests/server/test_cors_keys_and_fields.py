@@ -130,6 +130,8 @@ def test_a_prompt_over_the_context_is_llama_servers_context_error(served):
     error = httpx.post(served.url + "/v1/chat/completions", json=long, timeout=30).json()["error"]
     assert error["type"] == "exceed_context_size_error" and error["n_ctx"] == N_CTX
     assert error["n_prompt_tokens"] > N_CTX and error["code"] == "context_length_exceeded"
+    assert error["message"] == (f"request ({error['n_prompt_tokens']} tokens) exceeds the available context size "
+                                f"({N_CTX} tokens), try increasing it")   # llama-server's words, which clients read
 
 
 # --- logit_bias -------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ def test_serve_then_generate_remote_with_its_speculation(tiny_models, tmp_path):
         url = re.search(r"at (http://\S+)/v1", banner)
         assert url, banner
         assert "4 at once, their verify batches decoded together)" in banner   # a keys-and-values main model
+        assert "context 512 a slot" in banner   # --parallel unset: each slot may hold the whole context
         r = run("generate", "--remote", url[1], "-p", "the cat", "-n", "24", tmp_path=tmp_path)
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip()
@@ -42,6 +43,36 @@ def test_serve_then_generate_remote_with_its_speculation(tiny_models, tmp_path):
         serve.send_signal(signal.SIGINT)
         _, err = serve.communicate(timeout=20)
     assert serve.returncode == 0 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("flags, per_slot, slots", [
+    ([], 4096, 4), (["-np", "2"], 2048, 2), (["-np", "3"], 1536, 3), (["-np", "2", "-kvu"], 4096, 2),
+    (["--no-kv-unified"], 1024, 4), (["-np", "16", "-c", "1024"], 256, 16),
+])
+def test_given_slots_divide_the_context_as_llama_servers_do(flags, per_slot, slots):
+    from app.cli.commands import build_parser
+    from app.server.cli import divide_context
+
+    args = build_parser().parse_args(["serve", "-m", "x.gguf", "-c", "4096", "-cd", "2048", *flags])
+    divide_context(args)
+    assert (args.ctx, args.parallel) == (per_slot, slots)
+    assert args.ctx_draft == (2048 if per_slot == 4096 else max(256, -(-(2048 // slots) // 256) * 256))
+
+
+def test_a_served_slot_holds_its_share_of_the_context(tiny_models, tmp_path):
+    serve = subprocess.Popen(command("serve", "-m", str(tiny_models.main), "--port", "0", "-c", "1024", "-np", "2",
+                                     tmp_path=tmp_path), stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        banner = next(line for line in serve.stderr if line.startswith("serving ") or "error" in line)
+        assert "context 512 a slot, 2 at once" in banner, banner
+        url = re.search(r"at (http://\S+)/v1", banner)[1]
+        import httpx
+        assert [slot["n_ctx"] for slot in httpx.get(url + "/slots", timeout=10).json()] == [512, 512]
+        r = httpx.post(url + "/completion", json={"prompt": "the cat " * 300, "n_predict": 1}, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["n_ctx"] == 512
+    finally:
+        serve.send_signal(signal.SIGINT)
+        serve.communicate(timeout=20)
 
 
 @pytest.mark.parametrize("case", ["exposed", "taken port", "missing model", "neither", "both", "no slot"])

@@ -123,3 +123,38 @@ def test_no_metrics_answers_501_and_metrics_carry_the_start_time_and_decodes(tin
         assert abs(started - time.time()) < 600
         assert "llamacpp:n_busy_slots_per_decode 1.0" in metrics.text
         assert "# TYPE llamacpp:n_tokens_max counter" in metrics.text and "llamacpp:n_tokens_max 0\n" not in metrics.text
+
+
+def test_sampling_flags_are_the_defaults_of_requests_that_set_none():
+    from app.server.options import request_defaults, with_request_defaults
+
+    p = argparse.ArgumentParser()
+    add_serve_args(p)
+    defaults = request_defaults(p.parse_args(["--temp", "0", "-s", "42", "-n", "3", "--top-k", "5"]))
+    assert defaults == {"temperature": 0.0, "top_k": 5, "seed": 42, "n_predict": 3}
+    assert request_defaults(p.parse_args([])) == {}
+    assert with_request_defaults({"temperature": 1.0}, defaults) == \
+        {"temperature": 1.0, "top_k": 5, "seed": 42, "n_predict": 3}
+    # the length default never wins over a length the request gives (n_predict would beat max_tokens)
+    assert "n_predict" not in with_request_defaults({"max_tokens": 9}, defaults)
+    assert "n_predict" not in with_request_defaults({"max_completion_tokens": 9}, defaults)
+
+
+def test_a_servers_sampling_defaults_shape_its_answers_and_props(tiny_models):
+    defaults = {"temperature": 0.0, "seed": 42, "n_predict": 3}
+    with serving(tiny_models.main, request_defaults=defaults) as s:
+        chat = {"messages": [{"role": "user", "content": "the cat"}]}
+        assert httpx.post(s.url + "/v1/chat/completions", json=chat, timeout=30).json()["usage"]["completion_tokens"] == 3
+        longer = httpx.post(s.url + "/v1/chat/completions", json=chat | {"max_tokens": 5}, timeout=30).json()
+        assert longer["usage"]["completion_tokens"] == 5
+        native = httpx.post(s.url + "/completion", json={"prompt": "the cat"}, timeout=30).json()
+        assert native["tokens_predicted"] == 3 and native["generation_settings"]["seed"] == 42
+        params = httpx.get(s.url + "/props").json()["default_generation_settings"]["params"]
+        assert (params["seed"], params["temperature"], params["n_predict"]) == (42, 0.0, 3)
+
+
+def test_a_sampling_flag_out_of_range_is_one_line_naming_it(tiny_models, tmp_path):
+    from tests.server.test_serve_cli import run
+
+    r = run("serve", "-m", str(tiny_models.main), "--temp", "7", tmp_path=tmp_path)
+    assert r.returncode == 1 and r.stderr.startswith("error: --temp: ") and "Traceback" not in r.stderr
