@@ -305,6 +305,7 @@ class MainWindow(QMainWindow):
                                   info.draft_path or "")
         self.composer.set_thinking_available(info.thinking_off is not None)   # its template has a switch
         self.chat_view.set_loaded(True)
+        self.settings_panel.show_model("" if info.remote_url else info.main_path)   # a server keeps its own template
         self.hardware.show_placement(tuple(f"{name}: {where}" for name, where in info.placement))
         self._show_first_run()
 

@@ -79,6 +79,10 @@ def parse_chat(body: Any) -> ApiRequest:
     check_model(body)
     messages = _messages(body.get("messages"))
     continues = _continues_final(body, messages)
+    if continues:   # the answer's own start: its parts as llama.cpp joins a continued message's
+        last = len(messages) - 1
+        messages = messages[:last] + ({**messages[last], "content": _content(
+            body["messages"][last]["content"], f"messages[{last}].content", "\n\n")},)
     alone = not continues and body.get("add_generation_prompt") is False
     return ApiRequest("chat", sampling_from(body), messages=messages, tools=_tool_choice(body),
                       template_variables=_template_variables(body), continues_final=continues,
@@ -354,12 +358,14 @@ def _template_variables(body: dict) -> dict:
     return variables
 
 
-def _content(content: Any, param: str) -> str:
+def _content(content: Any, param: str, delimiter: str = "\n") -> str:
+    """A message's text; text parts joined as llama.cpp joins them for a template that reads text (a
+    line break between two; the continued final message's, a blank line: common_chat_msg::render_content)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
                                          and isinstance(p.get("text"), str) for p in content):
-        return "".join(p["text"] for p in content)
+        return delimiter.join(p["text"] for p in content)
     raise ApiError(400, f"'{param}' must be a string or an array of text parts.", param=param)
 
 

@@ -10,6 +10,7 @@ from typing import Callable
 API_KEY_ENV = "QUICKDRAFT_API_KEY"
 MAX_PARALLEL = 64   # slots: each holds a KV cache of its context
 AUTO_PARALLEL = 4   # slots when --parallel is not given
+MAX_BATCH = 65536   # --batch-size: a prompt's tokens read per step
 SLOT_CONTEXT_STEP = 256   # a divided context is rounded up to this, as llama.cpp rounds n_ctx_seq
 
 
@@ -27,6 +28,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="each slot may hold the whole --ctx, even with --parallel given")
     p.add_argument("--no-kv-unified", "-no-kvu", dest="kv_unified", action="store_false",
                    help="--ctx is divided among the slots, even with --parallel unset")
+    p.add_argument("--batch-size", "-b", dest="batch_size", type=int, default=None,
+                   help="a long prompt's tokens read per step (512 with one slot; 128 beside others, since each step "
+                        "of a slot reading a prompt is one the others wait for)")
     p.add_argument("--cont-batching", "-cb", dest="cont_batching", action="store_true", default=True,
                    help="the slots' verify batches are decoded together, one pass over the weights for all (default)")
     p.add_argument("--no-cont-batching", "-nocb", dest="cont_batching", action="store_false",
@@ -126,8 +130,10 @@ def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
     if args.queue < 0:
         raise QuickdraftError(f"--queue must not be negative, not {args.queue}")
     divide_context(args)
+    if args.batch_size is not None and not 1 <= args.batch_size <= MAX_BATCH:
+        raise QuickdraftError(f"--batch-size must be between 1 and {MAX_BATCH}, not {args.batch_size}")
     jobs = ThreadedJobs(load_engine, speculation, drafter, max_waiting=args.queue, parallel=args.parallel,
-                        merge=args.cont_batching)
+                        merge=args.cont_batching, read_chunk=args.batch_size)
     try:
         jobs.template_defaults = template_defaults(args.chat_template_kwargs, args.reasoning)
     except ValueError as exc:

@@ -95,8 +95,9 @@ class SlotPool:
     ``first``: a slot that is already there (the loaded engine itself; its owner closes it)."""
 
     def __init__(self, open_engine: Callable[[], SlotEngine], limit: int, first: SlotEngine | None = None,
-                 shared: SharedContext | None = None):
+                 shared: SharedContext | None = None, read_chunk: int | None = None):
         self.shared = shared   # the context whose sequences the slots' main models are, if they share one
+        self.read_chunk = read_chunk   # a long prompt's tokens read per step (serve --batch-size); None: as below
         self.slots = [Slot(0, first)] if first is not None else []
         self._owned_from = len(self.slots)   # the slots this pool opened, and closes
         self.limit = limit
@@ -107,8 +108,8 @@ class SlotPool:
 
     def _share(self, engine: SlotEngine) -> None:
         """Beside other slots, a long prompt is read in smaller chunks: each is a step the others wait for."""
-        if self.limit > 1:
-            engine.read_chunk = SHARED_READ_CHUNK
+        if self.read_chunk or self.limit > 1:
+            engine.read_chunk = self.read_chunk or SHARED_READ_CHUNK
 
     @property
     def busy(self) -> list[Slot]:
@@ -309,12 +310,13 @@ class ThreadedJobs(SlotJobs):
 
     def __init__(self, load_engine: Callable[[], AnswerEngine], speculation: SpeculationParams = SpeculationParams(),
                  drafter: DrafterKind = DEFAULT_DRAFTER, max_waiting: int = 8, metrics: ServerMetrics | None = None,
-                 parallel: int = DEFAULT_PARALLEL, merge: bool = True):
+                 parallel: int = DEFAULT_PARALLEL, merge: bool = True, read_chunk: int | None = None):
         super().__init__(speculation, drafter, max_waiting, metrics)
         if parallel < 1:
             raise ValueError("parallel must be at least 1")
         self.parallel = parallel
         self.merge = merge
+        self.read_chunk = read_chunk
         self._load_engine = load_engine
         self._ready = threading.Event()
         self._load_error: BaseException | None = None
@@ -368,9 +370,10 @@ class ThreadedJobs(SlotJobs):
             except ModelLoadError as exc:
                 print(f"quickdraft: the slots take their turns, each decoding alone ({exc})", file=sys.stderr)
         if shared is None:
-            return SlotPool(engine.another_slot, self.parallel, first=engine)
+            return SlotPool(engine.another_slot, self.parallel, first=engine, read_chunk=self.read_chunk)
         seqs = itertools.count(1)
-        return SlotPool(lambda: engine.another_slot(shared, next(seqs)), self.parallel, first=engine, shared=shared)
+        return SlotPool(lambda: engine.another_slot(shared, next(seqs)), self.parallel, first=engine, shared=shared,
+                        read_chunk=self.read_chunk)
 
     def _turn(self) -> bool:
         """Wait for work, then one turn of steps. False once the queue stops and the slots' cancelled

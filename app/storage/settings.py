@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from app.core.errors import QuickdraftError
+from app.core.errors import InvalidParameterError, QuickdraftError
 from app.core.params import (AUTO, DEFAULT_DRAFTER, Choice, DrafterKind, ModelParams, PolicyName, SamplingParams,
                              SpeculationParams, SuffixConfig, parse_gpu_layers)
 from app.storage.files import keep_aside
@@ -66,6 +66,8 @@ class Settings:
     conversation_cache_mb: int = 2048   # disk for cache states kept between conversations; 0 = none
     suffix_index: bool = True           # draft from past answers and prompts (app/core/speculation/suffix_store.py)
     suffix_index_mb: int = 64           # the most each main model's suffix index may take on disk
+    # per main model file, the chat template used instead of its own: a llama.cpp built-in name, or a Jinja file's path
+    chat_templates: tuple[tuple[str, str], ...] = ()
     colour_tokens: bool = False
     default_system_prompt: str = "You are a helpful assistant."
     server_host: str = "127.0.0.1"      # the window's "Local server"; another address needs an API key
@@ -93,8 +95,23 @@ class Settings:
         return SuffixConfig(folder, self.suffix_index_mb << 20) if self.suffix_index else None
 
     def main_params(self, path: str) -> ModelParams:
+        """The main model's parameters, with the chat template chosen for it (InvalidParameterError: its
+        template file cannot be read)."""
+        choice = self.chat_template_for(path)
+        by_file = bool(choice) and Path(choice).is_absolute()   # a built-in name is never an absolute path
         return ModelParams(path=path, n_gpu_layers=self.main_gpu_layers, n_ctx=self.n_ctx,
-                           n_threads=self.threads or None, device=self.device or AUTO)
+                           n_threads=self.threads or None, device=self.device or AUTO,
+                           chat_template=_template_text(choice) if by_file else None,
+                           chat_template_name=choice if choice and not by_file else None)
+
+    def chat_template_for(self, main: str) -> str:
+        """The chat template chosen for main model ``main``: "" for its own."""
+        return dict(self.chat_templates).get(main, "")
+
+    def with_chat_template(self, main: str, choice: str) -> "Settings":
+        """``choice`` (a built-in name, a Jinja file's path, "" for the model's own) for main model ``main``."""
+        kept = tuple((path, chosen) for path, chosen in self.chat_templates if path != main)
+        return replace(self, chat_templates=kept + (((main, choice),) if choice else ()))
 
     def draft_params(self, path: str) -> ModelParams:
         return ModelParams(path=path, n_gpu_layers=self.draft_gpu_layers, n_ctx=self.n_ctx,
@@ -122,6 +139,14 @@ class Settings:
 
     def with_recent_remote(self, url: str) -> "Settings":
         return replace(self, recent_remotes=_push_recent(self.recent_remotes, url))
+
+
+def _template_text(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidParameterError("The chat template", f"file {path} cannot be read ({exc}); choose another "
+                                    f"in Settings.") from None
 
 
 def _push_recent(items: tuple[str, ...], path: str) -> tuple[str, ...]:
@@ -184,6 +209,8 @@ def _from_dict(data: dict[str, Any]) -> tuple[Settings, list[str]]:
         if f.name in GPU_LAYER_FIELDS:
             value = _gpu_layers_or_none(data[f.name])
             value = value if value == AUTO else _valid(f.name, value)
+        elif f.name in PAIR_FIELDS:
+            value = _text_pairs(data[f.name])
         else:
             value = _valid(f.name, _coerce(data[f.name], getattr(defaults, f.name)))
         if value is None:
@@ -223,6 +250,14 @@ def _short(text: object, limit: int = 60) -> str:
 
 GPU_LAYER_FIELDS = ("main_gpu_layers", "draft_gpu_layers")
 CHOICE_FIELDS: dict[str, type[Choice]] = {"draft_policy": PolicyName, "drafter": DrafterKind}
+PAIR_FIELDS = ("chat_templates",)   # lists of [text, text] pairs
+
+
+def _text_pairs(value: Any) -> tuple[tuple[str, str], ...] | None:
+    if not isinstance(value, list) or not all(isinstance(pair, list) and len(pair) == 2 and all(map(_is_text, pair))
+                                              for pair in value):
+        return None
+    return tuple((key, text) for key, text in value)
 
 
 def _gpu_layers_or_none(value: Any) -> int | str | None:

@@ -28,7 +28,8 @@ PASSED = {"--port": "--port", "--host": "--host", "--api-key": "--api-key", "--c
           "--reasoning": "--reasoning", "-rea": "--reasoning", "--chat-template-kwargs": "--chat-template-kwargs",
           "--chat-template-file": "--chat-template-file", "--model-draft": "-md", "-md": "-md",
           "--chat-template": "--chat-template", "--temp": "--temp", "--seed": "--seed", "--n-predict": "--n-predict",
-          "--top-k": "--top-k", "--top-p": "--top-p", "--min-p": "--min-p"}
+          "--top-k": "--top-k", "--top-p": "--top-p", "--min-p": "--min-p", "--batch-size": "--batch-size",
+          "-b": "--batch-size"}
 # files named relative to where the suite runs: made absolute, since serve runs in the repository
 PATHS = {"--chat-template-file", "--model-draft", "-md"}
 # llama-server switches that Quickdraft's serve takes under its own name
@@ -40,7 +41,7 @@ SWITCHES = {"--slots": "--slots", "--no-slots": "--no-slots", "--ui": "--ui", "-
             "-no-kvu": "--no-kv-unified"}
 # llama-server options with a value that only choose a model or tune llama-server's own machinery
 DROPPED_WITH_VALUE = {"--hf-repo", "--hf-file", "--model", "--model-url",
-                      "--batch-size", "--ubatch-size", "--n-gpu-layers",
+                      "--ubatch-size", "--n-gpu-layers",
                       "-ctk", "-ctv", "-fa", "--pooling", "--reasoning-format",
                       "--spec-type", "--spec-draft-n-max",
                       "--spec-draft-n-min", "--models-dir", "--models-max", "--models-preset",

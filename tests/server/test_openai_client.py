@@ -156,12 +156,17 @@ def test_completion_prompt_as_token_ids_and_ids_outside_the_vocabulary(client, s
     assert response.status_code == 400 and "outside the vocabulary" in response.json()["error"]["message"]
 
 
-def test_chat_content_as_text_parts(client, served, reference):
+def test_chat_content_as_text_parts_is_joined_as_llama_cpp_joins_it(client, served):
     text = MESSAGES[0]["content"]
     parts = [{"type": "text", "text": text[:10]}, {"type": "text", "text": text[10:]}]
-    answer = client.chat.completions.create(model=served.model_id, messages=[{"role": "user", "content": parts}],
-                                            **GREEDY)
-    assert answer.choices[0].message.content == reference
+    joined = {"messages": [{"role": "user", "content": text[:10] + "\n" + text[10:]}]}
+    expected = httpx.post(served.url + "/apply-template", json=joined, timeout=30).json()["prompt"]
+    prompt = httpx.post(served.url + "/apply-template", json={"messages": [{"role": "user", "content": parts}]},
+                        timeout=30).json()["prompt"]
+    assert prompt == expected
+    prefill = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": parts}]
+    prompt = httpx.post(served.url + "/apply-template", json={"messages": prefill}, timeout=30).json()["prompt"]
+    assert prompt.endswith(text[:10] + "\n\n" + text[10:])   # a continued answer's parts: a blank line between
 
 
 def test_a_chunked_body_is_refused_once_it_passes_the_limit_not_after_it_is_all_read(served):

@@ -62,3 +62,12 @@ def test_progress_timings_count_only_what_is_read(served):
 def test_without_return_progress_no_progress_is_sent(served):
     chunks = stream(served.url, "/v1/chat/completions", {"messages": [{"role": "user", "content": LONG}], "max_tokens": 2})
     assert not progress_of(chunks) and chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_a_servers_batch_size_is_the_chunk_a_prompt_is_read_in(tiny_models, parallel):
+    from tests.server.conftest import serving
+
+    with serving(tiny_models.main, parallel=parallel, read_chunk=64) as s:
+        progress = progress_of(stream(s.url, "/completion", {"prompt": LONG, "n_predict": 1, "return_progress": True}))
+    assert [p["processed"] for p in progress[1:-1]] == list(range(64, progress[0]["total"], 64))

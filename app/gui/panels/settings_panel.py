@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout
 
 from app.core.llama.devices import CPU_ONLY, preferred_gpu
 from app.core.params import AUTO, PolicyName
+from app.gui.panels.chat_template_editor import ChatTemplateEditor
 from app.storage.settings import GPU_LAYER_FIELDS, LIMITS, Settings
 
 AUTO_LAYERS = -2  # the GPU-layer editors' minimum, shown as "auto"
@@ -74,10 +75,12 @@ class SettingsPanel(QWidget):
                 form.addRow("Draft length", self._policy_editor(settings.draft_policy))
             if name == "draft_gpu_layers":
                 form.addRow("Device", self._device_editor(settings.device))
+            if name == "n_ctx":
+                form.addRow("Chat template", self._template_editor())
             if name == "suffix_index_mb":
                 form.addRow("", self._suffix_editor(settings.suffix_index))
-        note = QLabel("Context, GPU layers, device, threads, the conversation cache and the suffix index apply "
-                      "when models are (re)loaded.")
+        note = QLabel("Context, the chat template, GPU layers, device, threads, the conversation cache and the "
+                      "suffix index apply when models are (re)loaded.")
         note.setObjectName("statName")
         note.setWordWrap(True)
         form.addRow(note)
@@ -166,6 +169,17 @@ class SettingsPanel(QWidget):
         self.device.currentIndexChanged.connect(lambda _i: self._edited("device", self.device.currentData()))
         return self.device
 
+    def _template_editor(self) -> ChatTemplateEditor:
+        self.chat_template = ChatTemplateEditor(_template_names())
+        self.chat_template.chosen.connect(lambda main, choice: self._edited(
+            "chat_templates", self._settings.with_chat_template(main, choice).chat_templates))
+        self.show_model(self._settings.main_model)
+        return self.chat_template
+
+    def show_model(self, main: str) -> None:
+        """The chat template editor speaks of main model ``main`` (the one loaded or chosen last)."""
+        self.chat_template.show_model(main, self._settings.chat_template_for(main) if main else "")
+
     def _found_gpus(self) -> tuple:
         if self._gpus is None:
             try:
@@ -193,6 +207,15 @@ class SettingsPanel(QWidget):
         self._settings = replace(self._settings, **{name: value})
         self.changed.emit(self._settings)
         self.edited.emit(name, value)
+
+
+def _template_names() -> tuple[str, ...]:
+    try:
+        from app.core.llama import named_templates
+
+        return named_templates.names()
+    except Exception:  # llama.cpp's library did not load: the status bar says why
+        return ()
 
 
 def _editor_value(value):

@@ -14,6 +14,7 @@ from pathlib import Path
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, QTimer, Signal
 
 from app.core.compare import CompareResult
+from app.core.errors import QuickdraftError
 from app.core.frontdoor import LoadedPair
 from app.core.params import DrafterKind, StatesConfig
 from app.core.speculation.events import Summary
@@ -336,7 +337,12 @@ class ChatController(QObject):
         """Load a main model and (optionally, "" or None for none) its draft on the worker."""
         if not self.can_change_models():
             return False
-        request = LoadRequest(self.settings.main_params(main_path),
+        try:
+            main_params = self.settings.main_params(main_path)
+        except QuickdraftError as exc:   # its chat template's file is gone: said, nothing unloaded
+            self.notice.emit(str(exc), "error")
+            return False
+        request = LoadRequest(main_params,
                               self.settings.draft_params(draft_path) if draft_path else None,
                               StatesConfig(self.paths.states_dir, self.settings.conversation_cache_mb << 20),
                               self.settings.suffix_config(self.paths.suffix_index_dir))

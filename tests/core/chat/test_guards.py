@@ -139,3 +139,13 @@ def test_a_template_neither_can_render_falls_back_to_plain_text_with_a_warning()
     assert not rendered.templated and rendered.text == chat.render_plain(MESSAGES)
     assert "a plain transcript was used instead" in rendered.warning
 
+
+
+@pytest.mark.parametrize("expression", ["'a' + functions", "functions + 'a'", "'a' + none", "none + 'a'"])
+def test_nothing_added_to_text_is_empty_text_as_in_llama_cpps_jinja(expression):
+    rendered = render_prompt(MESSAGES, "{{ " + expression + " }}")
+    assert rendered.templated and rendered.text == "a" and rendered.warning is None
+
+
+def test_nothing_added_to_a_number_is_still_an_error():
+    assert not render_prompt(MESSAGES, "{{ 1 + functions }}").templated
