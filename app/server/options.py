@@ -23,6 +23,7 @@ class ServerOptions:
     slots_endpoint: bool = True      # --no-slots: GET /slots answers 501, as llama-server's
     metrics_endpoint: bool = True    # --no-metrics: GET /metrics answers 501 (llama-server's default)
     web_ui: bool = True              # --no-ui: no chat page at /
+    slot_save_path: str | None = None   # --slot-save-path: the folder of POST /slots/{id}'s files (None: 501)
 
     @property
     def model_id(self) -> str | None:
