@@ -44,7 +44,8 @@ def test_serve_then_generate_remote_with_its_speculation(tiny_models, tmp_path):
     assert serve.returncode == 0 and "Traceback" not in err
 
 
-@pytest.mark.parametrize("case", ["exposed", "taken port", "missing model", "neither", "both", "no slot"])
+@pytest.mark.parametrize("case", ["exposed", "taken port", "missing model", "neither", "both", "no slot",
+                                  "no slot save folder"])
 def test_serve_and_remote_user_errors_are_one_line(tiny_models, tmp_path, case):
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
@@ -56,6 +57,7 @@ def test_serve_and_remote_user_errors_are_one_line(tiny_models, tmp_path, case):
         "neither": ["generate", "-p", "hi"],
         "both": ["generate", "-m", str(tiny_models.main), "--remote", "http://127.0.0.1:9", "-p", "hi"],
         "no slot": ["serve", "-m", str(tiny_models.main), "--parallel", "0"],
+        "no slot save folder": ["serve", "-m", str(tiny_models.main), "--slot-save-path", str(tmp_path / "none")],
     }[case]
     r = run(*args, tmp_path=tmp_path)
     taken.close()
