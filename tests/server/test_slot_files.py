@@ -14,8 +14,9 @@ import httpx
 import pytest
 from starlette.requests import Request
 
-from app.core.llama.seq_file import TOKEN_NULL, pack, unpack
 from app.core.errors import SlotFileError
+from app.core.gguf.tiny import TinySpec, write_tiny_model
+from app.core.llama.seq_file import TOKEN_NULL, pack, unpack
 from app.core.params import DrafterKind
 from app.server.errors import ApiError
 from app.server.slot_files import filename_problem, slot_action
@@ -25,6 +26,7 @@ GGSQ = 0x67677371    # llama.cpp's LLAMA_STATE_SEQ_MAGIC ('ggsq')
 HEADER = struct.Struct("=III")
 PROMPT = "the cat is on the mat and the dog is in the house"
 MORE = PROMPT + " and the bird is in the tree"
+ARCHITECTURES = ("mamba", "lfm2", "gemma4")   # recurrent, hybrid, sliding-window main models
 
 
 def complete(url: str, prompt: str, slot: int, n_predict: int = 8, **more) -> dict:
@@ -39,13 +41,19 @@ def act(url: str, slot, action: str, filename: str | None = None, **body) -> htt
     return httpx.post(f"{url}/slots/{slot}?action={action}", json=json, timeout=120)
 
 
-@pytest.mark.parametrize("setup", ["shared context", "own contexts", "draft model"])
+@pytest.mark.parametrize("setup", ["shared context", "own contexts", "draft model", *ARCHITECTURES])
 def test_a_restored_slot_reads_only_new_tokens_and_answers_as_the_slot_that_saved(tiny_models, tmp_path, setup):
     """Slot 1 reads a prompt and saves its cache; restored into slot 0, a longer prompt there reads only
     its new tokens, and slot 0's answer is slot 1's to the same prompt (read from the cache it kept).
-    Erased, slot 1 reads the prompt whole again."""
+    Erased, slot 1 reads the prompt whole again. Slots on one shared context or with contexts of their
+    own, drafting with a draft model, and recurrent (mamba), hybrid (lfm2) or sliding-window (gemma4) main
+    models alike."""
     draft = tiny_models.same if setup == "draft model" else None
-    with serving(tiny_models.main, draft, parallel=2, merge=setup != "own contexts", slot_save_path=str(tmp_path)) as s:
+    main = write_tiny_model(tmp_path / "main.gguf", TinySpec(architecture=setup)) if setup in ARCHITECTURES \
+        else tiny_models.main
+    folder = tmp_path / "slots"
+    folder.mkdir()
+    with serving(main, draft, parallel=2, merge=setup != "own contexts", slot_save_path=str(folder)) as s:
         first = complete(s.url, PROMPT, 1)
         whole = first["timings"]["prompt_n"]
         assert first["timings"]["cache_n"] == 0 and whole > 5
@@ -53,7 +61,7 @@ def test_a_restored_slot_reads_only_new_tokens_and_answers_as_the_slot_that_save
         assert saved.status_code == 200, saved.text
         body = saved.json()
         assert body["id_slot"] == 1 and body["filename"] == "slot1.bin" and body["timings"]["save_ms"] >= 0
-        assert body["n_saved"] >= whole and body["n_written"] == (tmp_path / "slot1.bin").stat().st_size
+        assert body["n_saved"] >= whole and body["n_written"] == (folder / "slot1.bin").stat().st_size
 
         restored = act(s.url, 0, "restore", "slot1.bin")
         assert restored.status_code == 200, restored.text
@@ -75,8 +83,9 @@ def test_a_restored_slot_reads_only_new_tokens_and_answers_as_the_slot_that_save
 
 def test_the_file_is_llama_cpps_sequence_state_with_llama_servers_packed_tokens(tiny_models, tmp_path):
     """magic, version, the words' count, then the words: the null token, the packing's version, the tokens'
-    count, the tokens, no media. A plain token list (older llama-servers') restores as well; a file that
-    is none, or is missing, is a 400 that names the file."""
+    count, the tokens, no media. A plain token list (older llama-servers') restores as well, and another
+    server (slots with contexts of their own) restores the file; a file that is none, or is missing, is a
+    400 that names the file."""
     with serving(tiny_models.main, parallel=2, slot_save_path=str(tmp_path)) as s:
         complete(s.url, PROMPT, 0)
         n_saved = act(s.url, 0, "save", "a.bin").json()["n_saved"]
@@ -93,6 +102,12 @@ def test_the_file_is_llama_cpps_sequence_state_with_llama_servers_packed_tokens(
         restored = act(s.url, 1, "restore", "plain.bin")
         assert restored.status_code == 200 and restored.json()["n_restored"] == n_saved
         assert complete(s.url, MORE, 1)["timings"]["cache_n"] >= n_saved - 8
+
+        first = complete(s.url, MORE, 0)
+    with serving(tiny_models.main, parallel=2, merge=False, slot_save_path=str(tmp_path)) as s:   # another server
+        assert act(s.url, 1, "restore", "a.bin").json()["n_restored"] == n_saved
+        again = complete(s.url, MORE, 1)
+        assert again["timings"]["cache_n"] >= n_saved - 8 and again["content"] == first["content"]
 
         (tmp_path / "junk.bin").write_bytes(b"not a state file at all")
         for name, problem in (("junk.bin", "not a llama.cpp sequence state file"), ("none.bin", "no such file")):
