@@ -13,6 +13,6 @@ Layers, lowest first; a module imports only from its own package and from lower 
 4. frontdoor.py: what every front end uses of an engine: the GenerationRequest, the LoadedPair
    and the AnswerEngine protocol;
 5. remote/: an OpenAI-compatible server driven as an engine;
-6. engine.py, pair_costs.py, compare.py: a loaded pair answering, what its batches cost on this
-   machine, and answering twice to compare.
+6. engine.py, pair_costs.py, compare.py, slot_files.py: a loaded pair answering, what its batches
+   cost on this machine, answering twice to compare, and a server slot's cache saved to a file.
 """

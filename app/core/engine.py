@@ -29,6 +29,7 @@ from app.core.llama.state_cache import StateCache
 from app.core.llama.ram import total_memory_bytes
 from app.core.frontdoor import GenerationRequest, LoadedPair
 from app.core.pair_costs import PairCosts
+from app.core.slot_files import SlotFiles
 from app.core.params import DrafterKind, ModelParams, PolicyName, SpeculationParams, StatesConfig, SuffixConfig
 from app.core.speculation.acceptance import AcceptanceModel
 from app.core.speculation.constraint import GrammarConstraint
@@ -44,7 +45,7 @@ from app.core.speculation.suffix_drafter import suffix_drafter
 from app.core.speculation.suffix_memory import ConversationFeed, SuffixMemory, open_memory
 
 
-class Engine:
+class Engine(SlotFiles):
     """A loaded pair answering: the local AnswerEngine (app/core/frontdoor.py)."""
 
     def __init__(self, main: "llama.LlamaSession", main_info: GGUFInfo,

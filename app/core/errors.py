@@ -59,3 +59,7 @@ class PromptTooLongError(QuickdraftError):
 
 class DecodeError(QuickdraftError):
     """llama_decode failed during generation."""
+
+
+class SlotFileError(QuickdraftError):
+    """A server slot's cache could not be written to its file, or read back from one (seq_file.py)."""

@@ -58,6 +58,7 @@ def create_app(jobs: JobQueue, options: ServerOptions = ServerOptions()) -> Star
         Route("/v1/chat/completions/input_tokens", native.count_chat_tokens, methods=["POST"]),
         Route("/props", native.props),
         Route("/slots", native.slots),
+        Route("/slots/{id_slot}", native.slot_action, methods=["POST"]),
         *([Route(path, web_page) for path in WEB_PAGE_PATHS] if options.web_ui else []),
     ]
     app = Starlette(routes=routes, exception_handlers={

@@ -66,6 +66,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="GET /metrics in Prometheus text (default); --no-metrics answers it with 501")
     p.add_argument("--ui", action=argparse.BooleanOptionalAction, default=True,
                    help="a chat page at / (default); --no-ui leaves it out")
+    p.add_argument("--slot-save-path", metavar="DIR",
+                   help="a folder where POST /slots/{id}?action=save writes a slot's cache to a file and "
+                        "?action=restore reads one back, as llama-server (default: none; the actions answer 501)")
     p.add_argument("--cors-origins", help="origins a browser may call from: * (any), localhost, or a comma-separated "
                    "list (default: * with --api-key, else localhost)")
 
@@ -139,10 +142,13 @@ def serve(args, load_engine: Callable[[], object], speculation, drafter) -> int:
     except ValueError as exc:
         raise QuickdraftError(str(exc)) from None
     jobs.verbose = args.verbose
+    if args.slot_save_path is not None and not os.path.isdir(args.slot_save_path):
+        raise QuickdraftError(f"--slot-save-path: not a directory: {args.slot_save_path}")
     # bind before loading, so a taken port or a wrong address fails before minutes of loading
     options = ServerOptions(api_key=args.api_key, aliases=args.alias, tags=args.tags, cors_origins=args.cors_origins,
                             slots_endpoint=args.slots, metrics_endpoint=args.metrics, web_ui=args.ui,
-                            request_defaults=checked_defaults(args))
+                            request_defaults=checked_defaults(args),
+                            slot_save_path=os.path.abspath(args.slot_save_path) if args.slot_save_path else None)
     server = LocalServer(jobs, args.host, args.port, options, access_log=args.log_requests)
     try:
         pair = jobs.start()

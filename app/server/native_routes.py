@@ -1,5 +1,5 @@
 """llama-server's own endpoints: /completion (and /completions), /infill, /tokenize, /detokenize,
-/apply-template and GET /props. Generations go through the same queue, engine path and checks as
+/apply-template, GET /props, GET /slots and POST /slots/{id} (slot_files.py). Generations go through the same queue, engine path and checks as
 /v1/chat/completions (app.py's ``generate``); /tokenize, /detokenize and /apply-template are engine
 calls on the same queue, since the vocabulary and the template live on the engine's thread.
 """
@@ -26,6 +26,7 @@ from app.server.infill import mixed_tokens
 from app.server.native_api import NativeOptions, parse_detokenize, parse_infill, parse_native_completion, parse_tokenize
 from app.server.native_responses import NativeAnswer, generation_settings, token_entries
 from app.server.options import ServerOptions, switched_off
+from app.server.slot_files import slot_action
 from app.server.responses import live_timings, progress_timings, sse, summary_timings
 from app.server.streams import bursts, summary_of
 from app.server.worker import Done, Failed, Job, JobQueue
@@ -147,15 +148,20 @@ class NativeRoutes:
             raise ApiError(503, "No slot is available.", type="unavailable_error", retry_after=1)
         return JSONResponse(slots)
 
+    async def slot_action(self, request: Request) -> Response:
+        """POST /slots/{id}?action=save|restore|erase: on that slot's engine, once it is free."""
+        action = await slot_action(request, self.options.slot_save_path, self.jobs.drafting)
+        return await self._call(action.run, action.slot)
+
     def _pair(self):
         if self.jobs.pair is None:
             raise ApiError(503, "The model is not loaded.", type="unavailable_error", retry_after=5)
         return self.jobs.pair
 
-    async def _call(self, run: Callable[[AnswerEngine], dict]) -> Response:
-        """``run(engine)`` on the engine's thread, through the queue: its dict as JSON, rendered off the
-        event loop (millions of tokens with their pieces take seconds), or its error."""
-        job = self.jobs.call(run, asyncio.get_running_loop())
+    async def _call(self, run: Callable[[AnswerEngine], dict], slot: int = -1) -> Response:
+        """``run(engine)`` on the engine's thread (``slot``'s engine, with one), through the queue: its dict
+        as JSON, rendered off the event loop (millions of tokens with their pieces take seconds), or its error."""
+        job = self.jobs.call(run, asyncio.get_running_loop(), slot)
         try:
             item = await job.next()
         finally:

@@ -30,6 +30,7 @@ class ServerOptions:
     metrics_endpoint: bool = True    # --no-metrics: GET /metrics answers 501 (llama-server's default)
     web_ui: bool = True              # --no-ui: no chat page at /
     request_defaults: Mapping = field(default_factory=dict)   # body fields a request that sets none gets (--temp ...)
+    slot_save_path: str | None = None   # --slot-save-path: the folder of POST /slots/{id}'s files (None: 501)
 
     @property
     def model_id(self) -> str | None:

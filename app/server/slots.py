@@ -223,7 +223,7 @@ class SlotJobs(JobQueue):
                     if self._stopping or not self._waiting or (self._waiting[0].call is None and not self._pool.has_room()):
                         return
                     job = self._waiting.popleft()
-                    if job.call is None and self._pool.busy_for(job.request.id_slot):
+                    if self._pool.busy_for(job.pinned):
                         held.append(job)
                         continue
                     self._answering.append(job)
@@ -235,6 +235,15 @@ class SlotJobs(JobQueue):
         finally:
             with self._cond:
                 self._waiting.extendleft(reversed(held))
+
+    def _engine_for(self, job: Job) -> SlotEngine:
+        """A call on a slot runs on that slot's engine; llama-server's 400 for a slot that is not there."""
+        if job.on_slot < 0:
+            return self._engine
+        self._pool.open_through(job.on_slot)
+        if job.on_slot >= len(self._pool.slots):
+            raise ApiError(400, f"Invalid slot ID: the slots are 0 to {len(self._pool.slots) - 1}; got {job.on_slot}.")
+        return self._pool.slots[job.on_slot].engine
 
     def _place(self, job: Job) -> bool:
         """Prepare ``job`` and give it a slot; False (the job back at the queue's head) when none is free."""

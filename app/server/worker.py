@@ -61,6 +61,12 @@ class Job:
     stopping_word: str = ""         # the stop string that ended the answer, set there before the Summary is posted
     verbose: bool = False           # its answer carries __verbose (the request's or serve --verbose), set there too
     slot: int = 0                   # the slot that answers it, set there too
+    on_slot: int = -1               # a call on one slot's engine (its cache saved, restored, erased); -1: none
+
+    @property
+    def pinned(self) -> int:
+        """The slot it must wait for (-1: none): a generation's id_slot, or the slot a call acts on."""
+        return self.on_slot if self.call is not None else self.request.id_slot
 
     def post(self, item) -> None:
         try:
@@ -119,13 +125,14 @@ class JobQueue:
 
     # --- requests (the HTTP side's thread) -------------------------------------------------------
 
-    def call(self, call: Callable[[AnswerEngine], object], loop: asyncio.AbstractEventLoop) -> Job:
+    def call(self, call: Callable[[AnswerEngine], object], loop: asyncio.AbstractEventLoop, slot: int = -1) -> Job:
         """Queue ``call(engine)`` (llama-server's /tokenize, /detokenize, /apply-template) on the engine's
-        thread, where llama.cpp's objects live, behind the same queue and limits as a generation."""
-        return self.submit(None, loop, call)
+        thread, where llama.cpp's objects live, behind the same queue and limits as a generation; with
+        ``slot``, on that slot's engine once the slot is free (its cache saved, restored or erased)."""
+        return self.submit(None, loop, call, slot)
 
     def submit(self, request: ApiRequest | None, loop: asyncio.AbstractEventLoop,
-               call: Callable[[AnswerEngine], object] | None = None) -> Job:
+               call: Callable[[AnswerEngine], object] | None = None, on_slot: int = -1) -> Job:
         """Queue a generation, or refuse it: 503 while unavailable, 429 when the queue is full."""
         with self._cond:
             if not self.available:
@@ -138,7 +145,7 @@ class JobQueue:
                 raise ApiError(429, f"The server is busy: {len(self._answering)} requests are answered and "
                                f"{len(self._waiting)} are waiting. Retry later.", type="rate_limit_error",
                                code="queue_full", retry_after=self._retry_after())
-            job = Job(request, loop, call=call)
+            job = Job(request, loop, call=call, on_slot=on_slot)
             self._waiting.append(job)
             self._cond.notify_all()
         self._job_waiting()
@@ -199,13 +206,17 @@ class JobQueue:
         if job.cancel.is_set():
             return Failed(ApiError(499, "The client closed the request."))
         try:
-            return Done(job.call(self._engine))
+            return Done(job.call(self._engine_for(job)))
         except ApiError as exc:
             return Failed(exc)
         except QuickdraftError as exc:
             return Failed(ApiError(400, str(exc)))
         except Exception as exc:
             return internal_error(exc)
+
+    def _engine_for(self, job: Job) -> AnswerEngine:
+        """The engine a call runs on (SlotJobs: a slot's, for a call on one)."""
+        return self._engine
 
     def _prepare(self, job: Job) -> list[int] | Failed:
         """The job's prompt as tokens, its sampling checked (on any slot's engine: they share the models),

@@ -5,9 +5,9 @@ The suite names tiny Hugging Face models (stories260K and the like) that this ma
 download; every model it asks for is served as the Qwen2.5-Coder pair instead
 ($QUICKDRAFT_SUITE_MAIN, $QUICKDRAFT_SUITE_DRAFT: by default the 1.5B main and the 0.5B draft in
 ~/.cache/quickdraft-bench). Options Quickdraft has are passed on (port, host, api key, context,
-threads, aliases, tags, CORS origins, slots, the slots endpoint, the web UI); the others are
-llama-server features the run names in its log, so a test that depends on one fails for that
-reason, visibly, not silently.
+threads, aliases, tags, CORS origins, slots, the slots endpoint, the slot save folder, the web UI);
+the others are llama-server features the run names in its log, so a test that depends on one fails
+for that reason, visibly, not silently.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ PASSED = {"--port": "--port", "--host": "--host", "--api-key": "--api-key", "--c
           "--chat-template-file": "--chat-template-file", "--model-draft": "-md", "-md": "-md",
           "--chat-template": "--chat-template", "--temp": "--temp", "--seed": "--seed", "--n-predict": "--n-predict",
           "--top-k": "--top-k", "--top-p": "--top-p", "--min-p": "--min-p", "--batch-size": "--batch-size",
-          "-b": "--batch-size"}
+          "-b": "--batch-size", "--slot-save-path": "--slot-save-path"}
 # files named relative to where the suite runs: made absolute, since serve runs in the repository
-PATHS = {"--chat-template-file", "--model-draft", "-md"}
+PATHS = {"--chat-template-file", "--model-draft", "-md", "--slot-save-path"}
 # llama-server switches that Quickdraft's serve takes under its own name
 SWITCHES = {"--slots": "--slots", "--no-slots": "--no-slots", "--ui": "--ui", "--no-ui": "--no-ui",
             "--webui": "--ui", "--no-webui": "--no-ui", "--metrics": "--metrics",
@@ -45,7 +45,7 @@ DROPPED_WITH_VALUE = {"--hf-repo", "--hf-file", "--model", "--model-url",
                       "-ctk", "-ctv", "-fa", "--pooling", "--reasoning-format",
                       "--spec-type", "--spec-draft-n-max",
                       "--spec-draft-n-min", "--models-dir", "--models-max", "--models-preset",
-                      "--slot-save-path", "--grp-attn-n", "--grp-attn-w", "--lora", "--mmproj-url",
+                      "--grp-attn-n", "--grp-attn-w", "--lora", "--mmproj-url",
                       "--media-path", "--sleep-idle-seconds", "--cache-ram", "--tools", "--tools-runtime",
                       "--mcp-servers-config", "--mcp-servers-json", "--spec-synth-len", "--spec-synth-rates"}
 

@@ -33,7 +33,7 @@ LAYERS = {
         "chat": (3, ("app.core.chat",)),
         "frontdoor": (4, ("app.core.frontdoor",)),
         "remote": (5, ("app.core.remote",)),
-        "engine": (6, ("app.core.engine", "app.core.pair_costs", "app.core.compare")),
+        "engine": (6, ("app.core.engine", "app.core.pair_costs", "app.core.compare", "app.core.slot_files")),
     },
     "app.gui": {
         "widgets": (0, ("app.gui.widgets",)),

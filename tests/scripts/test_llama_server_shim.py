@@ -1,6 +1,6 @@
 """scripts/llama_server_suite/llama-server: started as llama.cpp's server tests start llama-server, it
 serves `quickdraft serve` with the options Quickdraft has (port, key, alias, tags, context, CORS, the
-slots endpoint, the web UI, continuous batching) and the
+slots endpoint, the slot save folder, the web UI, continuous batching) and the
 model it is given instead of the one the test names."""
 
 from __future__ import annotations
@@ -96,3 +96,13 @@ def test_the_shim_passes_a_built_in_template_by_name(tiny_models):
         assert prompt == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
         answer = httpx.post(url + "/v1/chat/completions", json={"messages": messages, "max_tokens": 3}).json()
         assert answer["usage"]["completion_tokens"] == 3
+
+
+def test_the_shim_passes_the_slot_save_path(tiny_models, tmp_path):
+    """--slot-save-path, relative to where the suite runs: a slot saved lands in that folder."""
+    (tmp_path / "slots").mkdir()
+    with shim_serving(tiny_models, ["--slot-save-path", "slots"], cwd=tmp_path) as (url, _):
+        httpx.post(url + "/completion", json={"prompt": "the cat", "n_predict": 2, "id_slot": 0}, timeout=60)
+        saved = httpx.post(url + "/slots/0?action=save", json={"filename": "s.bin"}, timeout=60)
+        assert saved.status_code == 200 and saved.json()["n_saved"] > 0
+    assert (tmp_path / "slots" / "s.bin").stat().st_size == saved.json()["n_written"]

@@ -31,15 +31,17 @@ class Served:
 
 @contextmanager
 def serving(main, draft=None, api_key=None, max_waiting=8, host="127.0.0.1", drafter=None,
-            speculation=SPECULATION, parallel=DEFAULT_PARALLEL, read_chunk=None, **options):
+            speculation=SPECULATION, parallel=DEFAULT_PARALLEL, read_chunk=None, merge=True, **options):
     """A server on ``main`` (and ``draft``) drafting with ``drafter``: by default the draft model
-    when there is one, else none; ``options``: ServerOptions' (aliases, cors_origins, ...)."""
+    when there is one, else none; ``merge`` False: each slot a context of its own; ``options``:
+    ServerOptions' (aliases, cors_origins, ...)."""
     def load():
         return Engine.load(ModelParams(str(main), n_ctx=N_CTX, n_threads=1),
                            ModelParams(str(draft), n_ctx=N_CTX, n_threads=1) if draft else None)
 
     drafter = DrafterKind(drafter or ("model" if draft else "none"))
-    jobs = ThreadedJobs(load, speculation, drafter, max_waiting=max_waiting, parallel=parallel, read_chunk=read_chunk)
+    jobs = ThreadedJobs(load, speculation, drafter, max_waiting=max_waiting, parallel=parallel, read_chunk=read_chunk,
+                        merge=merge)
     jobs.start()
     server = LocalServer(jobs, host, 0, ServerOptions(api_key=api_key, **options))
     server.start()

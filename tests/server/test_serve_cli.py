@@ -75,7 +75,8 @@ def test_a_served_slot_holds_its_share_of_the_context(tiny_models, tmp_path):
         serve.communicate(timeout=20)
 
 
-@pytest.mark.parametrize("case", ["exposed", "taken port", "missing model", "neither", "both", "no slot", "no batch"])
+@pytest.mark.parametrize("case", ["exposed", "taken port", "missing model", "neither", "both", "no slot", "no batch",
+                                  "no slot save folder"])
 def test_serve_and_remote_user_errors_are_one_line(tiny_models, tmp_path, case):
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
@@ -88,6 +89,7 @@ def test_serve_and_remote_user_errors_are_one_line(tiny_models, tmp_path, case):
         "both": ["generate", "-m", str(tiny_models.main), "--remote", "http://127.0.0.1:9", "-p", "hi"],
         "no slot": ["serve", "-m", str(tiny_models.main), "--parallel", "0"],
         "no batch": ["serve", "-m", str(tiny_models.main), "-b", "0"],
+        "no slot save folder": ["serve", "-m", str(tiny_models.main), "--slot-save-path", str(tmp_path / "none")],
     }[case]
     r = run(*args, tmp_path=tmp_path)
     taken.close()

@@ -412,19 +412,20 @@ class LlamaSession:
         if kept:
             self._eval(kept, all_logits=False)
 
-    def load_state(self, tokens: Sequence[int], data: bytes) -> bool:
-        """Put back a whole sequence state saved when the cache held ``tokens`` (state_cache.py). False,
-        with the cache emptied, when llama.cpp does not read all of it back."""
+    def load_state(self, put: Callable[[], Sequence[int] | None]) -> bool:
+        """Put back a whole sequence state: ``put()`` has llama.cpp read one into the emptied sequence and says its
+        tokens (state_cache.py, seq_file.py); None (then False) or its error leave the cache emptied."""
         self._saved.clear()
         self._remove_from(0)
-        self._rollback_window = 0
-        self._in_single_run = self._after_prompt = False
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        if int(lib().llama_state_seq_set_data(self._ctx, buf, len(data), self.seq)) != len(data):
-            self._seq_rm(0)
-            return False
-        self._cached = [int(t) for t in tokens]
-        return True
+        self._rollback_window, self._in_single_run, self._after_prompt = 0, False, False
+        tokens = None
+        try:
+            tokens = put()
+        finally:
+            if tokens is None:   # nothing of a state read in part is trusted
+                self._seq_rm(0)
+        self._cached = [int(t) for t in tokens] if tokens is not None else []
+        return tokens is not None
 
     def kv_positions(self) -> tuple[int, int]:
         """(min, max) position llama.cpp holds for the sequence; (-1, -1) when empty. For tests."""

@@ -129,7 +129,7 @@ class StateCache:
         except OSError:
             data = b""
         tokens = self._tokens(entry)
-        if len(data) != entry.size or tokens is None or not session.load_state(tokens, data):
+        if len(data) != entry.size or tokens is None or not session.load_state(lambda: tokens if _put_state(session, data) else None):
             self._delete(entry)   # llama.cpp refused it (another build's format, a damaged file)
             self._write_index()
             return False
@@ -169,6 +169,12 @@ def _state_of(session) -> bytes | None:
     buf = (ctypes.c_uint8 * size)()
     written = int(llama_cpp.llama_state_seq_get_data(session.raw_context, buf, size, session.seq))
     return bytes(buf) if written == size and size > 0 else None
+
+
+def _put_state(session, data: bytes) -> bool:
+    """Whether llama.cpp read all of ``data`` back into the session's sequence."""
+    buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+    return int(lib().llama_state_seq_set_data(session.raw_context, buf, len(data), session.seq)) == len(data)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
