@@ -35,6 +35,7 @@ class ToolFormat(str, Enum):
     LLAMA3 = "llama3"
     MISTRAL = "mistral"
     HARMONY = "harmony"
+    GENERIC = "generic"
 
 
 # templates with <tool_call> that write something else inside it (GLM, MiniMax, MiniCPM, Kimi)
@@ -47,6 +48,7 @@ MARKERS = {
     ToolFormat.LLAMA3: ("<|python_tag|>",),
     ToolFormat.MISTRAL: ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"),
     ToolFormat.HARMONY: ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>"),
+    ToolFormat.GENERIC: (),
 }
 
 # (opening, closing) around a call in each format's answers, for the parts of an answer (reasoning.PartTracker);
@@ -57,6 +59,7 @@ CALL_SPANS = {
     ToolFormat.LLAMA3: (("<|python_tag|>", ""), ('{"name"', "")),
     ToolFormat.MISTRAL: (("[TOOL_CALLS]", ""),),
     ToolFormat.HARMONY: (("<|channel|>commentary", "<|call|>"),),
+    ToolFormat.GENERIC: (('{"tool_call', ""),),
 }
 
 
