@@ -16,7 +16,8 @@ The words and shapes are those of llama.cpp's ``common_chat_params_init_generic`
 polyfills (the chat template runner llama.cpp used with it), so that the prompt is llama-server's:
 llama.cpp adds the answer-in-JSON instruction to the system message, minja then adds the tools (where
 the template does not show them) with an example call, and writes an earlier assistant message's
-calls (and the tools' results) as JSON text where the template cannot show them. The vendored
+calls (and the tools' results) as JSON text where the template cannot show them, and the system
+message's text into the first user message where the template has no system role (Gemma 2). The vendored
 llama.cpp since replaced this format by parsers inferred from each template; the format is the one
 that makes any model's answer a call that can be read.
 
@@ -45,6 +46,7 @@ TOOLS_INTRO = "You can call any of the following tools to satisfy the user's req
 _EXAMPLE_CALL = {"id": "call_1___", "type": "function",
                  "function": {"name": "tool_name", "arguments": {"arg1": "some_value"}}}
 _TURN_END_PROBE = "\ue000turn-end-probe\ue001"
+_SYSTEM_PROBE = "\ue000system-probe\ue001"
 
 
 # --- the prompt ----------------------------------------------------------------------------------------
@@ -56,7 +58,27 @@ def generic_messages(messages: Sequence[Mapping], tools: Sequence[Mapping], supp
     out = add_system(messages, INSTRUCTION)
     if not support.tools:
         out = add_system(out, tools_text(tools, template))
-    return out
+    return out if shows_system(template) else _system_in_first_user(out)
+
+
+@lru_cache(maxsize=8)
+def shows_system(template: str | None) -> bool:
+    """Whether the template renders a system message (Gemma 2's refuses one); without a Jinja template
+    the prompt's writer does."""
+    if not template:
+        return True
+    rendered = render_prompt([{"role": "system", "content": _SYSTEM_PROBE}, {"role": "user", "content": "Hey"}],
+                             template)
+    return rendered.templated and _SYSTEM_PROBE in rendered.text
+
+
+def _system_in_first_user(messages: list[dict]) -> list[dict]:
+    """The system message's text at the start of the first user message, a line between (minja's
+    polyfill for a template without a system role)."""
+    if not messages or messages[0]["role"] != "system" or len(messages) < 2 or messages[1]["role"] != "user":
+        return messages
+    system, user, *rest = messages
+    return [{**user, "content": f"{system['content']}\n{user.get('content') or ''}".rstrip("\n")}, *rest]
 
 
 def shown_messages(messages: Sequence[Mapping], support: ToolSupport) -> list[dict]:

@@ -4,6 +4,7 @@ JSON Schema the answer's grammar is made of, and the answer read back, whole and
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -40,7 +41,7 @@ def test_the_instruction_and_the_tools_join_the_system_message_as_llama_cpp_writ
 
 
 def test_a_template_that_shows_tools_keeps_them_and_gets_the_instruction_alone():
-    template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{{ tools | tojson }}"
+    template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{{ tools | tojson if tools }}"
     support = tool_support(template)
     assert support.tools and support.format is None
     system, _ = generic_messages([{"role": "user", "content": "Hi"}], [WEATHER], support, template)
@@ -146,3 +147,10 @@ def test_a_template_that_writes_calls_gives_its_own_example():
                 "\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}")
     assert tool_support(template).calls and not tool_support(template).tools
     assert call_example(template) == '<call>tool_name {"arg1": "some_value"}</call>'
+
+
+def test_a_template_without_a_system_role_gets_the_tools_in_the_first_user_message():
+    gemma = (Path(__file__).parent / "templates" / "google-gemma-2-2b-it.jinja").read_text(encoding="utf-8")
+    user, = generic_messages([{"role": "user", "content": "Hi"}], [WEATHER], tool_support(gemma), gemma)
+    assert user["role"] == "user" and user["content"].startswith(INSTRUCTION + "\n\n" + TOOLS_INTRO)
+    assert user["content"].endswith("\n\nHi")
