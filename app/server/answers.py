@@ -74,7 +74,8 @@ def chat_prompt(engine: AnswerEngine, request: ApiRequest) -> tuple[Prompt, Answ
     thinking = chat.thinking
     forced = active and choice.mode in ("required", "function")
     grammar = request.grammar
-    _check_shapes(engine.pair.model_id, forced, generic, grammar is not None, continued is not None)
+    schema = request.response_schema if generic and not forced else None   # it shapes the generic format's response
+    _check_shapes(engine.pair.model_id, forced, generic, grammar is not None and schema is None, continued is not None)
     prefill: list[tuple[str, bool]] = []
     if (forced or generic or grammar is not None or continued is not None) and thinking is not None \
             and thinking.starts_open:
@@ -82,7 +83,7 @@ def chat_prompt(engine: AnswerEngine, request: ApiRequest) -> tuple[Prompt, Answ
     fmt = ToolFormat.GENERIC if generic else support.format if active else None
     parallel = active and choice.parallel and (support.calls or not generic)   # llama.cpp's rule for the generic format
     if generic:
-        grammar = generic_grammar(choice.tools, choice.name, parallel, required=forced)
+        grammar = generic_grammar(choice.tools, choice.name, parallel, forced, schema)
     elif forced:
         prefill += call_opening(fmt, template, choice.name)
         grammar = call_grammar(fmt, template, choice.tools, choice.name, choice.parallel)
@@ -98,19 +99,19 @@ def chat_prompt(engine: AnswerEngine, request: ApiRequest) -> tuple[Prompt, Answ
 
 def _check_shapes(model_name: str, forced: bool, generic: bool, grammar: bool, continued: bool) -> None:
     """A forced call, the generic format's JSON answer, a request's grammar and a continued final
-    message each decide how the answer starts: only one may."""
-    if generic and (grammar or continued):
-        what = "follow a grammar or JSON schema ('grammar', 'json_schema', 'response_format')" if grammar \
-            else "continue a final assistant message"
-        raise ApiError(400, f"The chat template of {model_name} shows no tools Quickdraft reads, so with 'tools' its "
-                       "answer is llama.cpp's generic JSON ({\"tool_call\": ...} or {\"response\": ...}), which "
-                       f"cannot also {what}. Send one or the other (or \"tool_choice\": \"none\").", param="tools")
+    message each decide how the answer starts: only one may (``grammar``: one the answer cannot take)."""
     if forced and grammar:
         raise ApiError(400, "A forced tool call ('tool_choice') and a grammar or JSON schema ('grammar', "
                        "'json_schema', 'response_format') cannot both shape the answer: give one.", param="tool_choice")
     if forced and continued:
         raise ApiError(400, "A forced tool call ('tool_choice') cannot continue a final assistant message.",
                        param="tool_choice")
+    if generic and (grammar or continued):
+        what = "follow a GBNF 'grammar' (a JSON schema shapes its response)" if grammar \
+            else "continue a final assistant message"
+        raise ApiError(400, f"The chat template of {model_name} shows no tools Quickdraft reads, so with 'tools' its "
+                       "answer is llama.cpp's generic JSON ({\"tool_call\": ...} or {\"response\": ...}), which "
+                       f"cannot also {what}. Send one or the other (or \"tool_choice\": \"none\").", param="tools")
 
 
 class AnswerStream:

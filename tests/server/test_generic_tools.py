@@ -153,8 +153,20 @@ def test_earlier_calls_and_results_reach_the_prompt_as_json(chatml):
                in prompt
 
 
+def test_a_json_schema_beside_generic_tools_shapes_the_response(chatml, scripted):  # noqa: F811
+    scripted.answer = '{"response": {"answer": 6}}'
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+    choice = _chat(chatml, tools=TOOLS, response_format={"type": "json_schema", "json_schema": {"schema": schema}})
+    assert json.loads(choice["message"]["content"]) == {"answer": 6} and choice["message"].get("tool_calls") is None
+    scripted.answer = None     # the model's own answer, under the grammar: a call, or a response the schema allows
+    choice = _chat(chatml, tools=TOOLS, response_format={"type": "json_schema", "json_schema": {"schema": schema}},
+                   **GREEDY)
+    calls = choice["message"].get("tool_calls")
+    assert all(_valid(c) for c in calls) if calls else isinstance(json.loads(choice["message"]["content"])["answer"], int)
+
+
 @pytest.mark.parametrize("body, words", [
-    ({"response_format": {"type": "json_object"}}, "cannot also follow a grammar"),
+    ({"grammar": 'root ::= "yes"'}, "cannot also follow a GBNF 'grammar'"),
     ({"messages": ASK + [{"role": "assistant", "content": "Sure"}]}, "cannot also continue a final assistant message"),
 ])
 def test_what_cannot_join_the_generic_answer_is_a_400_saying_why(chatml, body, words):

@@ -188,9 +188,11 @@ def _without_turn_end(text: str, template: str) -> str:
 
 # --- the grammar ---------------------------------------------------------------------------------------
 
-def generic_schema(tools: Sequence[Mapping], name: str | None, parallel: bool, required: bool) -> dict:
+def generic_schema(tools: Sequence[Mapping], name: str | None, parallel: bool, required: bool,
+                   response: Mapping | None = None) -> dict:
     """llama.cpp's JSON Schema of the answer: a call of a declared function (of ``name`` alone when
-    given), several where ``parallel``, or a response unless a call is ``required``."""
+    given), several where ``parallel``, or a response unless a call is ``required``: text, or a value
+    of the request's ``response`` schema (its response_format)."""
     calls = [_call_schema(t["function"], parallel) for t in tools if name is None or t["function"]["name"] == name]
     one = calls[0] if len(calls) == 1 else {"anyOf": calls}
     if parallel:
@@ -200,8 +202,9 @@ def generic_schema(tools: Sequence[Mapping], name: str | None, parallel: bool, r
         call = {"type": "object", "properties": {"tool_call": one}, "required": ["tool_call"]}
     if required:
         return call
-    response = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"]}
-    return {"anyOf": [call, response]}
+    replied = {"type": "object", "properties": {"response": dict(response or {"type": "string"})},
+               "required": ["response"]}
+    return {"anyOf": [call, replied]}
 
 
 def _call_schema(function: Mapping, parallel: bool) -> dict:
@@ -216,10 +219,12 @@ def _call_schema(function: Mapping, parallel: bool) -> dict:
     return schema
 
 
-def generic_grammar(tools: Sequence[Mapping], name: str | None, parallel: bool, required: bool) -> str:
+def generic_grammar(tools: Sequence[Mapping], name: str | None, parallel: bool, required: bool,
+                    response: Mapping | None = None) -> str:
     """The GBNF of ``generic_schema`` (llama-cpp-python's converter). Raises GrammarError where a
     tool's parameters cannot be turned into a grammar."""
-    return json_schema_grammar(generic_schema(tools, name, parallel, required), "The tools' parameters")
+    return json_schema_grammar(generic_schema(tools, name, parallel, required, response),
+                               "The tools' parameters (or the response schema)")
 
 
 # --- the answer ----------------------------------------------------------------------------------------

@@ -88,6 +88,12 @@ def test_a_required_call_allows_no_response_and_a_named_one_only_its_function():
         == "get_time"
 
 
+def test_a_response_schema_replaces_the_responses_text():
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}}
+    _, response = generic_schema([WEATHER], None, parallel=False, required=False, response=schema)["anyOf"]
+    assert response["properties"]["response"] == schema
+
+
 def test_parallel_calls_are_a_list_of_calls_with_ids():
     schema = generic_schema([WEATHER], None, parallel=True, required=True)
     calls = schema["properties"]["tool_calls"]
