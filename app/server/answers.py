@@ -11,26 +11,27 @@ loop: app/core/speculation/constraint.py), so the answer is the constrained main
 parsers read the prefill as the answer's start. A grammar the request gives (``grammar``,
 ``json_schema``, ``response_format``) starts after the reasoning: a thinking model's open block is
 closed by the prefill first, as for a forced call.
+
+Where the template shows no tools that Quickdraft reads (no template, a template without tools, a
+built-in template chosen by name, a call syntax it does not parse), tools are llama.cpp's generic
+format (app/core/chat/generic_tools.py): they are described in the system message, and a grammar
+holds every answer (not only a forced one) to its JSON, a call or a response. ``tool_choice`` "none"
+shows no tools and reads none, as llama-server.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from collections.abc import Sequence
 
 from app.core.chat.messages import check_messages
 from app.core.chat.prompt import Prompt, needs_template
 from app.core.chat.reasoning import REASONING, ThinkingFormat, ReasoningSplitter
+from app.core.chat.generic_tools import generic_grammar, generic_messages, shown_messages
 from app.core.chat.toolcalls import CALL, CONTENT, ToolCall, ToolCallStream
 from app.core.chat.toolgrammar import call_grammar
-from app.core.chat.tools import (CALL_SPANS, MARKERS, ToolFormat, ToolSupport, call_opening, template_messages,
-                                 tool_support)
+from app.core.chat.tools import CALL_SPANS, MARKERS, ToolFormat, call_opening, template_messages, tool_support
 from app.core.frontdoor import AnswerEngine
 from app.server.api import ApiError, ApiRequest
-
-READABLE_FORMATS = ("Hermes and Qwen's <tool_call> JSON, Qwen3-Coder's XML, Llama 3.x's JSON, Mistral's "
-                    "[TOOL_CALLS] and gpt-oss's harmony")
-
 
 @dataclass(frozen=True)
 class AnswerPlan:
@@ -53,36 +54,39 @@ class AnswerPlan:
 
 def chat_prompt(engine: AnswerEngine, request: ApiRequest) -> tuple[Prompt, AnswerPlan]:
     """The prompt of a chat request (its tokens and text) and how to read its answer. Raises ApiError
-    (400) for tools the model's template cannot take, QuickdraftError for messages or a template that fail."""
-    template, model_name = engine.pair.chat_template, engine.pair.model_id
+    (400) for a request whose parts cannot shape one answer, QuickdraftError for messages or a
+    template that fail."""
+    template = engine.pair.chat_template
     choice = request.tools
     active = choice is not None and choice.mode != "none"
     messages = check_messages(list(request.messages))
     continued = messages.pop()["content"] if request.continues_final else None   # the answer's own start
     variables = dict(request.template_variables) | ({} if request.generation_prompt else {"add_generation_prompt": False})
-    support = None
-    if active or needs_template(messages, None):
-        support = tool_support(template)
-        _check_support(support, template, active, messages, model_name)
-        messages = template_messages(messages, support)
-    if active:
+    support = tool_support(template) if active or needs_template(messages, None) else None
+    if support is not None:
+        messages = template_messages(shown_messages(messages, support), support)
+    generic = active and not support.usable   # llama.cpp's generic format: the template shows no tools we read
+    if generic:
+        messages = generic_messages(messages, choice.tools, support, template)
+    if active and support.tools:
         variables["tools"] = [dict(t) for t in choice.tools]
     chat = engine.prompt(messages, variables)
     thinking = chat.thinking
     forced = active and choice.mode in ("required", "function")
     grammar = request.grammar
-    if forced and grammar is not None:
-        raise ApiError(400, "A forced tool call ('tool_choice') and a grammar or JSON schema ('grammar', "
-                       "'json_schema', 'response_format') cannot both shape the answer: give one.", param="tool_choice")
-    if forced and continued is not None:
-        raise ApiError(400, "A forced tool call ('tool_choice') cannot continue a final assistant message.",
-                       param="tool_choice")
+    schema = request.response_schema if generic and not forced else None   # it shapes the generic format's response
+    _check_shapes(engine.pair.model_id, forced, generic, grammar is not None and schema is None, continued is not None)
     prefill: list[tuple[str, bool]] = []
-    if (forced or grammar is not None or continued is not None) and thinking is not None and thinking.starts_open:
+    if (forced or generic or grammar is not None or continued is not None) and thinking is not None \
+            and thinking.starts_open:
         prefill.append((thinking.end + "\n\n", True))   # the grammar (or the text continued) is the answer, not reasoning
-    if forced:
-        prefill += call_opening(support.format, template, choice.name)
-        grammar = call_grammar(support.format, template, choice.tools, choice.name, choice.parallel)
+    fmt = ToolFormat.GENERIC if generic else support.format if active else None
+    parallel = active and choice.parallel and (support.calls or not generic)   # llama.cpp's rule for the generic format
+    if generic:
+        grammar = generic_grammar(choice.tools, choice.name, parallel, forced, schema)
+    elif forced:
+        prefill += call_opening(fmt, template, choice.name)
+        grammar = call_grammar(fmt, template, choice.tools, choice.name, choice.parallel)
     opening = "".join(text for text, _ in prefill)   # what the parsers read as the answer's start
     if continued:   # written after it, as llama-server writes an assistant prefill; not sent again
         prefill.append((continued, False))
@@ -90,25 +94,24 @@ def chat_prompt(engine: AnswerEngine, request: ApiRequest) -> tuple[Prompt, Answ
         chat = engine.prompt(messages, variables, prefill)
     if not active:
         return chat, AnswerPlan(thinking, prefill=opening, grammar=grammar)
-    return chat, AnswerPlan(thinking, support.format, choice.tools, choice.parallel, opening, MARKERS[support.format],
-                            CALL_SPANS[support.format], grammar)
+    return chat, AnswerPlan(thinking, fmt, choice.tools, parallel, opening, MARKERS[fmt], CALL_SPANS[fmt], grammar)
 
 
-def _check_support(support: ToolSupport, template: str | None, active: bool, messages: Sequence[dict],
-                   model_name: str) -> None:
-    if not template:
-        raise ApiError(400, f"{model_name} has no chat template, so it cannot be given tools or a tool "
-                       "conversation.", param="tools" if active else "messages")
-    if active and not support.tools:
-        raise ApiError(400, f"The chat template of {model_name} does not show tools to the model, so it cannot call "
-                       "them. Send the request without 'tools' (or with \"tool_choice\": \"none\"), or serve a model "
-                       "whose template takes tools.", param="tools")
-    if active and support.format is None:
-        raise ApiError(400, f"The chat template of {model_name} takes tools, but its model writes calls in a format "
-                       f"Quickdraft does not read (it reads {READABLE_FORMATS}).", param="tools")
-    if any(m.get("tool_calls") for m in messages) and not support.calls:
-        raise ApiError(400, f"The chat template of {model_name} cannot show an assistant message's tool_calls, so "
-                       "the model would not see its own calls.", param="messages")
+def _check_shapes(model_name: str, forced: bool, generic: bool, grammar: bool, continued: bool) -> None:
+    """A forced call, the generic format's JSON answer, a request's grammar and a continued final
+    message each decide how the answer starts: only one may (``grammar``: one the answer cannot take)."""
+    if forced and grammar:
+        raise ApiError(400, "A forced tool call ('tool_choice') and a grammar or JSON schema ('grammar', "
+                       "'json_schema', 'response_format') cannot both shape the answer: give one.", param="tool_choice")
+    if forced and continued:
+        raise ApiError(400, "A forced tool call ('tool_choice') cannot continue a final assistant message.",
+                       param="tool_choice")
+    if generic and (grammar or continued):
+        what = "follow a GBNF 'grammar' (a JSON schema shapes its response)" if grammar \
+            else "continue a final assistant message"
+        raise ApiError(400, f"The chat template of {model_name} shows no tools Quickdraft reads, so with 'tools' its "
+                       "answer is llama.cpp's generic JSON ({\"tool_call\": ...} or {\"response\": ...}), which "
+                       f"cannot also {what}. Send one or the other (or \"tool_choice\": \"none\").", param="tools")
 
 
 class AnswerStream:

@@ -17,7 +17,7 @@ from app.core.errors import InvalidParameterError
 from app.core.params import SamplingParams
 from app.server.errors import ApiError
 from app.server.fields import logit_bias, logprobs_from, n_predict, refuse_unsupported, samplers, text_biases
-from app.server.structured import grammar_from
+from app.server.structured import grammar_from, response_schema
 
 # llama-server's defaults for what a request leaves out (the OpenAI API has no top_k or min_p)
 DEFAULT_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, max_tokens=1 << 30)
@@ -67,6 +67,7 @@ class ApiRequest:
     bias_texts: tuple[tuple[str, float], ...] = ()   # logit_bias given as texts: each of their tokens is biased
     ignore_eos: bool = False                 # llama-server's: end-of-generation tokens are banned
     grammar: str | None = None               # GBNF the answer follows (grammar, json_schema, response_format)
+    response_schema: dict | None = None      # the JSON Schema that grammar came from (None: none, or GBNF given)
     continues_final: bool = False            # chat: the answer goes on from the final assistant message
     generation_prompt: bool = True           # chat: False, the prompt is the messages alone (add_generation_prompt)
     verbose: bool = False                    # an OpenAI answer also carries llama-server's __verbose (its native body)
@@ -186,6 +187,7 @@ def delivery_from(body: dict) -> dict:
     options = field_value(body, "stream_options", dict, "an object") or {}
     return {
         "grammar": grammar_from(body),
+        "response_schema": response_schema(body),
         "bias_texts": text_biases(body),
         "ignore_eos": bool(field_value(body, "ignore_eos", bool, "true or false", False)),
         "stream": bool(field_value(body, "stream", bool, "true or false", False)),

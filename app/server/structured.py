@@ -31,12 +31,22 @@ def grammar_from(body: dict) -> str | None:
         return grammar
     if schema is None:
         return None
-    if schema == {}:
-        schema = {"type": "object"}
     try:
-        return json_schema_grammar(schema, f"'{param}'")
+        return json_schema_grammar(_any_object(schema), f"'{param}'")
     except GrammarError as exc:
         raise ApiError(400, str(exc), param=param.split(".")[0]) from None
+
+
+def response_schema(body: dict) -> dict | None:
+    """The JSON Schema the body's fields ask the answer to follow (an empty one: any JSON object);
+    None for none or for a GBNF grammar. Call after ``grammar_from``, which checks the fields."""
+    schema = None if body.get("grammar") else _schema(body)[0]
+    return None if schema is None else _any_object(schema)
+
+
+def _any_object(schema):
+    """llama-server's rule: an empty schema means any JSON object."""
+    return {"type": "object"} if schema == {} else schema
 
 
 def _schema(body: dict) -> tuple[Any, str]:

@@ -36,15 +36,13 @@ def _template(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory, tiny_models):
+def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("tool-models")
     return {
         "qwen": write_tiny_model(d / "qwen.gguf", TinySpec(chat_tokens=True, name="tiny-qwen",
                                                            chat_template=_template("Qwen-Qwen2.5-7B-Instruct.jinja"))),
         "harmony": write_tiny_model(d / "harmony.gguf", TinySpec(chat_template=_template("openai-gpt-oss-120b.jinja"))),
         "thinking": write_tiny_model(d / "thinking.gguf", THINKING_SPEC),
-        "chatml": tiny_models.main,
-        "none": tiny_models.no_template,
     }
 
 
@@ -196,19 +194,6 @@ def test_arguments_that_are_not_json_in_the_conversation_are_a_400(qwen):
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
     response = _post(qwen, {"messages": messages})
     assert response.status_code == 400 and "not valid JSON" in response.json()["error"]["message"]
-
-
-@pytest.mark.parametrize("model, words", [
-    ("chatml", "does not show tools to the model"),
-    ("none", "has no chat template"),
-])
-def test_a_model_whose_template_takes_no_tools_is_a_400_naming_it(models, model, words):
-    with serving(models[model]) as served:
-        response = _post(served, {"tools": [WEATHER]})
-        assert response.status_code == 400
-        error = response.json()["error"]
-        assert words in error["message"] and Path(models[model]).stem in error["message"] and error["param"] == "tools"
-        assert _post(served, {"tools": [WEATHER], "tool_choice": "none"}).status_code == 200
 
 
 # --- the prompt -------------------------------------------------------------------------------------

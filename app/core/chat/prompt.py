@@ -41,6 +41,12 @@ class RenderedPrompt:
     warning: str | None = None   # why the template was not used, when the user should know
     failure: str | None = None   # why the template was not used (its error), whoever should know
 
+    @property
+    def own(self) -> bool:
+        """Rendered by the template itself (not llama.cpp's format that it resembles): what probes of
+        what a template shows may read."""
+        return self.templated and self.failure is None
+
 
 @dataclass(frozen=True)
 class Prompt:

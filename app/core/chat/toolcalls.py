@@ -19,12 +19,14 @@ import string
 from dataclasses import dataclass, field
 from collections.abc import Mapping, Sequence
 
+from app.core.chat.generic_tools import GenericReader
 from app.core.chat.toolformats import CALL, CONTENT, READERS, REASONING
 from app.core.chat.tools import ToolFormat
 
 __all__ = ["CALL", "CONTENT", "REASONING", "ParsedAnswer", "ToolCall", "ToolCallStream", "new_call_id", "parse_tool_calls"]
 
 _ID_CHARS = string.ascii_letters + string.digits
+_READERS = READERS | {ToolFormat.GENERIC: GenericReader}   # the template formats' readers, and llama.cpp's generic
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class ToolCallStream:
         self.format = fmt
         self.parallel = parallel
         self.calls: list[ToolCall] = []
-        self._reader = READERS[fmt](tools)
+        self._reader = _READERS[fmt](tools)
         self._buf = ""
         self._at_opening = False
         self._fresh = True          # nothing but whitespace and calls so far (a bare Llama 3 call may begin)

@@ -27,7 +27,7 @@ class Read:
 
 # --- readers: where a call may open, and a call read from its opening --------------------------------
 
-class _Reader:
+class Reader:
     openings: tuple[str, ...] = ()
 
     def __init__(self, tools: Sequence[Mapping]):
@@ -47,7 +47,7 @@ class _Reader:
         raise NotImplementedError
 
 
-class _Tagged(_Reader):
+class _Tagged(Reader):
     """``<tool_call>`` ... ``</tool_call>`` around JSON (Hermes) or Qwen3-Coder's XML."""
 
     openings = (_TOOL_CALL,)
@@ -107,7 +107,7 @@ class _Hermes(_Tagged):
             return Read(at or 1, ((CONTENT, buf[:at or 1]),))
         doubled = re.match(r"\{\s*(?=\{)", buf[at:])            # {{"name": ...}}: as Qwen2.5-Coder's template shows calls
         inner = at + doubled.end() if doubled else at
-        end = _json_end(buf, inner)
+        end = json_end(buf, inner)
         if end is None and not final:
             return None
         end = len(buf) if end is None else end
@@ -139,7 +139,7 @@ def _names_first(buf: str, at: int, final: bool) -> bool | None:
     return None if not final and '"name"'.startswith(rest) else False
 
 
-class _Llama3(_Reader):
+class _Llama3(Reader):
     """The answer itself is the call (``{"name": ..., "parameters": ...}``, several apart by ";"), or
     ``<|python_tag|>`` opens one: JSON, or a built-in tool's ``name.call(key="value")``."""
 
@@ -168,14 +168,14 @@ class _Llama3(_Reader):
             if not final and re.fullmatch(r"[\w.]*", buf[at:]):
                 return None
             return Read(at, ((CONTENT, buf[start:at]),))   # code, not a call: text
-        end = _json_end(buf, at)
+        end = json_end(buf, at)
         if end is None:
             return None if not final else Read(len(buf), _items(_json_call(buf[at:], ("parameters", "arguments"),
                                                                             strict=True), buf[start:]))
         return Read(end, _items(_json_call(buf[at:end], ("parameters", "arguments"), strict=True), buf[start:end]))
 
 
-class _Mistral(_Reader):
+class _Mistral(Reader):
     """``[TOOL_CALLS]`` and a JSON list of calls (Nemo), or ``NAME[ARGS]{...}`` (Devstral, Ministral 3),
     ``NAME[CALL_ID]ID[ARGS]{...}`` (Small 3.2)."""
 
@@ -187,7 +187,7 @@ class _Mistral(_Reader):
         if at >= len(buf):
             return None if not final else Read(len(buf), ((CONTENT, buf),))
         if buf[at] == "[":
-            end = _json_end(buf, at)
+            end = json_end(buf, at)
             if end is None and not final:
                 return None
             end = len(buf) if end is None else end
@@ -198,7 +198,7 @@ class _Mistral(_Reader):
                 return None
             return Read(len(self.marker), ((CONTENT, self.marker),))   # not a call: go on with the text
         args_at = at + head.end()
-        end = _json_end(buf, args_at)
+        end = json_end(buf, args_at)
         if end is None and not final:
             return None
         end = len(buf) if end is None or end < 0 else end
@@ -207,7 +207,7 @@ class _Mistral(_Reader):
         return Read(end, _items(call, buf[:end]))
 
 
-class _Harmony(_Reader):
+class _Harmony(Reader):
     """gpt-oss's messages after the reasoning: a header (``<|start|>assistant``, ``<|channel|>...``,
     ``to=functions.NAME``) up to ``<|message|>``, then the body up to ``<|end|>``, ``<|call|>`` or
     ``<|return|>``. A body sent to a function is a call; others are content, an analysis body reasoning."""
@@ -255,10 +255,10 @@ def _json_call(text: str, argument_keys: Sequence[str], strict: bool = False):
         obj = json.loads(text)
     except ValueError:
         return None
-    return _call_from(obj, argument_keys, strict)
+    return call_from(obj, argument_keys, strict)
 
 
-def _call_from(obj, argument_keys: Sequence[str], strict: bool = False):
+def call_from(obj, argument_keys: Sequence[str], strict: bool = False):
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"].strip():
         return None
     key = next((k for k in argument_keys if k in obj), None)
@@ -281,7 +281,7 @@ def _list_items(text: str, raw: str) -> tuple:
         calls = json.loads(text)
     except ValueError:
         return ((CONTENT, raw),)
-    read = [_call_from(c, ("arguments", "parameters")) for c in calls] if isinstance(calls, list) and calls else [None]
+    read = [call_from(c, ("arguments", "parameters")) for c in calls] if isinstance(calls, list) and calls else [None]
     if any(c is None for c in read):
         return ((CONTENT, raw),)
     return tuple((CALL, c) for c in read)
@@ -323,7 +323,7 @@ def _typed(text: str, schema) -> object:
         return text
 
 
-def _json_end(text: str, start: int) -> int | None:
+def json_end(text: str, start: int) -> int | None:
     """Where the JSON object or array starting at ``text[start]`` (after whitespace) ends (the index
     past it); None when the text ends first; -1 when no object or array starts there."""
     i = start + len(text[start:]) - len(text[start:].lstrip())

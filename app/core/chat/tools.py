@@ -35,6 +35,7 @@ class ToolFormat(str, Enum):
     LLAMA3 = "llama3"
     MISTRAL = "mistral"
     HARMONY = "harmony"
+    GENERIC = "generic"
 
 
 # templates with <tool_call> that write something else inside it (GLM, MiniMax, MiniCPM, Kimi)
@@ -47,6 +48,7 @@ MARKERS = {
     ToolFormat.LLAMA3: ("<|python_tag|>",),
     ToolFormat.MISTRAL: ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"),
     ToolFormat.HARMONY: ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>"),
+    ToolFormat.GENERIC: (),
 }
 
 # (opening, closing) around a call in each format's answers, for the parts of an answer (reasoning.PartTracker);
@@ -57,6 +59,7 @@ CALL_SPANS = {
     ToolFormat.LLAMA3: (("<|python_tag|>", ""), ('{"name"', "")),
     ToolFormat.MISTRAL: (("[TOOL_CALLS]", ""),),
     ToolFormat.HARMONY: (("<|channel|>commentary", "<|call|>"),),
+    ToolFormat.GENERIC: (('{"tool_call', ""),),
 }
 
 
@@ -113,15 +116,15 @@ def tool_support(template: str | None) -> ToolSupport:
     if not template:
         return ToolSupport(fmt, False, False, False)
     shown = render_prompt([{"role": "user", "content": "A question."}], template, variables={"tools": [_PROBE_TOOL]})
-    tools = shown.templated and "probe_tool_name" in shown.text
+    tools = shown.own and "probe_tool_name" in shown.text
     as_object = render_prompt(_probe_conversation({"probe_arg": "probe_value"}), template,
                               variables={"tools": [_PROBE_TOOL]})
-    if as_object.templated and "probe_call_name" in as_object.text and "probe_value" in as_object.text \
+    if as_object.own and "probe_call_name" in as_object.text and "probe_value" in as_object.text \
             and "'probe_arg'" not in as_object.text:
         return ToolSupport(fmt, tools, True, True)
     as_text = render_prompt(_probe_conversation('{"probe_arg": "probe_value"}'), template,
                             variables={"tools": [_PROBE_TOOL]})
-    return ToolSupport(fmt, tools, as_text.templated and "probe_call_name" in as_text.text, False)
+    return ToolSupport(fmt, tools, as_text.own and "probe_call_name" in as_text.text, False)
 
 
 def template_messages(messages: Sequence[Mapping], support: ToolSupport) -> list[dict]:
