@@ -64,13 +64,6 @@ def chat_template_name(name: str | None) -> str | None:
 
 def chat_template_file(path: str | None) -> str | None:
     """The text of ``--chat-template-file``; a file that cannot be read is named with the reason."""
-    from pathlib import Path
+    from app.core.params import read_chat_template
 
-    from app.core.errors import InvalidParameterError
-
-    if not path:
-        return None
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidParameterError("--chat-template-file", f"{path} cannot be read ({exc})") from None
+    return read_chat_template(path, "--chat-template-file") if path else None

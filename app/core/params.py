@@ -232,6 +232,15 @@ def _gpu_layers_ok(value) -> bool:
     return True
 
 
+def read_chat_template(path: str, name: str, advice: str = "") -> str:
+    """The text of a Jinja chat template file (ModelParams.chat_template); InvalidParameterError names
+    ``name`` (the flag or setting that chose it), the file and why it cannot be read, then ``advice``."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidParameterError(name, f"{path} cannot be read ({exc}){advice}") from None
+
+
 def _require(name: str, value, ok: bool, requirement: str) -> None:
     if not ok:
         raise InvalidParameterError(name, f"{requirement} (got {value!r})")

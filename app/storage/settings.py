@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from app.core.errors import InvalidParameterError, QuickdraftError
+from app.core.errors import QuickdraftError
 from app.core.params import (AUTO, DEFAULT_DRAFTER, Choice, DrafterKind, ModelParams, PolicyName, SamplingParams,
-                             SpeculationParams, SuffixConfig, parse_gpu_layers)
+                             SpeculationParams, SuffixConfig, parse_gpu_layers, read_chat_template)
 from app.storage.files import keep_aside
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,8 @@ class Settings:
         by_file = bool(choice) and Path(choice).is_absolute()   # a built-in name is never an absolute path
         return ModelParams(path=path, n_gpu_layers=self.main_gpu_layers, n_ctx=self.n_ctx,
                            n_threads=self.threads or None, device=self.device or AUTO,
-                           chat_template=_template_text(choice) if by_file else None,
+                           chat_template=read_chat_template(choice, "The chat template file", "; choose another in "
+                                                            "Settings.") if by_file else None,
                            chat_template_name=choice if choice and not by_file else None)
 
     def chat_template_for(self, main: str) -> str:
@@ -139,14 +140,6 @@ class Settings:
 
     def with_recent_remote(self, url: str) -> "Settings":
         return replace(self, recent_remotes=_push_recent(self.recent_remotes, url))
-
-
-def _template_text(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidParameterError("The chat template", f"file {path} cannot be read ({exc}); choose another "
-                                    f"in Settings.") from None
 
 
 def _push_recent(items: tuple[str, ...], path: str) -> tuple[str, ...]:

@@ -153,10 +153,6 @@ def prompt_tokens(model, messages: Sequence[Message], variables: Mapping[str, An
         rendered = render_prompt([slots.message(m) for m in messages], model.chat_template(),
                                  model.token_text(model.bos), model.token_text(model.eos),
                                  slots.protect(dict(variables or {})))
-    if rendered.failure is not None and needs_template(messages, variables):
-        raise ChatTemplateError(f"The model's chat template cannot render this conversation with its tools "
-                                f"({rendered.failure}); llama.cpp's built-in formats and a plain transcript "
-                                f"would lose them.")
     tokens = None
     if rendered.templated:
         text, guarded = slots.restore(rendered.text)
@@ -169,11 +165,12 @@ def prompt_tokens(model, messages: Sequence[Message], variables: Mapping[str, An
             rendered = RenderedPrompt(render_plain(messages, answer_begins(variables)), False,
                                       f"The model's chat template could not be used safely ({failure}); "
                                       f"a plain transcript was used instead.", failure)
-    if tokens is None:
-        if needs_template(messages, variables):
-            raise ChatTemplateError(f"The model's chat template cannot render this conversation with its tools "
-                                    f"({rendered.failure}); a plain transcript would lose them.")
-        text = render_plain(messages, answer_begins(variables)) + "".join(piece for piece, _ in prefill)
+    if rendered.failure is not None and needs_template(messages, variables):   # any fallback drops them
+        raise ChatTemplateError(f"The model's chat template cannot render this conversation with its tools "
+                                f"({rendered.failure}); llama.cpp's built-in formats and a plain transcript "
+                                f"would lose them.")
+    if tokens is None:   # the plain transcript
+        text = rendered.text + "".join(piece for piece, _ in prefill)
         tokens = model.tokenize(text, add_special=False, parse_special=False)
     if model.add_bos and tokens[:1] != [model.bos]:
         tokens = [model.bos, *tokens]
