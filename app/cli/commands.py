@@ -402,22 +402,9 @@ def _check_bench_args(args) -> None:
 
 def cmd_calibrate(args) -> int:
     """An explicit measurement; the auto policy does not need one (it learns as it answers)."""
-    n_max = _speculation(args).batch_max
-    engine = load_engine(args)
-    try:
-        print(f"calibrating this machine for the auto policy (batches of 1..{n_max})...", file=sys.stderr)
-        profile = engine.costs.profile(n_max, recalibrate=True)
-    finally:
-        engine.close()
-    step = profile.main_batch_s[0]
-    print(f"cost profile measured in {profile.seconds:.1f} s at context position {profile.context_position}")
-    print(f"{'batch':>5}  {'main ms':>8}  {'x one step':>10}")
-    for n, t in enumerate(profile.main_batch_s, 1):
-        print(f"{n:>5}  {1000 * t:8.1f}  {t / step:10.2f}")
-    if profile.draft_step_s:
-        print(f"draft model, one token: {1000 * profile.draft_step_s:.1f} ms ({profile.draft_step_s / step:.2f} of a main step)")
-    print(f"saved to {engine.costs.store.path_for(profile.key)}")
-    return 0
+    from app.cli.calibrate import calibrate
+
+    return calibrate(load_engine(args), _speculation(args).batch_max)
 
 
 def cmd_check_pair(args) -> int:

@@ -73,10 +73,15 @@ class PairCosts:
         filler = self.main.model.tokenize(CALIBRATION_TEXT, add_special=False, parse_special=False)
         draft_filler = self.draft.model.tokenize(CALIBRATION_TEXT, add_special=False, parse_special=False) \
             if self.draft is not None else None
-        profile = calibrate(self.main, self.draft, key, n_max, filler, progress=progress, draft_filler=draft_filler)
+        measured = calibrate(self.main, self.draft, key, n_max, filler, progress=progress, draft_filler=draft_filler)
+        self._costs = CostModel.from_profile(measured, n_max)
+        # What is stored and shown is what the cost model reads from the measurement, not the raw times:
+        # a size timed slower than its tokens one by one is not learned (costmodel._over_one_by_one), so
+        # the next start reads the same profile as this one whatever the machine's load was
+        profile = dataclasses.replace(self._costs.profile(measured.context_position), measured_at=measured.measured_at,
+                                      seconds=measured.seconds, notes=measured.notes)
         if self.store is not None:
             self.store.save(profile)
-        self._costs = CostModel.from_profile(profile, n_max)
         return profile
 
     def keep_what_is_learned(self, events: Iterator[Event], costs: CostModel,

@@ -266,6 +266,30 @@ def test_profile_is_saved_reused_and_invalidated(tmp_path, tiny_models):
     other_threads.close()
 
 
+def test_a_calibrated_size_timed_dear_is_stored_as_the_next_start_reads_it(tmp_path, tiny_models, monkeypatch):
+    # a burst of load during calibrate made a batch of 2 cost more than two steps: the cost model does not
+    # learn such a time, and what calibrate stores and shows is what the next start reads
+    import app.core.pair_costs as pair_costs
+    from app.core.engine import Engine
+    from app.core.params import ModelParams
+
+    def timed(main, draft, key, n_max, filler, **_):
+        return CostProfile(key=key, main_batch_s=[0.010, 0.030, 0.016, 0.018, 0.020], draft_step_s=0.002,
+                           context_position=256, measured_at="2026-11-27T00:00:00", seconds=1.0)
+
+    monkeypatch.setattr(pair_costs, "calibrate", timed)
+    store = ProfileStore(tmp_path / "profiles")
+    load = lambda: Engine.load(ModelParams(str(tiny_models.main), n_ctx=256, n_threads=1),  # noqa: E731
+                               ModelParams(str(tiny_models.other), n_ctx=256, n_threads=1), profile_store=store)
+    engine = load()
+    first = engine.costs.profile(5, recalibrate=True)
+    engine.close()
+    assert first.measured == [1, 3, 4, 5] and first.main_batch_s[1] == pytest.approx(0.013)
+    again = load()
+    assert again.costs.profile(5).main_batch_s == pytest.approx(first.main_batch_s, rel=1e-6)
+    again.close()
+
+
 def test_a_corrupt_profile_is_measured_again(tmp_path):
     store = ProfileStore(tmp_path)
     key = {"main": "x"}
