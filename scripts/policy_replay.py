@@ -356,7 +356,7 @@ def replay(args: argparse.Namespace) -> int:
         rates = TraceRates([trace]) if args.rates == "answer" else acceptance
         r = Replay(trace, machine, args.drafter, rates, catch_up, params, costs, index)
         speedups[trace["id"]] = r.run()
-        fractions[trace["id"]] = speedups[trace["id"]] / lookup_bound(trace, machine, args.draft_max, start)
+        fractions[trace["id"]] = speedups[trace["id"]] / lookup_bound(trace, machine, params.copy_max, start)
         print(f"{trace['id']:10s} {speedups[trace['id']]:7.2f}x {fractions[trace['id']]:8.2f} {r.drafted:8d} "
               f"{r.accepted:9d} {r.rounds:7d} {r.empty_rounds:8d}")
     _print_summary(speedups)
@@ -373,7 +373,7 @@ def bound(args: argparse.Namespace) -> int:
     speedups = {}
     machine = Machine(profile, 1)
     for trace in traces:
-        speedups[trace["id"]] = lookup_bound(trace, machine, args.draft_max)
+        speedups[trace["id"]] = lookup_bound(trace, machine, SpeculationParams(draft_max=args.draft_max).copy_max)
         print(f"{trace['id']:10s} {speedups[trace['id']]:7.2f}x")
     _print_summary(speedups)
     return 0
@@ -420,7 +420,8 @@ def _drafted_outcomes(trace: dict):
 
 
 def lookup_bound(trace: dict, machine: Machine, draft_max: int, start: int = 0) -> float:
-    """Speedup of the best possible use of lookup's proposals, knowing which will be accepted, on
+    """Speedup of the best possible use of lookup's proposals of up to ``draft_max`` tokens (the
+    longest copy the policy may draft: SpeculationParams.copy_max), knowing which will be accepted, on
     ``machine`` with this answer starting at token ``start`` of the replay."""
     prompt, answer = trace["prompt"], trace["tokens"]
     lookup = PromptLookupDrafter()

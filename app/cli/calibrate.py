@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from app.core.speculation.calibration import calibrated_sizes
 from app.core.speculation.costmodel import CostProfile
 
 
@@ -17,7 +18,8 @@ def calibrate(engine, n_max: int) -> int:
     step = profile.main_batch_s[0]
     print(f"cost profile measured in {profile.seconds:.1f} s at context position {profile.context_position}")
     print(f"{'batch':>5}  {'main ms':>8}  {'x one step':>10}")
-    for n, t in enumerate(profile.main_batch_s, 1):
+    for n in calibrated_sizes(profile.n_max):   # the others are read off the sizes around them
+        t = profile.main_batch_s[n - 1]
         print(f"{n:>5}  {1000 * t:8.1f}  {t / step:10.2f}" + _estimated(profile, n))
     if profile.draft_step_s:
         print(f"draft model, one token: {1000 * profile.draft_step_s:.1f} ms ({profile.draft_step_s / step:.2f} of a main step)")

@@ -15,6 +15,7 @@ from pathlib import Path
 from app.core.errors import InvalidParameterError
 
 DRAFT_MAX_LIMIT = 256        # more than any useful draft; each round's batch holds draft_max + 1 tokens
+COPY_MAX = 64                # the longest copy the auto policy drafts, as llama.cpp's ngram-mod
 SEED_LIMIT = 2**64           # numpy's generator takes seeds in [0, 2**64)
 
 
@@ -159,10 +160,19 @@ class SpeculationParams:
     policy: PolicyName = PolicyName.AUTO
 
     @property
+    def copy_max(self) -> int:
+        """The most tokens a copy (prompt lookup, the suffix index: drafting costs nothing) may draft
+        under the auto policy: COPY_MAX, or ``draft_max`` if that is more, but at most four times
+        ``draft_max`` (short drafts asked for, short copies given). Where an edit leaves a long stretch
+        untouched, llama.cpp's 48-token n-gram copies won against ours at 16 (issue 43); how far a copy
+        may go in an answer is the policy's (``AutoPolicy._copy_reach``)."""
+        return max(self.draft_max, min(COPY_MAX, 4 * self.draft_max))
+
+    @property
     def batch_max(self) -> int:
         """The largest batch a round verifies (the draft and the main model's own token): the sizes the
         cost model learns."""
-        return self.draft_max + 1
+        return max(self.draft_max, self.copy_max) + 1
 
     def __post_init__(self) -> None:
         _require("draft_max", self.draft_max, _integer(self.draft_max) and 0 <= self.draft_max <= DRAFT_MAX_LIMIT,

@@ -142,6 +142,8 @@ def test_calibrate_then_auto_bench_reuses_the_profile(tiny_models, tmp_path):
                    tmp_path=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "x one step" in r.stdout and "draft model, one token" in r.stdout
+    sizes = [int(line.split()[0]) for line in r.stdout.splitlines() if line.split() and line.split()[0].isdigit()]
+    assert sizes == list(range(1, 18)) + [25]   # copies to 24: every size of a chain, then the longest
     assert len(list((tmp_path / "data" / "cache" / "profiles").glob("*.json"))) == 1
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "rep", "prompt": "the cat the cat the cat the cat"}))

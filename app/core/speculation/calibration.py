@@ -7,6 +7,8 @@ import statistics
 import time
 from typing import Callable, Sequence
 
+import numpy as np
+
 from app.core.lm import Session
 from app.core.speculation.costmodel import CostProfile
 
@@ -20,15 +22,17 @@ def calibrate(main: Session, draft: Session | None, key: dict, n_max: int, fille
               repeats: int = 3, context_tokens: int = 256,
               progress: Callable[[str], None] | None = None,
               draft_filler: Sequence[int] | None = None) -> CostProfile:
-    """Measure the main model's batch times for n = 1..n_max and the draft's step time at a
-    realistic context position. Sizes are measured round-robin, ``repeats`` times, and each keeps
+    """Measure the main model's batch times for n = 1..n_max (``calibrated_sizes``; the others read
+    off them) and the draft's step time at a realistic context position. Sizes are measured round-robin, ``repeats`` times, and each keeps
     its median, so a burst of load elsewhere on the machine does not land on one size only.
     ``draft_filler``: the draft's own tokens for the filler (another vocabulary's ids differ; default
     ``filler``). Leaves both caches empty."""
     started = time.perf_counter()
     prefix = _repeat(filler, min(context_tokens, main.n_ctx - n_max - 1))
-    batches = [_repeat(filler[::-1], n) for n in range(1, n_max + 1)]
-    main_times = round_robin_medians(main, prefix, batches, repeats, progress, "main model")
+    sizes = calibrated_sizes(n_max)
+    batches = [_repeat(filler[::-1], n) for n in sizes]
+    measured = round_robin_medians(main, prefix, batches, repeats, progress, "main model")
+    main_times = np.interp(range(1, n_max + 1), sizes, measured).tolist()
     draft_time = 0.0
     if draft is not None:
         draft_filler = list(draft_filler) if draft_filler is not None else list(filler)
@@ -40,7 +44,19 @@ def calibrate(main: Session, draft: Session | None, key: dict, n_max: int, fille
             session.truncate(0)
     return CostProfile(key=key, main_batch_s=_monotone(main_times), draft_step_s=draft_time,
                        context_position=len(prefix), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
-                       seconds=time.perf_counter() - started, notes={"raw_main_batch_s": main_times})
+                       seconds=time.perf_counter() - started, notes={"raw_main_batch_s": main_times},
+                       measured=None if len(sizes) == n_max else sizes)
+
+
+CALIBRATED_UP_TO = 17   # every size up to a default chain's batch (16 drafted + 1); beyond, a few
+
+
+def calibrated_sizes(n_max: int) -> list[int]:
+    """The batch sizes calibrate times: every one up to CALIBRATED_UP_TO, then half of n_max and n_max
+    (a long copy's batches; the sizes between are interpolated and learned as copies verify them), so
+    that calibrating for 64-token copies does not take four times as long."""
+    every = list(range(1, min(n_max, CALIBRATED_UP_TO) + 1))
+    return sorted(set(every) | ({n_max // 2 + 1, n_max} if n_max > CALIBRATED_UP_TO else set()))
 
 
 def _repeat(tokens: Sequence[int], n: int) -> list[int]:

@@ -61,6 +61,7 @@ class AutoPolicy:
     CHEAP_MODEL_BREAK_EVEN = 0.5
     MODEL_RATE_DECAY = 0.95  # the draft model's recent acceptance: each judged token weighs 5% (~20 tokens)
     MODEL_RATE_SEEN = 4      # tokens judged before that rate may take a round from a copier
+    COPY_RISK_STEPS = 3.0    # main steps a copy may risk past what this answer's copies held (_copy_reach)
 
     def __init__(self, params: SpeculationParams, costs: "CostModel | CostProfile",
                  acceptance: AcceptanceModel | None = None):
@@ -68,7 +69,10 @@ class AutoPolicy:
         self.readings = CostReadings(costs)
         self.standings = DrafterStandings()
         self.acceptance = acceptance or AcceptanceModel()
-        self.max_len = max(0, min(params.draft_max, self.costs.n_max - 1))
+        self.max_len = max(0, min(params.draft_max, self.costs.n_max - 1))   # a chain's (draft model, head, block)
+        self.copy_len = max(0, min(params.copy_max, self.costs.n_max - 1))   # a copy's (lookup, the suffix index)
+        self._copy_held = 0                    # the most copied tokens a round of this answer accepted
+        self._reach = self.max_len             # the longest draft this round may make
         self._chain: list[float] = []          # this round's acceptance chances
         self._chain_cost: list[float] = []     # and the cost of drafting each token
         self._model_in_play = False            # a draft model drafter asked may_draft
@@ -247,7 +251,26 @@ class AutoPolicy:
         if source in DRAFT_MODELS and self._main_is_unsure():
             return 0
         self._round_source = self._standing = source
-        return self.max_len
+        self._reach = self.copy_len if source in COPIERS else self.max_len   # a copy's: its first ``step``
+        return self._reach
+
+    def _copy_reach(self) -> int:
+        """How far a copy may go this round: past the most copied tokens a round of this answer had
+        accepted, only as far as verifying the extra tokens for nothing would cost COPY_RISK_STEPS main
+        steps. How long a copy holds is the answer's: a rewrite in British spelling copies its prompt
+        between rare changes, a rename breaks every copy within a few tokens, and the acceptance
+        learned over earlier answers cannot tell which this one is. So where a batch costs about a
+        step a token (a CPU) an answer's copies start at 3-4 tokens and double as they hold, and where
+        it costs little more than a step (a GPU) they run long at once. Replayed (policy_replay.py, the
+        copy set and both shared recordings, four cost profiles): 0.5% faster than copies of 16, with
+        3 prompts of 832 under 0.95x instead of 25 (docs/architecture.md, section 4)."""
+        profile = self.readings.profile
+        held = min(self._copy_held, self.copy_len)
+        risk, base = self.COPY_RISK_STEPS * profile.main_batch(1), profile.main_batch(held + 1)
+        reach = held
+        while reach < self.copy_len and profile.main_batch(reach + 2) - base <= risk:
+            reach += 1
+        return reach
 
     def _main_is_unsure(self) -> bool:
         return self._main_confidence is not None and self._main_confidence < self._model.break_even
@@ -264,6 +287,7 @@ class AutoPolicy:
         if below_p_min(self.params, score, source):
             return Decision.STOP
         if source in COPIERS and n == 0:
+            self._reach = self._copy_reach()   # the costs are read once a copy is proposed (``step``)
             self._standing = copier_standing(source, score)
             if self.standings.sits_out(self._standing) or self._model_does_better(source, score):
                 return Decision.STOP
@@ -276,7 +300,7 @@ class AutoPolicy:
         future = self._optimistic_future(n, score, source)
         if with_token <= best_now and future <= best_now:
             return Decision.STOP
-        if n + 1 >= self.max_len or future <= max(best_now, with_token):
+        if n + 1 >= self._reach or future <= max(best_now, with_token):
             return Decision.LAST
         self._more += 1
         return Decision.MORE
@@ -305,7 +329,7 @@ class AutoPolicy:
         spent = self._sunk(source, self._chain_cost)
         later = self.acceptance.chance(source, n + 1, score)  # every later token falls in one bucket
         cost, batches, best = self.token_cost(source), self._batch_costs(source), 0.0
-        for m in range(n + 1, self.max_len):   # a draft of m + 1 tokens: a batch of m + 2
+        for m in range(n + 1, self._reach):   # a draft of m + 1 tokens: a batch of m + 2
             run *= later
             expected += run
             spent += cost
@@ -335,6 +359,8 @@ class AutoPolicy:
         for p in main_confidence:
             previous = p if self._main_confidence is None else self._main_confidence
             self._main_confidence = self.CONFIDENCE_DECAY * previous + (1.0 - self.CONFIDENCE_DECAY) * p
+        if draft.sources and draft.sources[0] in COPIERS:
+            self._copy_held = max(self._copy_held, accepted)
         for i in range(min(accepted + 1, len(draft))):  # tokens after the first rejection say nothing
             self.acceptance.update(draft.sources[i], i, draft.scores[i], i < accepted)
             if draft.sources[i] in DRAFT_MODELS:

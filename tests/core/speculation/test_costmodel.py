@@ -461,7 +461,7 @@ def test_the_engine_answers_without_calibrating_and_stores_what_it_learned(tmp_p
             summary = events[-1]
             assert summary.error is None and summary.cost_rounds_observed == summary.rounds > 0
         n_max = SpeculationParams(draft_max=4).batch_max
-        assert n_max == 5 and engine.costs.model(n_max).draft_step_s > 0   # timed with a step, not calibrated
+        assert n_max == 17 and engine.costs.model(n_max).draft_step_s > 0   # timed with a step, not calibrated
         assert store.load(engine.costs.key(n_max)).learned_rounds >= summary.rounds
     finally:
         engine.close()
@@ -498,3 +498,31 @@ def test_nothing_runs_on_the_draft_model_before_a_cold_starts_first_token(tmp_pa
         assert store.load(engine.costs.key(n_max)).draft_step_s > 0
     finally:
         engine.close()
+
+
+def test_calibrate_times_every_size_of_a_chain_then_two_of_a_long_copy(monkeypatch):
+    # copies run to 64 tokens: calibrate times batches of 1-17, 33 and 65, and reads the others off them,
+    # so calibrating for long copies does not take four times as long
+    import app.core.speculation.calibration as calibration
+
+    clock = [0.0]
+
+    class Session:   # a batch of n tokens takes 10 ms + 5 ms a token on a clock of its own
+        n_ctx = 4096
+        evaluated: list[int] = []
+
+        def truncate(self, n_keep):
+            pass
+
+        def eval(self, tokens, all_logits=False):
+            self.evaluated.append(len(tokens))
+            clock[0] += 0.010 + 0.005 * len(tokens)
+
+    monkeypatch.setattr(calibration.time, "perf_counter", lambda: clock[0])
+    session = Session()
+    profile = calibration.calibrate(session, None, {}, 65, list(range(50)))
+    assert profile.measured == list(range(1, 18)) + [33, 65]
+    assert set(session.evaluated[2:]) == set(profile.measured)   # after the prefix and the warm-up
+    assert len(profile.main_batch_s) == 65
+    assert profile.main_batch_s == pytest.approx([0.010 + 0.005 * n for n in range(1, 66)])  # read off linearly
+    assert calibration.calibrated_sizes(9) == list(range(1, 10))

@@ -130,10 +130,16 @@ def test_a_draft_model_too_far_behind_to_catch_up_is_parked():
     assert not policy.wants_main_confidence()
 
 
+def _copy_held(policy, n, match=LookupMatch(16, in_prompt=True)):
+    """A round of this answer in which ``n`` copied tokens were drafted and accepted."""
+    policy.observe(Draft(list(range(n)), [None] * n, [LOOKUP] * n, [match] * n), n)
+
+
 def test_a_long_match_in_the_prompt_is_copied_one_in_the_answer_is_not():
     # a CPU where a batch costs nearly one step per token up to 8, then 9..16 cost about the same
     steps = [1, 1.95, 2.7, 3.3, 4.0, 4.7, 5.6, 7.2, 7.9, 8.5, 8.5, 8.5, 8.5, 8.5, 8.5, 8.5, 10.1]
     policy = AutoPolicy(SpeculationParams(draft_max=16, policy="auto"), profile([STEP * s for s in steps]))
+    _copy_held(policy, 8)   # this answer's copies have held: a long one may follow (``_copy_reach``)
     copying = LookupMatch(16, in_prompt=True)   # the answer copies the user's code, as an edit does
     repeating = LookupMatch(16, in_prompt=False)  # a phrase the answer said before
     policy.draft_length(LOOKUP)
@@ -143,6 +149,39 @@ def test_a_long_match_in_the_prompt_is_copied_one_in_the_answer_is_not():
     while not decisions or decisions[-1] is Decision.MORE:
         decisions.append(policy.step(len(decisions), copying, LOOKUP))
     assert len(decisions) == 15 and decisions[-1] is Decision.LAST
+
+
+def test_a_copy_reaches_past_what_the_answer_held_by_the_steps_it_may_risk():
+    # a CPU where a token more in a batch costs half a step: a copy may go 3 steps (6 tokens) past the
+    # most copied tokens a round of this answer had accepted, so an answer's copies grow as they hold
+    cpu = profile([STEP * (1 + 0.5 * n) for n in range(65)])
+    policy = AutoPolicy(SpeculationParams(draft_max=16, policy="auto"), cpu)
+    assert policy.copy_len == 64 and policy.max_len == 16   # copies may run longer than a model's drafts
+    assert _copy_steps(policy) == 6
+    _copy_held(policy, 5)
+    assert _copy_steps(policy) == 11
+    _copy_held(policy, 11)
+    _copy_held(policy, 2)                   # a shorter copy later does not take back what held
+    assert _copy_steps(policy) == 17
+
+
+def test_a_copy_runs_long_at_once_where_a_long_batch_costs_little_more_than_a_step():
+    # a GPU: a batch of 65 costs two steps, so a first copy risks nothing worth holding it back for
+    gpu = profile([STEP * (1 + n / 64) for n in range(65)])
+    policy = AutoPolicy(SpeculationParams(draft_max=16, policy="auto"), gpu)
+    assert _copy_steps(policy) == 64
+
+
+def _copy_steps(policy):
+    """How far the policy lets a sure copy go this round (a 16-token match in the prompt, always right)."""
+    for _ in range(200):
+        policy.acceptance.update(LOOKUP, 0, LookupMatch(16, in_prompt=True), True)
+        policy.acceptance.update(LOOKUP, 1, LookupMatch(16, in_prompt=True), True)
+    assert policy.draft_length(LOOKUP) == policy.copy_len
+    decisions = []
+    while not decisions or decisions[-1] is Decision.MORE:
+        decisions.append(policy.step(len(decisions), LookupMatch(16, in_prompt=True), LOOKUP))
+    return len(decisions) if decisions[-1] is Decision.LAST else len(decisions) - 1
 
 
 def _lookup_rounds_drafted(policy, score, rounds, accepted=0):
@@ -307,6 +346,7 @@ def test_a_jumpy_profile_is_looked_across_when_copying_pays():
     for _ in range(40):  # a copy that goes on: long matches and their continuations are accepted
         policy.acceptance.update(LOOKUP, 0, LookupMatch(4), True)
         policy.acceptance.update(LOOKUP, 1, LookupMatch(4), True)
+    _copy_held(policy, 8, LookupMatch(4))
     assert policy.draft_length(LOOKUP) == 16
     decisions = []
     while not decisions or decisions[-1] is Decision.MORE:
