@@ -262,8 +262,8 @@ class AutoPolicy:
         learned over earlier answers cannot tell which this one is. So where a batch costs about a
         step a token (a CPU) an answer's copies start at 3-4 tokens and double as they hold, and where
         it costs little more than a step (a GPU) they run long at once. Replayed (policy_replay.py, the
-        copy set and both shared recordings, four cost profiles): 0.5% faster than copies of 16, with
-        3 prompts of 832 under 0.95x instead of 25 (docs/architecture.md, section 4)."""
+        copy set and both shared recordings, four cost profiles): 1.2% faster than copies of 16, with
+        3 prompt runs of 832 under 0.95x instead of 25 (docs/architecture.md, section 4)."""
         profile = self.readings.profile
         held = min(self._copy_held, self.copy_len)
         risk, base = self.COPY_RISK_STEPS * profile.main_batch(1), profile.main_batch(held + 1)
