@@ -142,7 +142,9 @@ def _model_args(p: argparse.ArgumentParser, main_required: bool = True) -> None:
     p.add_argument("-md", "--draft", help="the draft model (GGUF), or a drafter file made for the main model: an "
                                           "MTP drafter (Gemma 4's assistant), an EAGLE-3 or a DFlash/DSpark "
                                           "drafter, which drafts whenever the draft model would")
-    p.add_argument("--draft-max", type=int, default=16, help="most tokens drafted per round (16)")
+    p.add_argument("--draft-max", type=int, default=16,
+                   help="most tokens a model drafts per round (16); under --policy auto a copy of the text "
+                        "(lookup, the suffix index) may run to 4x, at most 64")
     p.add_argument("--draft-min", type=int, default=0, help="drop drafts shorter than this (0)")
     p.add_argument("--draft-p-min", type=float, default=0.0,
                    help="stop drafting when the draft's top probability falls below this, under any policy (0 = off)")

@@ -24,7 +24,7 @@ FIELDS = [
     ("min_p", "Min-p", 0.01, "0 = off"),
     ("seed", "Seed", 1, "-1 = a new random seed each time"),
     ("max_tokens", "Max tokens", 64, "The longest answer"),
-    ("draft_max", "Draft max", 1, "Most tokens drafted per round"),
+    ("draft_max", "Draft max", 1, "Most tokens a model drafts per round; a copy of the text may run to 4x, at most 64"),
     ("draft_min", "Draft min", 1, "Shorter drafts are dropped"),
     ("p_min", "Draft p-min", 0.05, "Stop drafting when the draft is less sure than this"),
     ("n_ctx", "Context size", 512, "Tokens of context; 0 = the model's own (reload to apply)"),
