@@ -22,9 +22,10 @@ def calibrate(main: Session, draft: Session | None, key: dict, n_max: int, fille
               repeats: int = 3, context_tokens: int = 256,
               progress: Callable[[str], None] | None = None,
               draft_filler: Sequence[int] | None = None) -> CostProfile:
-    """Measure the main model's batch times for n = 1..n_max (``calibrated_sizes``; the others read
-    off them) and the draft's step time at a realistic context position. Sizes are measured round-robin, ``repeats`` times, and each keeps
-    its median, so a burst of load elsewhere on the machine does not land on one size only.
+    """Measure the main model's batch times for n = 1..n_max (``calibrated_sizes``, the others read
+    off them) and the draft's step time at a realistic context position. Sizes are measured
+    round-robin, ``repeats`` times, and each keeps its median, so a burst of load elsewhere on the
+    machine does not land on one size only.
     ``draft_filler``: the draft's own tokens for the filler (another vocabulary's ids differ; default
     ``filler``). Leaves both caches empty."""
     started = time.perf_counter()

@@ -260,7 +260,7 @@ class AutoPolicy:
         steps. How long a copy holds is the answer's: a rewrite in British spelling copies its prompt
         between rare changes, a rename breaks every copy within a few tokens, and the acceptance
         learned over earlier answers cannot tell which this one is. So where a batch costs about a
-        step a token (a CPU) an answer's copies start at 3-4 tokens and double as they hold, and where
+        step a token (a CPU) an answer's copies start at 3-6 tokens and grow as they hold, and where
         it costs little more than a step (a GPU) they run long at once. Replayed (policy_replay.py, the
         copy set and both shared recordings, four cost profiles): 1.2% faster than copies of 16, with
         3 prompt runs of 832 under 0.95x instead of 25 (docs/architecture.md, section 4)."""
