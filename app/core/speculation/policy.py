@@ -265,9 +265,8 @@ class AutoPolicy:
         copy set and both shared recordings, four cost profiles): 1.2% faster than copies of 16, with
         3 prompt runs of 832 under 0.95x instead of 25 (docs/architecture.md, section 4)."""
         profile = self.readings.profile
-        held = min(self._copy_held, self.copy_len)
+        reach = held = self._copy_held   # a draft never holds more than copy_len
         risk, base = self.COPY_RISK_STEPS * profile.main_batch(1), profile.main_batch(held + 1)
-        reach = held
         while reach < self.copy_len and profile.main_batch(reach + 2) - base <= risk:
             reach += 1
         return reach
@@ -287,10 +286,10 @@ class AutoPolicy:
         if below_p_min(self.params, score, source):
             return Decision.STOP
         if source in COPIERS and n == 0:
-            self._reach = self._copy_reach()   # the costs are read once a copy is proposed (``step``)
             self._standing = copier_standing(source, score)
             if self.standings.sits_out(self._standing) or self._model_does_better(source, score):
                 return Decision.STOP
+            self._reach = self._copy_reach()   # read off the costs once a copy goes ahead
         a = self.acceptance.chance(source, n, score)
         self._chain.append(a)
         self._chain_cost.append(self.token_cost(source))

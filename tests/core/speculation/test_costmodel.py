@@ -509,7 +509,9 @@ def test_calibrate_times_every_size_of_a_chain_then_two_of_a_long_copy(monkeypat
 
     class Session:   # a batch of n tokens takes 10 ms + 5 ms a token on a clock of its own
         n_ctx = 4096
-        evaluated: list[int] = []
+
+        def __init__(self):
+            self.evaluated: list[int] = []
 
         def truncate(self, n_keep):
             pass
