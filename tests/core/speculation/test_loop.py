@@ -222,6 +222,27 @@ def test_end_of_generation_token_stops_and_is_not_shown():
         assert s.text == "".join(model.piece(t).decode() for t in ref[: cut - 1])
 
 
+class CopyingDrafter(AlwaysWrongDrafter):
+    """Proposes the main model's own greedy continuation, on past an end-of-generation token: a copy
+    of the prompt's last passage, which runs on into the chat template's next turn."""
+
+    def draft(self, context, max_len, policy, sampler):
+        tokens = plain_greedy(self.model, context, max_len)
+        return Draft(tokens, [None] * len(tokens))
+
+
+def test_a_draft_is_never_verified_past_an_end_of_generation_token():
+    ref = plain_greedy(MAIN, PROMPT, 40)
+    eog = ref[10]
+    model = ReferenceModel(n_vocab=12, seed=0, eog=eog)
+    events, _, session = run(CopyingDrafter(model), main_model=model, spec=SpeculationParams(policy="fixed", draft_max=8))
+    s = events[-1]
+    assert s.stop_reason is StopReason.EOG
+    assert list(s.token_ids) == ref[:ref.index(eog) + 1]
+    assert s.drafted == s.accepted   # every verified draft token counted: none after the end
+    assert sum(session.batches[1:]) == len(s.token_ids)   # the prompt's batch, then nothing wasted
+
+
 def test_stop_string_ends_the_text_before_it():
     full = run(drafters()["same-model"]())[0][-1].text
     stop = full[12:15]
