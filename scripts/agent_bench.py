@@ -292,7 +292,14 @@ def cell(answers: list[dict], mains: list[dict]) -> dict:
     return dict(speedup=statistics.median(a["tps"] / m["tps"] for a, m in zip(answers, mains) if m["tps"] > 0),
                 acceptance=accepted / drafted if drafted else None, drafted=drafted,
                 per_round=accepted / sum(rounds) if None not in rounds and sum(rounds) else None,
-                same=sum(a["message"] == m["message"] for a, m in zip(answers, mains)), n=len(answers))
+                same=sum(said(a["message"]) == said(m["message"]) for a, m in zip(answers, mains)), n=len(answers))
+
+
+def said(message: dict) -> dict:
+    """What an answer says: its text and its calls without their ids, which each server makes up anew
+    (compared with them, every tool call read as a different answer)."""
+    calls = [{k: v for k, v in c.items() if k != "id"} for c in message.get("tool_calls") or []]
+    return {**message, "tool_calls": calls}
 
 
 def table(summary: dict) -> str:

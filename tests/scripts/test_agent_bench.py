@@ -57,6 +57,16 @@ def test_a_tool_loop_is_continued_with_the_main_models_calls_and_their_scripted_
     assert "1.50x (75% of 8, 1.5/round; 2/2 same)" in table(summarize(requests, ["main", "lookup"]))
 
 
+def test_answers_that_differ_only_in_their_call_ids_are_the_same_answer():
+    first = {"role": "assistant", "tool_calls": [call("run_tests", "t.py")]}
+    second = {"role": "assistant", "tool_calls": [dict(call("run_tests", "t.py"), id="c2")]}
+    other = {"role": "assistant", "tool_calls": [dict(call("run_tests", "u.py"), id="c3")]}
+    requests = [dict(session="tools-1", part="tools", answers={"main": answer(first), "lookup": answer(second),
+                                                               "suffix": answer(other)})]
+    cells = summarize(requests, ["main", "lookup", "suffix"])["parts"]["tools"]
+    assert cells["lookup"]["same"] == 1 and cells["suffix"]["same"] == 0
+
+
 def test_a_rewrite_session_sends_the_file_once_and_then_only_the_next_instruction():
     workload = {"system": "sys", "files": {"a.py": "x = 1\n"}, "test_runs": {}, "tools": [], "extract_shape": "",
                 "sessions": [{"id": "rewrite-1", "part": "rewrite", "file": "a.py", "turns": ["one", "two"]}]}
