@@ -62,6 +62,18 @@ def quickdraft(args, messages: Path, extra: list[str], data_dir: Path) -> dict:
                 accepted=s["accepted"], text=s["text"])
 
 
+def calibrate(args, data_dir: Path) -> None:
+    """``quickdraft calibrate`` into our runs' data folder, for lookup alone and for the default: they
+    then start from this machine's measured costs, as after the command, not from the prior the
+    policy learns from as the runs go."""
+    for extra in [[]] + ([["-md", args.draft]] if args.draft else []):
+        cmd = [sys.executable, "-m", "app.cli", "--data-dir", str(data_dir), "calibrate", "-m", args.main,
+               "-t", str(args.threads), *extra]
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=1800)
+        if r.returncode != 0:
+            raise SystemExit(f"quickdraft calibrate failed: {r.stderr[-2000:]}")
+
+
 def llama(args, prompt_file: Path, mode: str) -> dict:
     spec = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "1024"] if mode == "none" else ["--spec-type", mode]
     cmd = [str(Path(args.llama_bin) / "llama-speculative-simple"), "-m", args.main, "-f", str(prompt_file),
@@ -109,6 +121,8 @@ def bench(args) -> dict:
     prompts = [p for name in args.prompts for p in load_prompts([name])[:args.limit]]
     template = read_gguf_info(args.main).chat_template
     work = Path(tempfile.mkdtemp(prefix="ngram-bench-"))
+    if args.calibrate:
+        calibrate(args, work / "data")
     result = resumed(args)
     results = result["results"]
     turn = sum(len(rows["plain"]) for rows in results.values())
@@ -133,10 +147,11 @@ def bench(args) -> dict:
 
 def resumed(args) -> dict:
     """The run so far: read from ``--json`` with ``--resume`` (its settings must be these), else new."""
-    settings = dict(main=args.main, draft=args.draft, n_predict=args.n_predict, threads=args.threads)
+    settings = dict(main=args.main, draft=args.draft, n_predict=args.n_predict, threads=args.threads,
+                    calibrated=getattr(args, "calibrate", False))
     if args.resume and args.json and Path(args.json).exists():
         result = json.loads(Path(args.json).read_text())
-        differing = [k for k, v in settings.items() if result.get(k) != v]
+        differing = [k for k, v in settings.items() if result.get(k, False if k == "calibrated" else None) != v]
         if differing:
             raise SystemExit(f"--resume: {args.json} was run with other {', '.join(differing)}")
         result["repeat"] = args.repeat
@@ -214,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--llama-bin", default=str(LLAMA_BIN), help="the folder holding llama-speculative-simple")
     p.add_argument("--json", default=None, help="rewritten after every finished repeat")
     p.add_argument("--resume", action="store_true", help="go on from the runs in --json")
+    p.add_argument("--calibrate", action="store_true",
+                   help="measure our cost profiles first (quickdraft calibrate), instead of learning them from the "
+                        "prior as the runs go")
     args = p.parse_args(argv)
     args.started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     result = bench(args)

@@ -269,6 +269,23 @@ def test_ngram_bench_resumes_only_a_run_made_with_the_same_settings(tmp_path):
         resumed(args)
 
 
+def test_ngram_bench_calibrates_both_of_our_profiles_before_the_runs_when_asked(tmp_path, monkeypatch):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import argparse
+    import subprocess
+
+    import ngram_bench
+
+    ran = []
+    monkeypatch.setattr(ngram_bench.subprocess, "run",
+                        lambda cmd, **kw: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0, "", ""))
+    args = argparse.Namespace(main="m.gguf", draft="d.gguf", threads=1)
+    ngram_bench.calibrate(args, tmp_path / "data")
+    assert [c[c.index("calibrate"):] for c in ran] == [["calibrate", "-m", "m.gguf", "-t", "1"],
+                                                       ["calibrate", "-m", "m.gguf", "-t", "1", "-md", "d.gguf"]]
+    assert all(c[c.index("--data-dir") + 1] == str(tmp_path / "data") for c in ran)
+
+
 def test_replay_feeds_the_suffix_index_each_answer_and_drafts_the_next_from_it(tmp_path):
     data = json.loads((ROOT / "scripts/gpu/data/qwen2.5-coder-1.5b+0.5b-traces.json").read_text())
     first = next(t for t in data["traces"] if t["id"] == "edit-1")
