@@ -245,7 +245,7 @@ class Servers:
         self.stop("ngram-cache")
         corpus = self.work / "history.txt"
         corpus.write_text(history or "\n")
-        subprocess.run([self.args.lookup_create, "-m", self.args.main, "-f", str(corpus), "-lcs",
+        subprocess.run([self.args.lookup_create, "-m", self.args.main, "-f", str(corpus), "--no-escape", "-lcs",
                         str(self.work / "history.lcs"), "-t", str(self.args.threads)], check=True,
                        capture_output=True, timeout=1800)
         self.start("ngram-cache")

@@ -111,7 +111,7 @@ def quickdraft(args, prompt: str, extra: list[str], data_dir: Path) -> dict:
 
 def llama_completion(args, prompt_text: str, threads: int) -> dict:
     cmd = [args.llama_completion, "-m", args.main, "-p", prompt_text, "-n", str(args.n_predict), "-t", str(threads),
-           "--temp", "0", "-no-cnv", "-c", "4096", "--no-warmup", "--simple-io"]
+           "--temp", "0", "-no-cnv", "-c", "4096", "--no-warmup", "--simple-io", "--no-escape"]   # the text as is
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=900)
     wall = time.perf_counter() - t0

@@ -75,9 +75,12 @@ def calibrate(args, data_dir: Path) -> None:
 
 
 def llama(args, prompt_file: Path, mode: str) -> dict:
+    """One run of llama-speculative-simple on the rendered prompt, read as it is: by default llama.cpp
+    turns a prompt's "\\n" into a newline, which fed code with "\\n" in a string another prompt than
+    ours (edit-1: another answer, copied where ours was re-indented)."""
     spec = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "1024"] if mode == "none" else ["--spec-type", mode]
     cmd = [str(Path(args.llama_bin) / "llama-speculative-simple"), "-m", args.main, "-f", str(prompt_file),
-           "-n", str(args.n_predict), "-t", str(args.threads), "--temp", "0", "-c", "4096", *spec]
+           "-n", str(args.n_predict), "-t", str(args.threads), "--temp", "0", "-c", "4096", "--no-escape", *spec]
     r = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=1800)
     decoded = DECODED.search(r.stderr)
     if r.returncode != 0 or not decoded:

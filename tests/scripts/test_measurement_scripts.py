@@ -286,6 +286,23 @@ def test_ngram_bench_calibrates_both_of_our_profiles_before_the_runs_when_asked(
     assert all(c[c.index("--data-dir") + 1] == str(tmp_path / "data") for c in ran)
 
 
+def test_ngram_bench_gives_llama_cpp_the_rendered_prompt_as_it_is(tmp_path, monkeypatch):
+    # llama.cpp reads "\\n" in a -f prompt as a newline unless told not to: code with "\\n" in a string
+    # was another prompt for it than for us (edit-1: another answer)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import argparse
+    import subprocess
+
+    import ngram_bench
+
+    ran = []
+    monkeypatch.setattr(ngram_bench.subprocess, "run", lambda cmd, **kw: ran.append(cmd) or subprocess.CompletedProcess(
+        cmd, 0, "", "decoded 10 tokens in 1.0 seconds\nn_drafted = 4\nn_accept = 2"))
+    args = argparse.Namespace(main="m.gguf", n_predict=16, threads=1, llama_bin=str(tmp_path))
+    assert ngram_bench.llama(args, tmp_path / "p.txt", "ngram-simple")["accepted"] == 2
+    assert "--no-escape" in ran[0]
+
+
 def test_replay_feeds_the_suffix_index_each_answer_and_drafts_the_next_from_it(tmp_path):
     data = json.loads((ROOT / "scripts/gpu/data/qwen2.5-coder-1.5b+0.5b-traces.json").read_text())
     first = next(t for t in data["traces"] if t["id"] == "edit-1")
