@@ -148,13 +148,16 @@ def bench(args) -> dict:
     return result
 
 
+UNRECORDED = {"calibrated": False}   # settings a run's JSON from before them does not hold, as they were
+
+
 def resumed(args) -> dict:
     """The run so far: read from ``--json`` with ``--resume`` (its settings must be these), else new."""
     settings = dict(main=args.main, draft=args.draft, n_predict=args.n_predict, threads=args.threads,
                     calibrated=getattr(args, "calibrate", False))
     if args.resume and args.json and Path(args.json).exists():
         result = json.loads(Path(args.json).read_text())
-        differing = [k for k, v in settings.items() if result.get(k, False if k == "calibrated" else None) != v]
+        differing = [k for k, v in settings.items() if result.get(k, UNRECORDED.get(k)) != v]
         if differing:
             raise SystemExit(f"--resume: {args.json} was run with other {', '.join(differing)}")
         result["repeat"] = args.repeat

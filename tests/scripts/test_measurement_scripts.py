@@ -269,16 +269,23 @@ def test_ngram_bench_resumes_only_a_run_made_with_the_same_settings(tmp_path):
         resumed(args)
 
 
-def test_ngram_bench_calibrates_both_of_our_profiles_before_the_runs_when_asked(tmp_path, monkeypatch):
+def ngram_bench_commands(monkeypatch, stderr: str = "") -> tuple:
+    """scripts/ngram_bench.py with its subprocesses faked: (the module, the commands it runs)."""
     sys.path.insert(0, str(ROOT / "scripts"))
-    import argparse
     import subprocess
 
     import ngram_bench
 
     ran = []
     monkeypatch.setattr(ngram_bench.subprocess, "run",
-                        lambda cmd, **kw: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0, "", ""))
+                        lambda cmd, **kw: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0, "", stderr))
+    return ngram_bench, ran
+
+
+def test_ngram_bench_calibrates_both_of_our_profiles_before_the_runs_when_asked(tmp_path, monkeypatch):
+    import argparse
+
+    ngram_bench, ran = ngram_bench_commands(monkeypatch)
     args = argparse.Namespace(main="m.gguf", draft="d.gguf", threads=1)
     ngram_bench.calibrate(args, tmp_path / "data")
     assert [c[c.index("calibrate"):] for c in ran] == [["calibrate", "-m", "m.gguf", "-t", "1"],
@@ -289,15 +296,9 @@ def test_ngram_bench_calibrates_both_of_our_profiles_before_the_runs_when_asked(
 def test_ngram_bench_gives_llama_cpp_the_rendered_prompt_as_it_is(tmp_path, monkeypatch):
     # llama.cpp reads "\\n" in a -f prompt as a newline unless told not to: code with "\\n" in a string
     # was another prompt for it than for us (edit-1: another answer)
-    sys.path.insert(0, str(ROOT / "scripts"))
     import argparse
-    import subprocess
 
-    import ngram_bench
-
-    ran = []
-    monkeypatch.setattr(ngram_bench.subprocess, "run", lambda cmd, **kw: ran.append(cmd) or subprocess.CompletedProcess(
-        cmd, 0, "", "decoded 10 tokens in 1.0 seconds\nn_drafted = 4\nn_accept = 2"))
+    ngram_bench, ran = ngram_bench_commands(monkeypatch, "decoded 10 tokens in 1.0 seconds\nn_drafted = 4\nn_accept = 2")
     args = argparse.Namespace(main="m.gguf", n_predict=16, threads=1, llama_bin=str(tmp_path))
     assert ngram_bench.llama(args, tmp_path / "p.txt", "ngram-simple")["accepted"] == 2
     assert "--no-escape" in ran[0]

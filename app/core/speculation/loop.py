@@ -244,7 +244,7 @@ class SpeculativeGeneration:
         # A draft ends at its first end-of-generation token: accepted, it ends the answer, so nothing
         # after it could count. A copy of the prompt's last passage runs on through the chat template's
         # end of turn into the next turn's header: copy-1's last round verified 34 tokens, 9 of them usable.
-        draft = draft.cut(len(_cut_after_eog(draft.tokens, self.vocab)))
+        draft = draft.cut(_through_eog(draft.tokens, self.vocab))
         draft = draft.cut(self.policy.cut(draft))
         if len(draft) < self.draft_min:
             return Draft()  # too short to be worth a batch: the main model decodes alone
@@ -293,7 +293,9 @@ class SpeculativeGeneration:
 
 def _cut_after_eog(tokens: list[int], vocab: Vocabulary) -> list[int]:
     """Tokens after an end-of-generation token in the same round are not part of the answer."""
-    for i, token in enumerate(tokens):
-        if vocab.is_eog(token):
-            return tokens[: i + 1]
-    return tokens
+    return tokens[:_through_eog(tokens, vocab)]
+
+
+def _through_eog(tokens: Sequence[int], vocab: Vocabulary) -> int:
+    """How many of ``tokens`` go up to and including the first end-of-generation token (all: none)."""
+    return next((i + 1 for i, token in enumerate(tokens) if vocab.is_eog(token)), len(tokens))
