@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 import numpy as np
 
 from app.core.lm import Session, common_prefix_length, prefill
-from app.core.params import DrafterKind
+from app.core.params import COPY_MAX, DrafterKind
 from app.core.speculation.acceptance import DFLASH, LOOKUP, MODEL, LookupMatch
 from app.core.speculation.draft import Draft
 from app.core.speculation.policy_base import Decision, DraftPolicy
@@ -138,7 +138,10 @@ class PromptLookupDrafter:
     one (``ngram_min`` <= n <= ``ngram_max``), in the prompt and the answer so far, and proposes
     what followed it. No second model, so its drafts cost next to nothing. The match length is the
     drafts' score, with where it was found: a long match in the prompt means the answer copies the
-    user's text verbatim (an edit), one in the answer so far is more often a phrase said twice.
+    user's text verbatim (an edit), one in the answer so far is more often a phrase said twice. A
+    match as long as the longest n is measured on past it, as far as the text agrees with the
+    occurrence (up to COPY_MAX): how long the answer has followed it, the run the policy reads
+    (``AutoPolicy._copy_reach``).
 
     A copy runs on from the match's occurrence for as long as the text has it; where it reaches the
     end of the text, the context's end with the tokens copied so far is looked up again, at the
@@ -192,6 +195,8 @@ class PromptLookupDrafter:
             n, end = self._longest_match(tail, seen)
             if n == 0:
                 break
+            if seen == len(context):   # the context's own end: the text before it is indexed
+                n = self._run(n, end, seen)
             match = LookupMatch(n, in_prompt=end < self._prompt_length)
             run = self._indexed[end:end + max_len - len(out)]   # never empty: end < len(context)
             out.extend((token, match) for token in run)
@@ -215,6 +220,17 @@ class PromptLookupDrafter:
             else:
                 low, found = n, end
         return (low, found) if low >= max(1, self.ngram_min) else (0, 0)
+
+    def _run(self, n: int, end: int, seen: int) -> int:
+        """How far back the text before token ``seen`` agrees with the text before ``end``, given that
+        their last ``n`` tokens do: ``n`` below the longest n-gram looked up (a longer one did not
+        occur), else counted on token by token up to COPY_MAX."""
+        if n < self.ngram_max:
+            return n
+        text = self._indexed
+        while n < COPY_MAX and end - n > 0 and text[end - n - 1] == text[seen - n - 1]:
+            n += 1
+        return n
 
     def _occurrence(self, query: Sequence[int], n: int) -> int | None:
         """Where the preferred occurrence of the last ``n`` tokens ends: the latest in the prompt,

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from app.core.engine import Engine
-from app.core.params import DrafterKind, ModelParams, SpeculationParams
+from app.core.params import COPY_MAX, DrafterKind, ModelParams, SpeculationParams
 from app.core.speculation.acceptance import LookupMatch
 from app.core.speculation.drafters import DraftModelDrafter, LookupThenModelDrafter, PromptLookupDrafter
 from app.core.speculation.policy_base import FixedPolicy
@@ -157,6 +157,21 @@ def test_lookup_copies_to_the_end_of_the_text_then_looks_up_again():
     periodic = [1, 2, 3, 4, 1, 2, 3]
     lookup.prepare(periodic, FIXED)
     assert [t for t, _ in lookup.propose(periodic, 8)] == [4, 1, 2, 3, 4, 1, 2, 3]
+
+
+def test_a_match_as_long_as_the_longest_looked_up_is_measured_as_far_as_the_text_agrees():
+    """The run the policy reads (``AutoPolicy._copy_reach``): a copy that has followed the prompt for
+    40 tokens scores 40, not the 16 looked up; at most COPY_MAX; a shorter match keeps its length,
+    and the run ends where the answer changed the text."""
+    rng = random.Random(5)
+    prompt = rng.sample(range(1000), 200)             # no token repeats: one occurrence per n-gram
+    lookup = PromptLookupDrafter()
+    lookup.prepare(prompt, FIXED)
+    assert lookup.propose(prompt + prompt[20:60], 1) == [(prompt[60], LookupMatch(40, in_prompt=True))]
+    assert lookup.propose(prompt + prompt[0:150], 1) == [(prompt[150], LookupMatch(COPY_MAX, in_prompt=True))]
+    assert lookup.propose(prompt + [1001] + prompt[50:60], 1) == [(prompt[60], LookupMatch(10, in_prompt=True))]
+    changed = prompt + prompt[20:40] + [1001] + prompt[41:60]   # the answer changed one token of its copy
+    assert lookup.propose(changed, 1) == [(prompt[60], LookupMatch(19, in_prompt=True))]
 
 
 def test_lookup_drafts_what_find_copies_where_the_text_repeats_nothing_else():

@@ -172,15 +172,25 @@ def test_a_copy_runs_long_at_once_where_a_long_batch_costs_little_more_than_a_st
     assert _copy_steps(policy) == 64
 
 
-def _copy_steps(policy):
-    """How far the policy lets a sure copy go this round (a 16-token match in the prompt, always right)."""
+def test_a_copy_that_has_followed_the_prompt_longer_than_any_match_may_go_as_far_again():
+    # the CPU above, nothing held yet in this answer: a copy's run past the longest match looked up
+    # (16) is evidence the answer copies here, as a held copy is (``_copy_reach``)
+    cpu = profile([STEP * (1 + 0.5 * n) for n in range(65)])
+    policy = AutoPolicy(SpeculationParams(draft_max=16, policy="auto"), cpu)
+    assert _copy_steps(policy, LookupMatch(16, in_prompt=True)) == 6
+    assert _copy_steps(policy, LookupMatch(40, in_prompt=True)) == 40
+    assert _copy_steps(policy, LookupMatch(40, in_prompt=False)) == 6     # a phrase the answer said before
+
+
+def _copy_steps(policy, match=LookupMatch(16, in_prompt=True)):
+    """How far the policy lets a sure copy go this round (by default a 16-token match in the prompt, always right)."""
     for _ in range(200):
-        policy.acceptance.update(LOOKUP, 0, LookupMatch(16, in_prompt=True), True)
-        policy.acceptance.update(LOOKUP, 1, LookupMatch(16, in_prompt=True), True)
+        policy.acceptance.update(LOOKUP, 0, match, True)
+        policy.acceptance.update(LOOKUP, 1, match, True)
     assert policy.draft_length(LOOKUP) == policy.copy_len
     decisions = []
     while not decisions or decisions[-1] is Decision.MORE:
-        decisions.append(policy.step(len(decisions), LookupMatch(16, in_prompt=True), LOOKUP))
+        decisions.append(policy.step(len(decisions), match, LOOKUP))
     return len(decisions) if decisions[-1] is Decision.LAST else len(decisions) - 1
 
 
