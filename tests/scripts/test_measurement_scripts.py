@@ -246,9 +246,39 @@ def test_ngram_bench_names_a_drafting_run_whose_greedy_answer_is_not_the_plain_r
                           "lookup": [run("a"), run("c")]}}
     summary = summarize(results)
     assert summary["prompts"]["edit-1"]["lookup"]["same_text"] == 1
-    assert "Answers differing from the plain run: edit-1 lookup" in table(summary, list(results["edit-1"]))
+    assert "Answers differing from their side's plain run: edit-1 lookup" in table(summary, list(results["edit-1"]))
     results["edit-1"]["lookup"][1]["text"] = "b"
     assert "Every drafting run's answer is its plain run's." in table(summarize(results), list(results["edit-1"]))
+
+
+def test_ngram_bench_marks_a_prompt_llama_cpp_answered_otherwise_than_ours():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from ngram_bench import summarize, table
+
+    def run(text):
+        return dict(tps=10.0, drafted=0, accepted=0, text=text)
+
+    results = {"edit-4": {"plain": [run("To modify"), run("To modify")], "plain-aa": [run("To modify")] * 2,
+                          "llama": [run("```python"), run("To modify")]},
+               "copy-1": {"plain": [run("The organisation")] * 2, "plain-aa": [run("The organisation")] * 2,
+                          "llama": [run("The organisation\n\n")] * 2}}   # the blank lines llama.cpp prints after
+    printed = table(summarize(results), ["plain", "plain-aa", "llama"])
+    assert "| edit-4 ‡ |" in printed and "| copy-1 |" in printed
+    assert "‡ llama.cpp's plain answer was not ours (another answer, not the same work): edit-4" in printed
+
+
+def test_ngram_bench_gives_llama_cpp_the_prompt_whole_and_reads_its_answer(tmp_path):
+    # llama.cpp drops the last newline of a -f file, and a rendered prompt ends with one
+    # ("<|im_start|>assistant\n"): without it llama.cpp answered another prompt
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from ngram_bench import llama_answer, llama_prompt, write_llama_prompt
+
+    prompt = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    write_llama_prompt(tmp_path / "p.txt", prompt)
+    read = (tmp_path / "p.txt").read_text()
+    assert read[:-1] == prompt and llama_prompt(tmp_path / "p.txt") == prompt   # what llama.cpp keeps of it
+    assert llama_answer("\n\n" + prompt + "Hello there.\n\n\n\n", prompt) == "Hello there."
+    assert llama_answer("\n\n" + prompt[:-1] + "Hello", prompt) is None     # another prompt was read
 
 
 def test_ngram_bench_resumes_only_a_run_made_with_the_same_settings(tmp_path):
@@ -300,6 +330,7 @@ def test_ngram_bench_gives_llama_cpp_the_rendered_prompt_as_it_is(tmp_path, monk
 
     ngram_bench, ran = ngram_bench_commands(monkeypatch, "decoded 10 tokens in 1.0 seconds\nn_drafted = 4\nn_accept = 2")
     args = argparse.Namespace(main="m.gguf", n_predict=16, threads=1, llama_bin=str(tmp_path))
+    ngram_bench.write_llama_prompt(tmp_path / "p.txt", "a prompt\n")
     assert ngram_bench.llama(args, tmp_path / "p.txt", "ngram-simple")["accepted"] == 2
     assert "--no-escape" in ran[0]
 
