@@ -31,7 +31,8 @@ SOURCES = (MODEL, CROSS, LOOKUP, SUFFIX, MTP, EAGLE3, DFLASH)   # every drafter 
 class LookupMatch:
     """The score of a prompt-lookup draft: the length of the match it continues, and whether that
     match was found in the prompt (the answer copies the user's text, as an edit does) or in the
-    answer so far (more often a phrase said twice)."""
+    answer so far (more often a phrase said twice). A match as long as the longest looked up is
+    measured on as far as the text agrees (``PromptLookupDrafter._run``), up to 64: its bucket stays 16."""
 
     length: int
     in_prompt: bool = False
