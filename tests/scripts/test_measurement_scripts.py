@@ -261,7 +261,7 @@ def test_ngram_bench_marks_a_prompt_llama_cpp_answered_otherwise_than_ours():
     results = {"edit-4": {"plain": [run("To modify"), run("To modify")], "plain-aa": [run("To modify")] * 2,
                           "llama": [run("```python"), run("To modify")]},
                "copy-1": {"plain": [run("The organisation")] * 2, "plain-aa": [run("The organisation")] * 2,
-                          "llama": [run("The organisation\n\n")] * 2}}   # the blank lines llama.cpp prints after
+                          "llama": [run("The organisation met")] * 2}}   # llama.cpp decodes a token more
     printed = table(summarize(results), ["plain", "plain-aa", "llama"])
     assert "| edit-4 ‡ |" in printed and "| copy-1 |" in printed
     assert "‡ llama.cpp's plain answer was not ours (another answer, not the same work): edit-4" in printed
