@@ -151,7 +151,9 @@ class PromptLookupDrafter:
     (an edit's answer copying the second of two similar methods in the prompt then drafted the
     first one's line: issue 43, docs/architecture.md section 4).
 
-    Of several occurrences the latest in the prompt is copied, else the latest in the answer. An
+    Of several occurrences the latest in the prompt is copied, else the latest in the answer; of
+    several of the longest n-gram looked up, the one the text agrees with furthest back
+    (``_longest_run``: the method the answer is copying, of two that share their last lines). An
     edit's answer holds an edited copy of the prompt, so where it repeats a passage it copied
     before, the prompt says how the passage goes on and the earlier copy may not (the measurement:
     docs/architecture.md, section 4). Drafting the follower most earlier occurrences had instead was
@@ -174,6 +176,9 @@ class PromptLookupDrafter:
         # starts in the prompt, and for those in the answer
         self._prompt_index: list[dict[tuple[int, ...], int]] = [{} for _ in range(self.ngram_max + 1)]
         self._answer_index: list[dict[tuple[int, ...], int]] = [{} for _ in range(self.ngram_max + 1)]
+        # the longest n-grams' every occurrence, the prompt's and the answer's apart (``_longest_run``)
+        self._prompt_longest: dict[tuple[int, ...], list[int]] = {}
+        self._answer_longest: dict[tuple[int, ...], list[int]] = {}
 
     def find(self, context: Sequence[int], max_len: int) -> tuple[int, list[int]]:
         """(match length, continuation) of the longest match, copied from its preferred occurrence
@@ -196,7 +201,7 @@ class PromptLookupDrafter:
             if n == 0:
                 break
             if seen == len(context):   # the context's own end: the text before it is indexed
-                n = self._run(n, end, seen)
+                n, end = self._longest_run(n, end, seen)
             match = LookupMatch(n, in_prompt=end < self._prompt_length)
             run = self._indexed[end:end + max_len - len(out)]   # never empty: end < len(context)
             out.extend((token, match) for token in run)
@@ -220,6 +225,16 @@ class PromptLookupDrafter:
             else:
                 low, found = n, end
         return (low, found) if low >= max(1, self.ngram_min) else (0, 0)
+
+    def _longest_run(self, n: int, end: int, seen: int) -> tuple[int, int]:
+        """(run, end) of the occurrence whose run is the longest (``_run``), of the preferred place's
+        (the prompt's, else the answer's), the latest of equal runs: where the longest n-gram looked up
+        occurs twice, as in two similar methods, the answer is copying the one it has followed longer."""
+        if n < self.ngram_max:
+            return n, end
+        gram = tuple(self._indexed[seen - n:seen])
+        ends = (self._prompt_longest if end < self._prompt_length else self._answer_longest)[gram]
+        return max((self._run(n, e, seen), e) for e in ends)
 
     def _run(self, n: int, end: int, seen: int) -> int:
         """How far back the text before token ``seen`` agrees with the text before ``end``, given that
@@ -293,9 +308,13 @@ class PromptLookupDrafter:
             self._indexed, done = [], 0
             self._new_index()
         for end in range(max(done, 1), len(context)):
-            index = self._prompt_index if end < self._prompt_length else self._answer_index
+            in_prompt = end < self._prompt_length
+            index = self._prompt_index if in_prompt else self._answer_index
             for n in range(1, min(self.ngram_max, end) + 1):
                 index[n][tuple(context[end - n:end])] = end
+            if end >= self.ngram_max:
+                longest = self._prompt_longest if in_prompt else self._answer_longest
+                longest.setdefault(tuple(context[end - self.ngram_max:end]), []).append(end)
         self._indexed.extend(context[done:])
 
 

@@ -174,6 +174,26 @@ def test_a_match_as_long_as_the_longest_looked_up_is_measured_as_far_as_the_text
     assert lookup.propose(changed, 1) == [(prompt[60], LookupMatch(19, in_prompt=True))]
 
 
+def test_lookup_copies_the_passage_the_answer_has_followed_longer():
+    """Two methods of the prompt share 20 tokens and go on otherwise; an answer copying the first
+    is at the end of the shared part, whose last 16 tokens occur in both: the copy goes on as the
+    first did, the occurrence the answer has followed for 25 tokens (edit-3 copied the later one's
+    line and lost 21 drafted tokens there)."""
+    rng = random.Random(7)
+    head1, head2, shared, then1, then2 = (rng.sample(range(k, k + 100), n) for k, n in
+                                          ((0, 5), (100, 5), (200, 20), (300, 6), (400, 6)))
+    prompt = [999] + head1 + shared + then1 + head2 + shared + then2
+
+    def proposed(answer):
+        lookup = PromptLookupDrafter()
+        lookup.prepare(prompt, FIXED)
+        return lookup.propose(prompt + answer, 6)
+
+    assert proposed(head1 + shared) == [(t, LookupMatch(25, in_prompt=True)) for t in then1]
+    assert proposed(head2 + shared) == [(t, LookupMatch(25, in_prompt=True)) for t in then2]
+    assert [t for t, _ in proposed([998] + shared)] == then2   # equal runs: the latest
+
+
 def test_lookup_drafts_what_find_copies_where_the_text_repeats_nothing_else():
     """Where the copy does not reach the end of the text the draft is find's contiguous copy."""
     rng = random.Random(3)
