@@ -36,6 +36,7 @@ class LookupMatch:
 
     length: int
     in_prompt: bool = False
+    rewritten: bool = False   # copied from the prompt as the answer rewrites it (rewrites.py)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,9 @@ class AcceptanceModel:
         ("answer", "first"): {1: 0.2, 2: 0.35, 3: 0.5, 4: 0.65, 6: 0.65, 9: 0.8, 13: 0.75, 16: 0.75},
         ("answer", "next"): {1: 0.5, 2: 0.65, 3: 0.7, 4: 0.7, 6: 0.75, 9: 0.75, 13: 0.7, 16: 0.7},
     }
+    # the prompt as the answer rewrites it (rewrites.py): learned apart, from the prompt's prior
+    LOOKUP_PRIOR["rewritten", "first"] = LOOKUP_PRIOR["prompt", "first"]
+    LOOKUP_PRIOR["rewritten", "next"] = LOOKUP_PRIOR["prompt", "next"]
 
     # a suffix-index token's prior (a guess, learned from there): by the match's length, the first token of
     # a draft apart, times a factor for the token's share of the match's continuations. A long match in
@@ -100,7 +104,7 @@ class AcceptanceModel:
     @staticmethod
     def bucket(source: str, n: int, score: Score) -> tuple:
         if source == LOOKUP:
-            where = "prompt" if score.in_prompt else "answer"
+            where = "rewritten" if score.rewritten else "prompt" if score.in_prompt else "answer"
             return (LOOKUP, where, "next" if n > 0 else "first", _length_bucket(score.length))
         if source == SUFFIX:
             confidence = max(b for b in AcceptanceModel.SUFFIX_CONFIDENCE_BUCKETS if b <= score.confidence)

@@ -10,6 +10,7 @@ from app.core.lm import Session, common_prefix_length, prefill
 from app.core.params import COPY_MAX, DrafterKind
 from app.core.speculation.acceptance import DFLASH, LOOKUP, MODEL, LookupMatch
 from app.core.speculation.draft import Draft
+from app.core.speculation.rewrites import PromptRewrites
 from app.core.speculation.policy_base import Decision, DraftPolicy
 from app.core.speculation.sampling import Sampler
 
@@ -161,6 +162,7 @@ class PromptLookupDrafter:
     """
 
     name = LOOKUP
+    FOLLOWS = 4   # a match in the prompt this long says the answer copies it (``PromptRewrites``)
 
     def __init__(self, ngram_max: int = 16, ngram_min: int = 1, tells_unasked: bool = True):
         self.ngram_max = ngram_max
@@ -169,6 +171,7 @@ class PromptLookupDrafter:
         self._indexed: list[int] = []
         self._prompt_length = 0
         self._unasked: tuple[int, int, LookupMatch, DraftPolicy] | None = None   # see ``_tell_unasked``
+        self._rewrites = PromptRewrites([])   # the prompt as the answer rewrites it (``_rewritten``)
         self._new_index()
 
     def _new_index(self) -> None:
@@ -193,6 +196,7 @@ class PromptLookupDrafter:
         where it reaches the end of the text, the copy of the match looked up again with the copied
         tokens; the chain ends where nothing occurs. Each token is scored by the match it copies."""
         self._update_index(context)
+        self._rewrites.follow(context)
         # the query needs the last ngram_max tokens at most, with the copied ones after them
         tail, seen = list(context[-(self.ngram_max + 1):]), len(context)
         out: list[tuple[int, LookupMatch]] = []
@@ -202,11 +206,27 @@ class PromptLookupDrafter:
                 break
             if seen == len(context):   # the context's own end: the text before it is indexed
                 n, end = self._longest_run(n, end, seen)
+                if n >= self.FOLLOWS and end < self._prompt_length:
+                    self._rewrites.start_following(end)
             match = LookupMatch(n, in_prompt=end < self._prompt_length)
             run = self._indexed[end:end + max_len - len(out)]   # never empty: end < len(context)
             out.extend((token, match) for token in run)
             tail = (tail + run)[-(self.ngram_max + 1):]
             seen += len(run)
+        return self._rewritten(context, max_len, out)
+
+    def _rewritten(self, context: Sequence[int], max_len: int,
+                   out: list[tuple[int, LookupMatch]]) -> list[tuple[int, LookupMatch]]:
+        """The copy of the prompt as the answer has been rewriting it (rewrites.py) instead of ``out``,
+        where its match is longer, or as long and FOLLOWS tokens or more: after a renamed token the
+        prompt's copy breaks, and the rewritten one goes on. Scored apart (``LookupMatch.rewritten``),
+        so that its misses do not teach the policy that the prompt's copies fail (applied with the
+        prompt's acceptance, they cut the shared recordings' edit-3 from 1.81x to 0.98x, replayed)."""
+        have = out[0][1].length if out else 0
+        n, copy = self._rewrites.copy(context, max_len, self.ngram_max)
+        if n > have or (n == have and n >= self.FOLLOWS):
+            match = LookupMatch(n, in_prompt=True, rewritten=True)
+            return [(token, match) for token in copy]
         return out
 
     def _longest_match(self, query: Sequence[int], seen: int) -> tuple[int, int]:
@@ -256,6 +276,7 @@ class PromptLookupDrafter:
 
     def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
         self._prompt_length = len(prompt)
+        self._rewrites = PromptRewrites(prompt)
         self._indexed = []  # where the prompt ends decides which occurrences are the prompt's
         self._update_index(prompt)
 

@@ -1,0 +1,123 @@
+"""The prompt as an edit's answer has been rewriting it: the substitutions the answer has made more than
+once (a rename: `tmp` -> `total` on every line), learned as the answer goes, applied to the whole
+prompt, for prompt lookup to copy from (drafters.py, ``PromptLookupDrafter``). A copy of the prompt
+itself breaks at every renamed token, and after it the context's end matches the prompt again only a
+few tokens later; a copy of the rewritten prompt goes on across them.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+Tokens = tuple[int, ...]
+
+
+class PromptRewrites:
+    """Follows the answer along the prompt it copies, and learns what it writes instead.
+
+    While the answer follows the prompt token for token from a cursor, nothing is learned. Where it
+    departs, its own tokens are kept until it re-joins the prompt: REJOIN tokens in a row that occur
+    in the prompt at most WINDOW tokens on from where it left. The prompt's tokens it skipped and the
+    ones it wrote are then one substitution (old -> new), when both are short (a word or two, not an
+    insertion or a deletion). A substitution seen SEEN times rewrites every occurrence of its old
+    tokens (a rename recurs; a typo's fix or a verb's new tense mostly does not, and applied
+    elsewhere drafted tokens that failed: replayed, copy-5, copy-7 and copy-12 fell under 0.95x of
+    plain when a substitution seen once was applied). Where the answer writes more than MAX_NEW +
+    REJOIN tokens without re-joining, it has left the prompt, and the lookup finds where it follows
+    it again (``start_following``).
+    """
+
+    REJOIN = 3
+    WINDOW = 12
+    MAX_OLD, MAX_NEW = 8, 12
+    SEEN = 2
+
+    def __init__(self, prompt: Sequence[int]):
+        self.prompt = list(prompt)
+        self._read = len(self.prompt)          # context tokens followed so far
+        self._cursor: int | None = None        # the prompt token the answer is expected to copy next
+        self._left: tuple[int, int] | None = None   # (answer token, prompt cursor) where it departed
+        self._seen: dict[tuple[Tokens, Tokens], int] = {}
+        self.substitutions: dict[Tokens, Tokens] = {}
+        self._text: list[int] | None = None
+        self._index: dict[Tokens, int] = {}      # the rewritten text's n-grams -> their latest end
+        self._indexed: list[int] | None = None   # the text that index is of
+
+    def start_following(self, at: int) -> None:
+        """The answer's end matches the prompt ending before token ``at``: it copies from there on."""
+        if self._cursor is None and self._left is None:
+            self._cursor = at
+
+    def follow(self, context: Sequence[int]) -> None:
+        """Read the context's tokens after those read before (the prompt's own are never read)."""
+        if len(context) < self._read:   # another context: what it follows starts over
+            self._read, self._cursor, self._left = len(self.prompt), None, None
+        for j in range(self._read, len(context)):
+            self._step(context, j)
+        self._read = len(context)
+
+    def _step(self, context: Sequence[int], j: int) -> None:
+        if self._left is None:
+            if self._cursor is None:
+                return
+            if self._cursor < len(self.prompt) and self.prompt[self._cursor] == context[j]:
+                self._cursor += 1
+            else:
+                self._left = (j, self._cursor)
+            return
+        since, where = self._left
+        if j - since + 1 < self.REJOIN:
+            return
+        tail = list(context[j - self.REJOIN + 1:j + 1])
+        for start in range(where, min(len(self.prompt) - self.REJOIN + 1, where + self.WINDOW)):
+            if self.prompt[start:start + self.REJOIN] == tail:
+                self._learn(tuple(self.prompt[where:start]), tuple(context[since:j - self.REJOIN + 1]))
+                self._cursor, self._left = start + self.REJOIN, None
+                return
+        if j - since > self.MAX_NEW + self.REJOIN:
+            self._cursor, self._left = None, None
+
+    def _learn(self, old: Tokens, new: Tokens) -> None:
+        if not (0 < len(old) <= self.MAX_OLD and 0 < len(new) <= self.MAX_NEW) or old == new:
+            return
+        seen = self._seen[old, new] = self._seen.get((old, new), 0) + 1
+        if seen >= self.SEEN and self.substitutions.get(old) != new:
+            self.substitutions[old] = new
+            self._text = None
+
+    @property
+    def text(self) -> list[int] | None:
+        """The prompt with every substitution made (the longest old tokens first, left to right);
+        None until one has been learned."""
+        if not self.substitutions:
+            return None
+        if self._text is None:
+            olds = sorted(self.substitutions, key=len, reverse=True)
+            out, i, prompt = [], 0, self.prompt
+            while i < len(prompt):
+                old = next((o for o in olds if tuple(prompt[i:i + len(o)]) == o), None)
+                if old is None:
+                    out.append(prompt[i])
+                    i += 1
+                else:
+                    out.extend(self.substitutions[old])
+                    i += len(old)
+            self._text = out
+        return self._text
+
+    def copy(self, context: Sequence[int], max_len: int, longest: int) -> tuple[int, list[int]]:
+        """(length, continuation) of the longest match, up to ``longest`` tokens, of the context's end
+        in the rewritten prompt (its latest occurrence), copied up to ``max_len`` tokens; (0, []) with
+        none or before a substitution is learned."""
+        text = self.text
+        if text is None:
+            return 0, []
+        if self._indexed is not text:
+            self._index = {tuple(text[end - n:end]): end
+                           for end in range(1, len(text)) for n in range(1, min(longest, end) + 1)}
+            self._indexed = text
+        for n in range(min(longest, len(context)), 0, -1):
+            end = self._index.get(tuple(context[len(context) - n:]))
+            if end is not None:
+                return n, text[end:end + max_len]
+        return 0, []
