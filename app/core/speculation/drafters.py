@@ -10,8 +10,8 @@ from app.core.lm import Session, common_prefix_length, prefill
 from app.core.params import COPY_MAX, DrafterKind
 from app.core.speculation.acceptance import DFLASH, LOOKUP, MODEL, LookupMatch
 from app.core.speculation.draft import Draft
-from app.core.speculation.rewrites import PromptRewrites
 from app.core.speculation.policy_base import Decision, DraftPolicy
+from app.core.speculation.rewrites import PromptRewrites
 from app.core.speculation.sampling import Sampler
 
 if TYPE_CHECKING:
