@@ -171,7 +171,7 @@ class PromptLookupDrafter:
         self._indexed: list[int] = []
         self._prompt_length = 0
         self._unasked: tuple[int, int, LookupMatch, DraftPolicy] | None = None   # see ``_tell_unasked``
-        self._rewrites = PromptRewrites([])   # the prompt as the answer rewrites it (``_rewritten``)
+        self._rewrites = PromptRewrites([], ngram_max)   # the prompt as the answer rewrites it (``_rewritten``)
         self._new_index()
 
     def _new_index(self) -> None:
@@ -223,7 +223,7 @@ class PromptLookupDrafter:
         so that its misses do not teach the policy that the prompt's copies fail (applied with the
         prompt's acceptance, they cut the shared recordings' edit-3 from 1.81x to 0.98x, replayed)."""
         have = out[0][1].length if out else 0
-        n, copy = self._rewrites.copy(context, max_len, self.ngram_max)
+        n, copy = self._rewrites.copy(context, max_len)
         if n > have or (n == have and n >= self.FOLLOWS):
             match = LookupMatch(n, in_prompt=True, rewritten=True)
             return [(token, match) for token in copy]
@@ -258,10 +258,7 @@ class PromptLookupDrafter:
 
     def _run(self, n: int, end: int, seen: int) -> int:
         """How far back the text before token ``seen`` agrees with the text before ``end``, given that
-        their last ``n`` tokens do: ``n`` below the longest n-gram looked up (a longer one did not
-        occur), else counted on token by token up to COPY_MAX."""
-        if n < self.ngram_max:
-            return n
+        their last ``n`` (the longest n-gram looked up) do: counted on token by token up to COPY_MAX."""
         text = self._indexed
         while n < COPY_MAX and end - n > 0 and text[end - n - 1] == text[seen - n - 1]:
             n += 1
@@ -276,7 +273,7 @@ class PromptLookupDrafter:
 
     def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
         self._prompt_length = len(prompt)
-        self._rewrites = PromptRewrites(prompt)
+        self._rewrites = PromptRewrites(prompt, self.ngram_max)
         self._indexed = []  # where the prompt ends decides which occurrences are the prompt's
         self._update_index(prompt)
 

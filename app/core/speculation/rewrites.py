@@ -32,16 +32,16 @@ class PromptRewrites:
     MAX_OLD, MAX_NEW = 8, 12
     SEEN = 2
 
-    def __init__(self, prompt: Sequence[int]):
+    def __init__(self, prompt: Sequence[int], longest: int = 16):
         self.prompt = list(prompt)
+        self.longest = longest                 # the longest match ``copy`` looks up (lookup's ngram_max)
         self._read = len(self.prompt)          # context tokens followed so far
         self._cursor: int | None = None        # the prompt token the answer is expected to copy next
         self._left: tuple[int, int] | None = None   # (answer token, prompt cursor) where it departed
         self._seen: dict[tuple[Tokens, Tokens], int] = {}
         self.substitutions: dict[Tokens, Tokens] = {}
-        self._text: list[int] | None = None
-        self._index: dict[Tokens, int] = {}      # the rewritten text's n-grams -> their latest end
-        self._indexed: list[int] | None = None   # the text that index is of
+        # the rewritten prompt and its n-grams -> their latest end, made again when a substitution is learned
+        self._rewritten: tuple[list[int], dict[Tokens, int]] | None = None
 
     def start_following(self, at: int) -> None:
         """The answer's end matches the prompt ending before token ``at``: it copies from there on."""
@@ -83,41 +83,40 @@ class PromptRewrites:
         seen = self._seen[old, new] = self._seen.get((old, new), 0) + 1
         if seen >= self.SEEN and self.substitutions.get(old) != new:
             self.substitutions[old] = new
-            self._text = None
+            self._rewritten = None
 
     @property
     def text(self) -> list[int] | None:
         """The prompt with every substitution made (the longest old tokens first, left to right);
         None until one has been learned."""
-        if not self.substitutions:
-            return None
-        if self._text is None:
-            olds = sorted(self.substitutions, key=len, reverse=True)
-            out, i, prompt = [], 0, self.prompt
-            while i < len(prompt):
-                old = next((o for o in olds if tuple(prompt[i:i + len(o)]) == o), None)
-                if old is None:
-                    out.append(prompt[i])
-                    i += 1
-                else:
-                    out.extend(self.substitutions[old])
-                    i += len(old)
-            self._text = out
-        return self._text
+        return self._made()[0] if self.substitutions else None
 
-    def copy(self, context: Sequence[int], max_len: int, longest: int) -> tuple[int, list[int]]:
+    def copy(self, context: Sequence[int], max_len: int) -> tuple[int, list[int]]:
         """(length, continuation) of the longest match, up to ``longest`` tokens, of the context's end
         in the rewritten prompt (its latest occurrence), copied up to ``max_len`` tokens; (0, []) with
         none or before a substitution is learned."""
-        text = self.text
-        if text is None:
+        if not self.substitutions:
             return 0, []
-        if self._indexed is not text:
-            self._index = {tuple(text[end - n:end]): end
-                           for end in range(1, len(text)) for n in range(1, min(longest, end) + 1)}
-            self._indexed = text
-        for n in range(min(longest, len(context)), 0, -1):
-            end = self._index.get(tuple(context[len(context) - n:]))
+        text, index = self._made()
+        for n in range(min(self.longest, len(context)), 0, -1):
+            end = index.get(tuple(context[len(context) - n:]))
             if end is not None:
                 return n, text[end:end + max_len]
         return 0, []
+
+    def _made(self) -> tuple[list[int], dict[Tokens, int]]:
+        if self._rewritten is None:
+            olds = sorted(self.substitutions, key=len, reverse=True)
+            text, i, prompt = [], 0, self.prompt
+            while i < len(prompt):
+                old = next((o for o in olds if tuple(prompt[i:i + len(o)]) == o), None)
+                if old is None:
+                    text.append(prompt[i])
+                    i += 1
+                else:
+                    text.extend(self.substitutions[old])
+                    i += len(old)
+            index = {tuple(text[end - n:end]): end
+                     for end in range(1, len(text)) for n in range(1, min(self.longest, end) + 1)}
+            self._rewritten = text, index
+        return self._rewritten
