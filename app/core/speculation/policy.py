@@ -62,7 +62,8 @@ class AutoPolicy:
     MODEL_RATE_DECAY = 0.95  # the draft model's recent acceptance: each judged token weighs 5% (~20 tokens)
     MODEL_RATE_SEEN = 4      # tokens judged before that rate may take a round from a copier
     COPY_RISK_STEPS = 3.0    # main steps a copy may risk past what this answer's copies held (_copy_reach)
-    LONG_RUN = AcceptanceModel.LOOKUP_BUCKETS[-1]   # a run past the longest match lookup looks up (_copy_reach)
+    LONG_RUN = 12            # an in-prompt match longer than this may reach RUN_REACH times its run (_copy_reach)
+    RUN_REACH = 1.5
 
     def __init__(self, params: SpeculationParams, costs: "CostModel | CostProfile",
                  acceptance: AcceptanceModel | None = None):
@@ -266,18 +267,21 @@ class AutoPolicy:
         copy set and both shared recordings, four cost profiles): 1.2% faster than copies of 16, with
         3 prompt runs of 832 under 0.95x instead of 25 (docs/architecture.md, section 4).
 
-        A copy whose answer has followed the prompt for longer than the longest match the drafter
-        looks up (its run: ``PromptLookupDrafter._run``) may also go as far again as it has run: in
-        the recorded answers a run of 24 or more in the prompt went on 98-100% of the time, token by
-        token, against 91-95% for runs of 9-23. Replayed, that raised the geometric mean, and cut the
-        runs under 0.95x from 22 to 19 of 1,120 (docs/architecture.md, section 4)."""
+        A copy whose answer has followed the prompt for more than LONG_RUN tokens (its run: the match's
+        length, measured on past the longest match looked up by ``PromptLookupDrafter._run``) may also
+        draft up to RUN_REACH times its run: in the recorded answers a run of 24 or more in the prompt
+        went on 98-100% of the time, token by token, against 91-95% for runs of 9-23. Since lookup
+        copies the prompt as the answer rewrites it (rewrites.py), a rename no longer breaks such a
+        copy after its second sighting, and a run of 13 may reach 19. Replayed over 1,120 prompt runs,
+        the geometric mean went 1.2440x -> 1.2509x and the runs under 0.95x of plain from 14 to 11;
+        from 12 tokens 19 runs fell under, and twice the run put 29 under (docs/architecture.md, section 4)."""
         profile = self.readings.profile
         reach = held = self._copy_held   # a draft never holds more than copy_len
         risk, base = self.COPY_RISK_STEPS * profile.main_batch(1), profile.main_batch(held + 1)
         while reach < self.copy_len and profile.main_batch(reach + 2) - base <= risk:
             reach += 1
         if isinstance(score, LookupMatch) and score.in_prompt and score.length > self.LONG_RUN:
-            reach = max(reach, min(self.copy_len, score.length))
+            reach = max(reach, min(self.copy_len, int(self.RUN_REACH * score.length)))
         return reach
 
     def _main_is_unsure(self) -> bool:

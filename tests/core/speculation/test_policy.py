@@ -172,18 +172,21 @@ def test_a_copy_runs_long_at_once_where_a_long_batch_costs_little_more_than_a_st
     assert _copy_steps(policy) == 64
 
 
-def test_a_copy_that_has_followed_the_prompt_longer_than_any_match_may_go_as_far_again():
-    # the CPU above, nothing held yet in this answer: a copy's run past the longest match looked up
-    # (16) is evidence the answer copies here, as a held copy is (``_copy_reach``)
+def test_a_copy_that_has_followed_the_prompt_long_may_go_half_as_far_again():
+    # the CPU above, nothing held yet in this answer: a copy's run of more than 12 tokens in the prompt
+    # is evidence the answer copies here, as a held copy is (``_copy_reach``); a run of 16 may reach 24
     cpu = profile([STEP * (1 + 0.5 * n) for n in range(65)])
     policy = AutoPolicy(SpeculationParams(draft_max=16, policy="auto"), cpu)
-    assert _copy_steps(policy, LookupMatch(16, in_prompt=True)) == 6
-    assert _copy_steps(policy, LookupMatch(40, in_prompt=True)) == 40
-    assert _copy_steps(policy, LookupMatch(40, in_prompt=False)) == 6     # a phrase the answer said before
+    assert _copy_steps(policy, LookupMatch(12, in_prompt=True)) == 6
+    assert _copy_steps(policy, LookupMatch(13, in_prompt=True)) == 19
+    assert _copy_steps(policy, LookupMatch(16, in_prompt=True)) == 24
+    assert _copy_steps(policy, LookupMatch(30, in_prompt=True)) == 45
+    assert _copy_steps(policy, LookupMatch(30, in_prompt=False)) == 6     # a phrase the answer said before
 
 
-def _copy_steps(policy, match=LookupMatch(16, in_prompt=True)):
-    """How far the policy lets a sure copy go this round (by default a 16-token match in the prompt, always right)."""
+def _copy_steps(policy, match=LookupMatch(12, in_prompt=True)):
+    """How far the policy lets a sure copy go this round (by default a 12-token match in the prompt, not
+    yet a long run, always right)."""
     for _ in range(200):
         policy.acceptance.update(LOOKUP, 0, match, True)
         policy.acceptance.update(LOOKUP, 1, match, True)
