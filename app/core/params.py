@@ -165,7 +165,7 @@ class SpeculationParams:
         under the auto policy: COPY_MAX, or ``draft_max`` if that is more, but at most four times
         ``draft_max`` (short drafts asked for, short copies given). Where an edit leaves a long stretch
         untouched, llama.cpp's 48-token n-gram copies won against ours at 16 (issue 43); how far a copy
-        may go in an answer is the policy's (``AutoPolicy._copy_reach``)."""
+        may go in an answer is the policy's (``AnswerReach.copy``)."""
         return max(self.draft_max, min(COPY_MAX, 4 * self.draft_max))
 
     @property

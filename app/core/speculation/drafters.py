@@ -142,7 +142,7 @@ class PromptLookupDrafter:
     user's text verbatim (an edit), one in the answer so far is more often a phrase said twice. A
     match as long as the longest n is measured on past it, as far as the text agrees with the
     occurrence (up to COPY_MAX): how long the answer has followed it, the run the policy reads
-    (``AutoPolicy._copy_reach``).
+    (``AnswerReach.copy``).
 
     A copy runs on from the match's occurrence for as long as the text has it; where it reaches the
     end of the text, the context's end with the tokens copied so far is looked up again, at the

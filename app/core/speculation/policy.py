@@ -16,6 +16,7 @@ from app.core.speculation.costmodel import SUFFIX_STEP_S, CostModel, CostProfile
 from app.core.speculation.draft import Draft
 from app.core.speculation.policy_base import Decision, DraftPolicy, FixedPolicy, below_p_min
 from app.core.speculation.policy_costs import CostReadings
+from app.core.speculation.policy_reach import AnswerReach
 from app.core.speculation.policy_standings import DrafterStandings
 
 
@@ -61,9 +62,6 @@ class AutoPolicy:
     CHEAP_MODEL_BREAK_EVEN = 0.5
     MODEL_RATE_DECAY = 0.95  # the draft model's recent acceptance: each judged token weighs 5% (~20 tokens)
     MODEL_RATE_SEEN = 4      # tokens judged before that rate may take a round from a copier
-    COPY_RISK_STEPS = 3.0    # main steps a copy may risk past what this answer's copies held (_copy_reach)
-    LONG_RUN = 12            # an in-prompt match longer than this may reach RUN_REACH times its run (_copy_reach)
-    RUN_REACH = 1.5
 
     def __init__(self, params: SpeculationParams, costs: "CostModel | CostProfile",
                  acceptance: AcceptanceModel | None = None):
@@ -73,7 +71,7 @@ class AutoPolicy:
         self.acceptance = acceptance or AcceptanceModel()
         self.max_len = max(0, min(params.draft_max, self.costs.n_max - 1))   # a chain's (draft model, head, block)
         self.copy_len = max(0, min(params.copy_max, self.costs.n_max - 1))   # a copy's (lookup, the suffix index)
-        self._copy_held = 0                    # the most copied tokens a round of this answer accepted
+        self.reach = AnswerReach(self.copy_len, self.max_len)   # how far this answer's drafts may go
         self._reach = self.max_len             # the longest draft this round may make
         self._chain: list[float] = []          # this round's acceptance chances
         self._chain_cost: list[float] = []     # and the cost of drafting each token
@@ -254,35 +252,9 @@ class AutoPolicy:
             return 0
         self._round_source = self._standing = source
         self._reach = self.copy_len if source in COPIERS else self.max_len   # a copy's: its first ``step``
+        if source in DRAFT_MODELS:
+            self._reach = self.reach.model(self.readings.profile, self.token_cost(source))
         return self._reach
-
-    def _copy_reach(self, score: Score) -> int:
-        """How far a copy may go this round: past the most copied tokens a round of this answer had
-        accepted, only as far as verifying the extra tokens for nothing would cost COPY_RISK_STEPS main
-        steps. How long a copy holds is the answer's: a rewrite in British spelling copies its prompt
-        between rare changes, a rename breaks every copy within a few tokens, and the acceptance
-        learned over earlier answers cannot tell which this one is. So where a batch costs about a
-        step a token (a CPU) an answer's copies start at 3-6 tokens and grow as they hold, and where
-        it costs little more than a step (a GPU) they run long at once. Replayed (policy_replay.py, the
-        copy set and both shared recordings, four cost profiles): 1.2% faster than copies of 16, with
-        3 prompt runs of 832 under 0.95x instead of 25 (docs/architecture.md, section 4).
-
-        A copy whose answer has followed the prompt for more than LONG_RUN tokens (its run: the match's
-        length, measured on past the longest match looked up by ``PromptLookupDrafter._run``) may also
-        draft up to RUN_REACH times its run: in the recorded answers a run of 24 or more in the prompt
-        went on 98-100% of the time, token by token, against 91-95% for runs of 9-23. Since lookup
-        copies the prompt as the answer rewrites it (rewrites.py), a rename no longer breaks such a
-        copy after its second sighting, and a run of 13 may reach 19. Replayed over 1,120 prompt runs,
-        the geometric mean went 1.2440x -> 1.2509x and the runs under 0.95x of plain from 14 to 11;
-        from 12 tokens 19 runs fell under, and twice the run put 29 under (docs/architecture.md, section 4)."""
-        profile = self.readings.profile
-        reach = held = self._copy_held   # a draft never holds more than copy_len
-        risk, base = self.COPY_RISK_STEPS * profile.main_batch(1), profile.main_batch(held + 1)
-        while reach < self.copy_len and profile.main_batch(reach + 2) - base <= risk:
-            reach += 1
-        if isinstance(score, LookupMatch) and score.in_prompt and score.length > self.LONG_RUN:
-            reach = max(reach, min(self.copy_len, int(self.RUN_REACH * score.length)))
-        return reach
 
     def _main_is_unsure(self) -> bool:
         return self._main_confidence is not None and self._main_confidence < self._model.break_even
@@ -302,7 +274,7 @@ class AutoPolicy:
             self._standing = copier_standing(source, score)
             if self.standings.sits_out(self._standing) or self._model_does_better(source, score):
                 return Decision.STOP
-            self._reach = self._copy_reach(score)   # read off the costs once a copy goes ahead
+            self._reach = self.reach.copy(self.readings.profile, score)   # read off the costs once a copy goes ahead
         a = self.acceptance.chance(source, n, score)
         self._chain.append(a)
         self._chain_cost.append(self.token_cost(source))
@@ -371,8 +343,8 @@ class AutoPolicy:
         for p in main_confidence:
             previous = p if self._main_confidence is None else self._main_confidence
             self._main_confidence = self.CONFIDENCE_DECAY * previous + (1.0 - self.CONFIDENCE_DECAY) * p
-        if draft.sources and draft.sources[0] in COPIERS:
-            self._copy_held = max(self._copy_held, accepted)
+        if draft.sources:
+            self.reach.observe(draft.sources[0], accepted)
         for i in range(min(accepted + 1, len(draft))):  # tokens after the first rejection say nothing
             self.acceptance.update(draft.sources[i], i, draft.scores[i], i < accepted)
             if draft.sources[i] in DRAFT_MODELS:

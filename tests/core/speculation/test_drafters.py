@@ -160,7 +160,7 @@ def test_lookup_copies_to_the_end_of_the_text_then_looks_up_again():
 
 
 def test_a_match_as_long_as_the_longest_looked_up_is_measured_as_far_as_the_text_agrees():
-    """The run the policy reads (``AutoPolicy._copy_reach``): a copy that has followed the prompt for
+    """The run the policy reads (``AnswerReach.copy``): a copy that has followed the prompt for
     40 tokens scores 40, not the 16 looked up; at most COPY_MAX; a shorter match keeps its length,
     and the run ends where the answer changed the text."""
     rng = random.Random(5)

@@ -139,7 +139,7 @@ def test_a_long_match_in_the_prompt_is_copied_one_in_the_answer_is_not():
     # a CPU where a batch costs nearly one step per token up to 8, then 9..16 cost about the same
     steps = [1, 1.95, 2.7, 3.3, 4.0, 4.7, 5.6, 7.2, 7.9, 8.5, 8.5, 8.5, 8.5, 8.5, 8.5, 8.5, 10.1]
     policy = AutoPolicy(SpeculationParams(draft_max=16, policy="auto"), profile([STEP * s for s in steps]))
-    _copy_held(policy, 8)   # this answer's copies have held: a long one may follow (``_copy_reach``)
+    _copy_held(policy, 8)   # this answer's copies have held: a long one may follow (``AnswerReach.copy``)
     copying = LookupMatch(16, in_prompt=True)   # the answer copies the user's code, as an edit does
     repeating = LookupMatch(16, in_prompt=False)  # a phrase the answer said before
     policy.draft_length(LOOKUP)
@@ -174,7 +174,7 @@ def test_a_copy_runs_long_at_once_where_a_long_batch_costs_little_more_than_a_st
 
 def test_a_copy_that_has_followed_the_prompt_long_may_go_half_as_far_again():
     # the CPU above, nothing held yet in this answer: a copy's run of more than 12 tokens in the prompt
-    # is evidence the answer copies here, as a held copy is (``_copy_reach``); a run of 16 may reach 24
+    # is evidence the answer copies here, as a held copy is (``AnswerReach.copy``); a run of 16 may reach 24
     cpu = profile([STEP * (1 + 0.5 * n) for n in range(65)])
     policy = AutoPolicy(SpeculationParams(draft_max=16, policy="auto"), cpu)
     assert _copy_steps(policy, LookupMatch(12, in_prompt=True)) == 6
@@ -182,6 +182,21 @@ def test_a_copy_that_has_followed_the_prompt_long_may_go_half_as_far_again():
     assert _copy_steps(policy, LookupMatch(16, in_prompt=True)) == 24
     assert _copy_steps(policy, LookupMatch(30, in_prompt=True)) == 45
     assert _copy_steps(policy, LookupMatch(30, in_prompt=False)) == 6     # a phrase the answer said before
+
+
+def test_a_draft_models_drafts_grow_as_this_answers_hold():
+    # a CPU: a verified token costs half a step more and a drafted one 0.3 of a step, so an answer's
+    # first model draft risks 8 steps (``AnswerReach.model``) and the next go that far past what held
+    cpu = profile([STEP * (1 + 0.5 * n) for n in range(17)], draft_step=0.3 * STEP)
+    policy = AutoPolicy(SpeculationParams(draft_max=16, policy="auto"), cpu)
+    first = policy.draft_length(MODEL)
+    assert first == 10
+    assert [policy.step(n, 0.99, MODEL) for n in range(first)][-1] is Decision.LAST   # it stops there
+    policy.observe(Draft([1] * first, [None] * first, [MODEL] * first, [0.99] * first), first)
+    assert policy.draft_length(MODEL) == 16            # 10 held: 6 more risk 4.8 steps
+    # a GPU: a batch costs about a step and a drafted token a tenth of one: nothing held back
+    gpu = profile([STEP * (1 + 0.03 * n) for n in range(17)], draft_step=0.1 * STEP)
+    assert AutoPolicy(SpeculationParams(draft_max=16, policy="auto"), gpu).draft_length(MODEL) == 16
 
 
 def _copy_steps(policy, match=LookupMatch(12, in_prompt=True)):
