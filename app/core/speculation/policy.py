@@ -71,7 +71,7 @@ class AutoPolicy:
         self.acceptance = acceptance or AcceptanceModel()
         self.max_len = max(0, min(params.draft_max, self.costs.n_max - 1))   # a chain's (draft model, head, block)
         self.copy_len = max(0, min(params.copy_max, self.costs.n_max - 1))   # a copy's (lookup, the suffix index)
-        self.reach = AnswerReach(self.copy_len, self.max_len)   # how far this answer's drafts may go
+        self.answer_reach = AnswerReach(self.copy_len, self.max_len)   # what this answer's drafts held
         self._reach = self.max_len             # the longest draft this round may make
         self._chain: list[float] = []          # this round's acceptance chances
         self._chain_cost: list[float] = []     # and the cost of drafting each token
@@ -253,7 +253,7 @@ class AutoPolicy:
         self._round_source = self._standing = source
         self._reach = self.copy_len if source in COPIERS else self.max_len   # a copy's: its first ``step``
         if source in DRAFT_MODELS:
-            self._reach = self.reach.model(self.readings.profile, self.token_cost(source))
+            self._reach = self.answer_reach.model(self.readings.profile, self.token_cost(source))
         return self._reach
 
     def _main_is_unsure(self) -> bool:
@@ -274,7 +274,7 @@ class AutoPolicy:
             self._standing = copier_standing(source, score)
             if self.standings.sits_out(self._standing) or self._model_does_better(source, score):
                 return Decision.STOP
-            self._reach = self.reach.copy(self.readings.profile, score)   # read off the costs once a copy goes ahead
+            self._reach = self.answer_reach.copy(self.readings.profile, score)   # once a copy goes ahead
         a = self.acceptance.chance(source, n, score)
         self._chain.append(a)
         self._chain_cost.append(self.token_cost(source))
@@ -344,7 +344,7 @@ class AutoPolicy:
             previous = p if self._main_confidence is None else self._main_confidence
             self._main_confidence = self.CONFIDENCE_DECAY * previous + (1.0 - self.CONFIDENCE_DECAY) * p
         if draft.sources:
-            self.reach.observe(draft.sources[0], accepted)
+            self.answer_reach.observe(draft.sources[0], accepted)
         for i in range(min(accepted + 1, len(draft))):  # tokens after the first rejection say nothing
             self.acceptance.update(draft.sources[i], i, draft.scores[i], i < accepted)
             if draft.sources[i] in DRAFT_MODELS:

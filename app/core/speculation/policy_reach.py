@@ -49,7 +49,9 @@ class AnswerReach:
         copies the prompt as the answer rewrites it (rewrites.py), a rename no longer breaks such a copy
         after its second sighting, and a run of 13 may reach 19. Replayed over 1,120 prompt runs, the
         geometric mean went 1.2440x -> 1.2509x and the runs under 0.95x of plain from 14 to 11; from 12
-        tokens 19 runs fell under, and twice the run put 29 under (docs/architecture.md, section 4)."""
+        tokens 19 runs fell under, and twice the run put 29 under. An answer drafting from the priors (a
+        one-shot ``generate``) meets copy-5's next typo fix at 13 tokens (0.88-0.93x); from 14 tokens
+        copy-1, edit-3 and copy-9 gave back 9-11% (docs/architecture.md, section 4)."""
         reach = held = self.copy_held   # a draft never holds more than copy_len
         risk, base = self.COPY_RISK_STEPS * profile.main_batch(1), profile.main_batch(held + 1)
         while reach < self.copy_len and profile.main_batch(reach + 2) - base <= risk:
