@@ -353,7 +353,7 @@ def replay(args: argparse.Namespace) -> int:
           f"{'0-draft':>8s}")
     for trace in traces:
         start = machine.done
-        rates = TraceRates([trace]) if args.rates == "answer" else acceptance
+        rates = answer_rates(args.rates, trace, acceptance)
         r = Replay(trace, machine, args.drafter, rates, catch_up, params, costs, index)
         speedups[trace["id"]] = r.run()
         fractions[trace["id"]] = speedups[trace["id"]] / lookup_bound(trace, machine, params.copy_max, start)
@@ -366,6 +366,15 @@ def replay(args: argparse.Namespace) -> int:
         print("learned main batch times / the machine's at the end: "
               + " ".join(f"{learned[n - 1] / machine.main_batch(n, machine.done):.2f}" for n in (1, 2, 4, 8, 16) if n <= len(learned)))
     return 0
+
+
+def answer_rates(kind: str, trace: dict, shared: AcceptanceModel | TraceRates) -> AcceptanceModel | TraceRates:
+    """The acceptance an answer is replayed with (``--rates``): its own rates ("answer"), the priors
+    learned anew ("fresh": each `quickdraft generate` is a process of its own, so its answer drafts from
+    them), or the replay's one model (learned over the answers, or the traces' rates)."""
+    if kind == "answer":
+        return TraceRates([trace])
+    return AcceptanceModel() if kind == "fresh" else shared
 
 
 def bound(args: argparse.Namespace) -> int:
@@ -480,10 +489,12 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--learn", action="store_true", help="the policy learns the costs from the rounds (as the app)")
     rep.add_argument("--drift", help="the machine's costs change by a factor part-way: FACTORx@PERCENT%%, e.g. 2x@50%%")
     rep.add_argument("--cold", action="store_true", help="learn from the prior, not the profile (a fresh install)")
-    rep.add_argument("--rates", choices=["learned", "traces", "answer"], default="learned",
-                     help="the acceptance the policy drafts by: learned as the app does, the traces' own "
-                          "rates per bucket, known from the start (an upper reference for the learned ones), "
-                          "or each answer's own rates (in sample: a reference that knows more)")
+    rep.add_argument("--rates", choices=["learned", "fresh", "traces", "answer"], default="learned",
+                     help="the acceptance the policy drafts by: learned over the answers as the app does, "
+                          "learned from the priors anew in each answer (a one-shot `quickdraft generate`, a "
+                          "process of its own), the traces' own rates per bucket, known from the start (an "
+                          "upper reference for the learned ones), or each answer's own rates (in sample: a "
+                          "reference that knows more)")
     rep.add_argument("--noise", type=float, default=0.0,
                      help="each replayed batch's time varies by this much (standard deviation of its log, "
                           "e.g. 0.1; a shared 2-core machine reads 0.05-0.15): learning from noisy times")

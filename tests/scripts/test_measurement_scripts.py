@@ -184,6 +184,23 @@ def test_replay_with_each_answers_own_rates_differs_from_the_pooled_rates_only_o
     assert own != pooled
 
 
+def test_replay_with_fresh_rates_drafts_each_answer_as_if_it_came_first():
+    """`--rates fresh` learns each answer's acceptance from the priors anew, as a one-shot `quickdraft
+    generate` does: edit-4 after edit-3 replays as edit-4 alone, where the learned rates carry edit-3's
+    copies into it (the replay keeps the traces' order)."""
+    traces = ROOT / "scripts/gpu/data/qwen2.5-coder-1.5b+0.5b-traces.json"
+    profile = ROOT / "tests/scripts/cpu-2core-epyc-jumpy-profile.json"
+
+    def rows(rates: str, *only: str) -> dict[str, str]:
+        out = script("scripts/policy_replay.py", "replay", str(traces), str(profile), "--drafter", "lookup",
+                     "--rates", rates, "--only", *only)
+        return {line.split()[0]: line for line in out.splitlines() if line.startswith(only)}
+
+    alone = rows("learned", "edit-4")["edit-4"]
+    assert rows("fresh", "edit-3", "edit-4")["edit-4"] == alone
+    assert rows("learned", "edit-3", "edit-4")["edit-4"] != alone
+
+
 def test_replay_with_noisy_times_learns_from_them_and_repeats_with_its_seed():
     """`--noise` varies each replayed batch's time (seeded): the policy learns from those times, so
     the rounds differ from a noiseless replay's, and the same seed replays the same."""
