@@ -170,17 +170,9 @@ def test_replay_with_the_traces_own_rates_prints_its_fractions_of_the_bound():
 def test_replay_with_each_answers_own_rates_differs_from_the_pooled_rates_only_over_several_answers():
     """`--rates answer` gives each answer its own in-sample rates: over one answer they are the pooled
     rates of `--rates traces`, over several they are not (edit-3's copies are not diluted by code-1's)."""
-    traces = ROOT / "scripts/gpu/data/qwen2.5-coder-1.5b+0.5b-traces.json"
-    profile = ROOT / "tests/scripts/cpu-2core-epyc-jumpy-profile.json"
-
-    def rows(rates: str, *only: str) -> dict[str, str]:
-        out = script("scripts/policy_replay.py", "replay", str(traces), str(profile), "--drafter", "lookup",
-                     "--rates", rates, "--only", *only)
-        return {line.split()[0]: line for line in out.splitlines() if line.startswith(only)}
-
-    assert rows("answer", "edit-3") == rows("traces", "edit-3")
-    own, pooled = rows("answer", "edit-3", "code-1"), rows("traces", "edit-3", "code-1")
-    assert own["edit-3"] == rows("answer", "edit-3")["edit-3"]  # each answer on its own
+    assert _replay_rows("answer", "edit-3") == _replay_rows("traces", "edit-3")
+    own, pooled = _replay_rows("answer", "edit-3", "code-1"), _replay_rows("traces", "edit-3", "code-1")
+    assert own["edit-3"] == _replay_rows("answer", "edit-3")["edit-3"]  # each answer on its own
     assert own != pooled
 
 
@@ -188,17 +180,19 @@ def test_replay_with_fresh_rates_drafts_each_answer_as_if_it_came_first():
     """`--rates fresh` learns each answer's acceptance from the priors anew, as a one-shot `quickdraft
     generate` does: edit-4 after edit-3 replays as edit-4 alone, where the learned rates carry edit-3's
     copies into it (the replay keeps the traces' order)."""
+    alone = _replay_rows("learned", "edit-4")["edit-4"]
+    assert _replay_rows("fresh", "edit-3", "edit-4")["edit-4"] == alone
+    assert _replay_rows("learned", "edit-3", "edit-4")["edit-4"] != alone
+
+
+def _replay_rows(rates: str, *only: str) -> dict[str, str]:
+    """Prompt id -> its row, replaying the shared recording's ``only`` prompts with lookup on a jumpy
+    2-core profile and ``--rates rates``."""
     traces = ROOT / "scripts/gpu/data/qwen2.5-coder-1.5b+0.5b-traces.json"
     profile = ROOT / "tests/scripts/cpu-2core-epyc-jumpy-profile.json"
-
-    def rows(rates: str, *only: str) -> dict[str, str]:
-        out = script("scripts/policy_replay.py", "replay", str(traces), str(profile), "--drafter", "lookup",
-                     "--rates", rates, "--only", *only)
-        return {line.split()[0]: line for line in out.splitlines() if line.startswith(only)}
-
-    alone = rows("learned", "edit-4")["edit-4"]
-    assert rows("fresh", "edit-3", "edit-4")["edit-4"] == alone
-    assert rows("learned", "edit-3", "edit-4")["edit-4"] != alone
+    out = script("scripts/policy_replay.py", "replay", str(traces), str(profile), "--drafter", "lookup",
+                 "--rates", rates, "--only", *only)
+    return {line.split()[0]: line for line in out.splitlines() if line.startswith(only)}
 
 
 def test_replay_with_noisy_times_learns_from_them_and_repeats_with_its_seed():
