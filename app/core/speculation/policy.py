@@ -251,9 +251,12 @@ class AutoPolicy:
         if source in DRAFT_MODELS and self._main_is_unsure():
             return 0
         self._round_source = self._standing = source
-        self._reach = self.copy_len if source in COPIERS else self.max_len   # a copy's: its first ``step``
-        if source in DRAFT_MODELS:
+        if source in COPIERS:
+            self._reach = self.copy_len   # a copy's is read off its match at its first ``step``
+        elif source in DRAFT_MODELS:
             self._reach = self.answer_reach.model(self.readings.profile, self.token_cost(source))
+        else:
+            self._reach = self.max_len
         return self._reach
 
     def _main_is_unsure(self) -> bool:

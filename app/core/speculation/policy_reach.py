@@ -52,10 +52,7 @@ class AnswerReach:
         tokens 19 runs fell under, and twice the run put 29 under. An answer drafting from the priors (a
         one-shot ``generate``) meets copy-5's next typo fix at 13 tokens (0.88-0.93x); from 14 tokens
         copy-1, edit-3 and copy-9 gave back 9-11% (docs/architecture.md, section 4)."""
-        reach = held = self.copy_held   # a draft never holds more than copy_len
-        risk, base = self.COPY_RISK_STEPS * profile.main_batch(1), profile.main_batch(held + 1)
-        while reach < self.copy_len and profile.main_batch(reach + 2) - base <= risk:
-            reach += 1
+        reach = _ramp(profile, self.copy_held, self.copy_len, self.COPY_RISK_STEPS, 0.0)
         if isinstance(score, LookupMatch) and score.in_prompt and score.length > self.LONG_RUN:
             reach = max(reach, min(self.copy_len, int(self.RUN_REACH * score.length)))
         return reach
@@ -71,9 +68,15 @@ class AnswerReach:
         on a GPU (a 0.5B draft for a 7B main) it is not held back. Replayed over 1,120 prompt runs, the
         runs under 0.95x went 11 -> 6 and the geometric mean 1.2509x -> 1.2527x; risking 3 steps cost
         the H100 profile's lookup+model 0.5%, 16 changed nothing (docs/architecture.md, section 4)."""
-        held = min(self.model_held, self.max_len)
-        base, risk = profile.main_batch(held + 1), self.MODEL_RISK_STEPS * profile.main_batch(1)
-        reach = held
-        while reach < self.max_len and (reach + 1 - held) * step_s + profile.main_batch(reach + 2) - base <= risk:
-            reach += 1
-        return max(1, reach)
+        return max(1, _ramp(profile, self.model_held, self.max_len, self.MODEL_RISK_STEPS, step_s))
+
+
+def _ramp(profile: CostProfile, held: int, longest: int, risk_steps: float, step_s: float) -> int:
+    """The longest draft, ``held`` or more but at most ``longest``, whose tokens past ``held`` cost at most
+    ``risk_steps`` main steps if all of them are wrong: drafting them (``step_s`` each; a copy's are
+    free) and verifying them beyond a batch of ``held`` + 1."""
+    reach = held = min(held, longest)
+    base, risk = profile.main_batch(held + 1), risk_steps * profile.main_batch(1)
+    while reach < longest and (reach + 1 - held) * step_s + profile.main_batch(reach + 2) - base <= risk:
+        reach += 1
+    return reach
