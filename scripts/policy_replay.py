@@ -226,7 +226,8 @@ class Replay:
         self.trace = trace
         self.machine = machine
         profile = machine.profile
-        self.policy = make_policy(params, costs if costs is not None else profile, acceptance)
+        policy_costs = costs if costs is not None else profile
+        self.policy = make_policy(params, policy_costs, acceptance, pads=True)   # a Qwen main pads, as the engine
         self.prompt, self.answer = trace["prompt"], trace["tokens"]
         self.start = machine.done  # where this answer starts in the replay
         self.draft_model = RecordedDraftModel(trace, profile.draft_step_s, catch_up_time(catch_up, profile),
@@ -264,7 +265,7 @@ class Replay:
                 spent += SUFFIX_STEP_S * (len(draft) + 1)
             draft = draft.cut(self.policy.cut(draft))
         accepted = right_prefix(draft.tokens, self.answer, done)
-        verify_s = self.machine.main_batch(len(draft) + 1)
+        verify_s = self.machine.main_batch(self.policy.verify_size(len(draft) + 1, self.machine.profile.n_max))
         self.seconds += spent + verify_s
         confidence = self.trace["main_p"][done:done + accepted + 1] if self.policy.wants_main_confidence() else ()
         self.policy.observe(draft, accepted, draft_s=spent, main_confidence=confidence, verify_s=verify_s,
@@ -356,6 +357,8 @@ def replay(args: argparse.Namespace) -> int:
         rates = answer_rates(args.rates, trace, acceptance)
         r = Replay(trace, machine, args.drafter, rates, catch_up, params, costs, index)
         speedups[trace["id"]] = r.run()
+        if costs is not None and (tile := costs.unmeasured_tile()):   # timed after the answer, as the engine does
+            costs.observe_main(tile, len(trace["prompt"]) + len(trace["tokens"]), machine.main_batch(tile))
         fractions[trace["id"]] = speedups[trace["id"]] / lookup_bound(trace, machine, params.copy_max, start)
         print(f"{trace['id']:10s} {speedups[trace['id']]:7.2f}x {fractions[trace['id']]:8.2f} {r.drafted:8d} "
               f"{r.accepted:9d} {r.rounds:7d} {r.empty_rounds:8d}")

@@ -257,8 +257,7 @@ class Engine(SlotFiles):
         generation = SpeculativeGeneration(
             main=self.main,
             vocab=SpelledVocabulary(self.main.model, spelled) if spelled else self.main.model,
-            drafter=chosen,
-            policy=policy,
+            drafter=chosen, policy=policy,
             sampling=request.sampling,
             draft_min=request.speculation.draft_min,
             cancel=request.cancel,
@@ -322,7 +321,8 @@ class Engine(SlotFiles):
             return FixedPolicy(speculation)
         if speculation.policy is not PolicyName.AUTO:
             return make_policy(speculation, None, self.acceptance)
-        return make_policy(speculation, self.costs.model(speculation.batch_max), self.acceptance)
+        heads = isinstance(chosen, (HeadDrafter, BlockDrafter))   # they read every decoded position's hidden state
+        return make_policy(speculation, self.costs.model(speculation.batch_max), self.acceptance, self.costs.pads(heads))
 
     def _drafter(self, kind: DrafterKind) -> Drafter | None:
         """A fresh drafter for one generation; choices with the model fall back to what is loaded (a

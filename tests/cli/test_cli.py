@@ -57,14 +57,15 @@ def test_a_first_auto_answer_learns_the_machine_instead_of_calibrating(tiny_mode
     s = json.loads(first.stdout)
     assert s["cost_rounds_observed"] == s["rounds"] > 0 and isinstance(s["policy_learning"], bool)
     stored = list((tmp_path / "data" / "cache" / "profiles").glob("*.json"))
-    # every round is learned from but one slower than its tokens one by one (a burst of load on a busy test run)
+    # every round is learned from but one slower than its tokens one by one (a burst of load on a busy test
+    # run), and the batch of 16 timed after the answer (pair_costs.py: its verify batches may be padded to it)
     learned = json.loads(stored[0].read_text())["learned_rounds"]
-    assert len(stored) == 1 and 0 < learned <= s["rounds"]
+    assert len(stored) == 1 and 0 < learned <= s["rounds"] + 1
     second = json.loads(quickdraft(*args, tmp_path=tmp_path).stdout)   # starts warm from what the first learned
     # ... and goes on from it; or, when its first rounds ran 1.5x off it (a tiny model's millisecond
     # batches under a busy test run can), drops it as stale and learns again from those rounds
     again = json.loads(stored[0].read_text())["learned_rounds"]
-    assert again <= learned + second["rounds"] and (again > learned or again <= second["rounds"])
+    assert again <= learned + second["rounds"] + 1 and (again > learned or again <= second["rounds"] + 1)
 
 
 def test_generate_from_a_messages_file_with_sampling(tiny_models, tmp_path):

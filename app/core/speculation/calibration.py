@@ -43,21 +43,24 @@ def calibrate(main: Session, draft: Session | None, key: dict, n_max: int, fille
     for session in (main, draft):
         if session is not None:
             session.truncate(0)
-    return CostProfile(key=key, main_batch_s=_monotone(main_times), draft_step_s=draft_time,
+    return CostProfile(key=key, main_batch_s=main_times, draft_step_s=draft_time,
                        context_position=len(prefix), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
                        seconds=time.perf_counter() - started, notes={"raw_main_batch_s": main_times},
                        measured=None if len(sizes) == n_max else sizes)
 
 
 CALIBRATED_UP_TO = 17   # every size up to a default chain's batch (16 drafted + 1); beyond, a few
+TILE = 16               # beyond, the multiples of this too: llama.cpp's CPU kernels take them cheapest
 
 
 def calibrated_sizes(n_max: int) -> list[int]:
-    """The batch sizes calibrate times: every one up to CALIBRATED_UP_TO, then half of n_max and n_max
-    (a long copy's batches; the sizes between are interpolated and learned as copies verify them), so
-    that calibrating for 64-token copies does not take four times as long."""
-    every = list(range(1, min(n_max, CALIBRATED_UP_TO) + 1))
-    return sorted(set(every) | ({n_max // 2 + 1, n_max} if n_max > CALIBRATED_UP_TO else set()))
+    """The batch sizes calibrate times: every one up to CALIBRATED_UP_TO, then half of n_max, n_max and
+    the multiples of TILE (a long copy's batches, and the sizes the loop pads a batch to where they
+    cost less: ``CostProfile.cheapest_batch``; the sizes between are interpolated and learned as copies
+    verify them), so that calibrating for 64-token copies does not take four times as long."""
+    every = set(range(1, min(n_max, CALIBRATED_UP_TO) + 1))
+    beyond = {n_max // 2 + 1, n_max, *range(TILE, n_max + 1, TILE)} if n_max > CALIBRATED_UP_TO else set()
+    return sorted(every | beyond)
 
 
 def _repeat(tokens: Sequence[int], n: int) -> list[int]:
@@ -82,11 +85,3 @@ def round_robin_medians(session: Session, prefix: list[int], batches: list[list[
             progress(f"{label}: pass {rep + 1} of {repeats}")
     return [statistics.median(t) for t in times]
 
-
-def _monotone(times: list[float]) -> list[float]:
-    """A bigger batch never costs less than a smaller one: a size measured slow by a burst of
-    load is lowered to what a bigger batch took."""
-    out = list(times)
-    for i in range(len(out) - 2, -1, -1):
-        out[i] = min(out[i], out[i + 1])
-    return out

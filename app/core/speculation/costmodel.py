@@ -5,6 +5,7 @@ stored per (models, GPU layers, threads) is only where the next start begins, an
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -43,6 +44,30 @@ class CostProfile:
             return self.main_batch_s[n - 1]
         last = self.main_batch_s[-1]
         return last + (n - len(self.main_batch_s)) * (last / len(self.main_batch_s))
+
+    def cheapest_batch(self, n: int, most: int | None = None) -> int:
+        """The batch a verify batch of ``n`` is padded to: ``n``, or a bigger measured size that costs
+        less. llama.cpp's CPU matrix kernels work on tiles of tokens, and a batch just past a tile's end
+        pays for its tail rows at a worse rate: on one thread of this project's zen4 CPU a batch of 16
+        cost 7.0 main steps and one of 15 cost 9.5 (32: 12.5 against 14.5 at 31; 64: 21.5 against 24.9
+        at 63). The padding's rows are never read (SpeculativeGeneration._padded). A size never
+        measured is not padded to: its estimate is read off its neighbours. ``most``: the biggest size
+        the batch may take (the room left in the context)."""
+        top = self.n_max if most is None else min(most, self.n_max)
+        measured = range(n + 1, top + 1) if self.measured is None else [m for m in self.measured if n < m <= top]
+        return min([n, *measured], key=lambda m: (self.main_batch(m), m))
+
+    def padded(self) -> "CostProfile":
+        """This profile as a loop that pads its verify batches pays it (``cheapest_batch``): each size
+        at the least it or a bigger measured size costs (read from the biggest down)."""
+        times, least = list(self.main_batch_s), math.inf
+        measured = None if self.measured is None else set(self.measured)
+        for n in range(self.n_max, 0, -1):
+            own = times[n - 1]
+            times[n - 1] = min(own, least)
+            if measured is None or n in measured:
+                least = min(least, own)
+        return dataclasses.replace(self, main_batch_s=times)
 
 
 def model_identity(path: str) -> dict:
@@ -152,6 +177,7 @@ class CostModel:
     WARM_LEVEL_SD = 0.7   # a stored profile: the machine's speed may have halved or doubled since
     WARM_SHAPE_SD = 0.15
     SHAPE_LENGTH = 4.0    # sizes this far apart are correlated by 1/e in the prior
+    TILE = 16             # the multiples of this are timed after answers (``unmeasured_tile``)
     PRIOR_CONTEXT_SLOPE = 0.05
     CONTEXT_SD = 0.05
     CLIP = math.log(2)    # one round moves a sure estimate as if it took at most twice (or half) the time
@@ -256,6 +282,12 @@ class CostModel:
         beyond = times[at[-1] - 1] + slope * (sizes - at[-1])
         filled = np.where(sizes > at[-1], beyond, inside)
         return np.where(self._known[1:], times, filled).tolist()
+
+    def unmeasured_tile(self) -> int | None:
+        """The smallest multiple of TILE never measured (None: every one is), which is timed after an
+        answer (pair_costs.py): the rounds time only the sizes the policy drafts, and a verify batch is
+        padded only to a measured size (``CostProfile.cheapest_batch``)."""
+        return next((n for n in range(self.TILE, self.n_max + 1, self.TILE) if not self._known[n]), None)
 
     def known(self, n: int) -> bool:
         """Whether a main-model batch of ``n`` was measured (here or in the stored profile)."""

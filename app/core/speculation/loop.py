@@ -209,8 +209,9 @@ class SpeculativeGeneration:
         server slot on a shared context, yielded as a MergedVerify that the slots' scheduler decodes
         with the other slots' batches (its share of that decode is this batch's time)."""
         if not self.merged:
+            padded = self._padded(tokens)
             start = time.perf_counter()
-            return self.main.eval(tokens, all_logits=True), time.perf_counter() - start
+            return self.main.eval(padded, all_logits=True)[:len(tokens)], time.perf_counter() - start
         waiting = MergedVerify(self.main, tokens)
         yield waiting
         if waiting.error is not None:
@@ -218,6 +219,13 @@ class SpeculativeGeneration:
         if waiting.rows is None:
             raise DecodeError("The slots' scheduler resumed a verify batch it did not decode.")
         return waiting.rows, waiting.share_s
+
+    def _padded(self, tokens: list[int]) -> list[int]:
+        """The verify batch as decoded: where a bigger batch costs less (the policy's ``verify_size``), the
+        last token repeated up to it. Each row depends only on the tokens up to its own (the attention is
+        causal), so the padded rows are not read and the rollback drops their positions with the rejected."""
+        size = self.policy.verify_size(len(tokens), self.main.n_ctx - len(self.main.cached))
+        return tokens + tokens[-1:] * (size - len(tokens))
 
     def _probs(self, tokens: list[int], rows) -> list[TokenProb]:
         """Each token's log-probability under the main model's row it was chosen at (rows[i] for

@@ -64,9 +64,9 @@ class AutoPolicy:
     MODEL_RATE_SEEN = 4      # tokens judged before that rate may take a round from a copier
 
     def __init__(self, params: SpeculationParams, costs: "CostModel | CostProfile",
-                 acceptance: AcceptanceModel | None = None):
+                 acceptance: AcceptanceModel | None = None, pads: bool = False):
         self.params = params
-        self.readings = CostReadings(costs)
+        self.readings = CostReadings(costs, pads)
         self.standings = DrafterStandings()
         self.acceptance = acceptance or AcceptanceModel()
         self.max_len = max(0, min(params.draft_max, self.costs.n_max - 1))   # a chain's (draft model, head, block)
@@ -80,6 +80,7 @@ class AutoPolicy:
         self._standing: Hashable = None        # the key this round's result settles (copier_standing)
         self._behind = 0                       # tokens the draft model read before this round's draft
         self._more = 0                         # draft-model steps after the first, this round
+        self._verified = 0                     # the size this round's verify batch was decoded as (padded)
         self._main_confidence: float | None = None  # unknown until the first round is verified
         self._model_rate = 0.0                 # the draft model's recent acceptance, per judged token
         self._model_seen = 0                   # its tokens judged so far
@@ -333,6 +334,10 @@ class AutoPolicy:
         allowed = [k for k in range(len(chances) + 1) if self._may_verify(k, chances)]
         return max(allowed, key=speeds.__getitem__)
 
+    def verify_size(self, n: int, most: int) -> int:
+        self._verified = self.readings.verify_size(n, most)
+        return self._verified
+
     def observe_undrafted(self, source: str, score: Score, right: bool) -> None:
         self.acceptance.update(source, 0, score, right)
 
@@ -340,8 +345,8 @@ class AutoPolicy:
                 main_confidence: Sequence[float] = (), verify_s: float | None = None,
                 context: int | None = None) -> None:
         if verify_s is not None and self.readings.learns:
-            self.readings.learn(len(draft) + 1, verify_s, context or 0, draft_s, self._round_source, self._behind,
-                                self._more)
+            batch = max(len(draft) + 1, self._verified)
+            self.readings.learn(batch, verify_s, context or 0, draft_s, self._round_source, self._behind, self._more)
             self._model_terms = None   # worked out again from the new readings when next needed
         for p in main_confidence:
             previous = p if self._main_confidence is None else self._main_confidence
@@ -357,6 +362,7 @@ class AutoPolicy:
             spent = sum(self._chain_cost) if draft_s is None else draft_s
             self._learn_whether_drafting_pays(self._round_source, len(draft), accepted, spent)
         self._round_source = self._standing = None
+        self._verified = 0
 
     def _learn_whether_drafting_pays(self, source: str, verified: int, accepted: int, spent: float) -> None:
         """Settle the drafter's standing with what its round saved against the main model alone, which
@@ -413,7 +419,9 @@ def _within(a: CostProfile, b: CostProfile, tolerance: float) -> bool:
 
 
 def make_policy(params: SpeculationParams, profile: "CostModel | CostProfile | None" = None,
-                acceptance: AcceptanceModel | None = None) -> DraftPolicy:
+                acceptance: AcceptanceModel | None = None, pads: bool = False) -> DraftPolicy:
+    """``pads``: the loop pads verify batches (``SpeculativeGeneration``: a main model of attention
+    layers only, its batches not merged with other slots')."""
     if params.policy in (PolicyName.FIXED, PolicyName.PMIN):
         return FixedPolicy(params)
-    return AutoPolicy(params, profile if profile is not None else CostModel({}, params.batch_max), acceptance)
+    return AutoPolicy(params, profile if profile is not None else CostModel({}, params.batch_max), acceptance, pads)

@@ -37,6 +37,11 @@ class DraftPolicy(Protocol):
     def cut(self, draft: "Draft") -> int:
         """How many of the drafted tokens to send for verification."""
 
+    def verify_size(self, n: int, most: int) -> int:
+        """The size a verify batch of ``n`` tokens (the last accepted token and the draft) is decoded
+        as: ``n``, or a bigger one, at most ``most`` (the room left in the context), that the loop pads
+        it to because it costs less."""
+
     def main_step_s(self, context: int) -> float | None:
         """What one step of the main model alone costs at ``context``, as the policy's cost model
         has learned it; None when it has no cost model (the estimated speedup is then unknown)."""
@@ -89,6 +94,9 @@ class FixedPolicy:
 
     def cut(self, draft: "Draft") -> int:
         return len(draft)
+
+    def verify_size(self, n: int, most: int) -> int:
+        return n   # no cost model: what a size costs is not known
 
     def wants_main_confidence(self) -> bool:
         return False

@@ -19,8 +19,9 @@ class CostReadings:
 
     HEAD_STEP_DECAY = 0.8   # a head's token cost follows the last few rounds that timed one
 
-    def __init__(self, costs: "CostModel | CostProfile"):
+    def __init__(self, costs: "CostModel | CostProfile", pads: bool = False):
         self.learns = isinstance(costs, CostModel)
+        self.pads = pads   # the loop pads each verify batch to the cheapest measured size at or above it
         self.costs = costs if self.learns else CostModel.from_profile(costs)
         self.context = 0
         self.head_step_s: float | None = None   # one head token (MTP, EAGLE-3), learned from this answer's rounds
@@ -36,7 +37,18 @@ class CostReadings:
         profile = self._read.get(unmeasured)
         if profile is None:
             profile = self._read[unmeasured] = self.costs.profile(self.context, unmeasured=unmeasured)
+            if self.pads:
+                self._read["raw " + unmeasured] = profile
+                profile = self._read[unmeasured] = profile.padded()
         return profile
+
+    def verify_size(self, n: int, most: int) -> int:
+        """The batch a verify batch of ``n`` tokens is decoded as: padded to a cheaper bigger size, at
+        most ``most`` (``CostProfile.cheapest_batch``), where the loop pads; else ``n``."""
+        if not self.pads:
+            return n
+        self._reading("estimate")
+        return self._read["raw estimate"].cheapest_batch(n, most)
 
     @property
     def profile(self) -> CostProfile:

@@ -500,9 +500,10 @@ def test_nothing_runs_on_the_draft_model_before_a_cold_starts_first_token(tmp_pa
         engine.close()
 
 
-def test_calibrate_times_every_size_of_a_chain_then_two_of_a_long_copy(monkeypatch):
-    # copies run to 64 tokens: calibrate times batches of 1-17, 33 and 65, and reads the others off them,
-    # so calibrating for long copies does not take four times as long
+def test_calibrate_times_every_size_of_a_chain_then_a_few_of_a_long_copy(monkeypatch):
+    # copies run to 64 tokens: calibrate times batches of 1-17, the multiples of 16 (the sizes a batch is
+    # padded to where they cost less), 33 and 65, and reads the others off them, so calibrating for long
+    # copies does not take four times as long
     import app.core.speculation.calibration as calibration
 
     clock = [0.0]
@@ -523,7 +524,7 @@ def test_calibrate_times_every_size_of_a_chain_then_two_of_a_long_copy(monkeypat
     monkeypatch.setattr(calibration.time, "perf_counter", lambda: clock[0])
     session = Session()
     profile = calibration.calibrate(session, None, {}, 65, list(range(50)))
-    assert profile.measured == list(range(1, 18)) + [33, 65]
+    assert profile.measured == list(range(1, 18)) + [32, 33, 48, 64, 65]
     assert set(session.evaluated[2:]) == set(profile.measured)   # after the prefix and the warm-up
     assert len(profile.main_batch_s) == 65
     assert profile.main_batch_s == pytest.approx([0.010 + 0.005 * n for n in range(1, 66)])  # read off linearly
