@@ -111,7 +111,7 @@ class PairCosts:
         """Time one batch size never measured (``CostModel.unmeasured_tile``) at the end of the main
         model's cache, then put the cache back: after the answer, where it cannot slow it, one size an
         answer. On this project's zen4 CPU a learned profile read a batch of 16 at 10 main steps where it
-        costs 7, the size llama.cpp's CPU kernels take cheapest, since no round had drafted 15 tokens.
+        costs 6.9, the size llama.cpp's CPU kernels take cheapest, since no round had drafted 15 tokens.
         Not on a GPU (each size's first decode there loads its kernels: costmodel.py), nor where the
         loop does not pad or a head reads the main model's every decoded position."""
         keep, size = len(self.main.cached), costs.unmeasured_tile()

@@ -407,3 +407,44 @@ def test_parallel_bench_scaling_sums_each_count_of_clients_tokens(tiny_models, t
     assert [(r["clients"], r["tokens"]) for r in rows] == [(1, 6), (2, 12)]
     assert all(r["tokens_per_s"] == r["tokens"] / r["wall_s"] for r in rows)
     assert "| --parallel 2 | 2 | 12 |" in table and "1.00x" in table
+
+
+def test_paired_bench_reads_each_drafting_run_against_the_plain_run_of_its_repeat():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from paired_bench import summarize, table
+
+    def run(tps, drafted=0, accepted=0, text="a"):
+        return dict(tps=tps, drafted=drafted, accepted=accepted, text=text)
+
+    results = {"copy-1": {"plain": [run(10.0), run(8.0), run(10.0)], "plain-aa": [run(10.0), run(8.8), run(9.0)],
+                          "before": [run(15.0, 40, 30), run(8.0, 20, 10), run(12.0, 5, 5)],
+                          "after": [run(20.0, 40, 40), run(16.0, 20, 20, text="b"), run(10.0)]}}
+    summary = summarize(results)
+    assert summary["copy-1"]["before"]["ratios"] == [1.5, 1.0, 1.2] and summary["copy-1"]["before"]["median"] == 1.2
+    assert summary["copy-1"]["after"]["same"] == 2 and summary["copy-1"]["after"]["accepted"] == 60
+    printed = table(summary)
+    assert "| copy-1 | 1.00x (1.00 1.10 0.90) | 1.20x (1.50 1.00 1.20), 45 of 65 | 2.00x (2.00 2.00 1.00), 60 of 60, " \
+           "2/3 same |" in printed and printed.splitlines()[-1] == "| median | 1.00x | 1.20x | 2.00x |"
+
+
+def test_paired_bench_runs_both_trees_and_batch_sizes_prints_the_padding(tiny_models, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "one", "messages": [{"role": "user", "content": "the cat the cat"}]}) + "\n")
+    out = script("scripts/paired_bench.py", "--before", ".", "--after", ".", "-m", str(tiny_models.main),
+                 "-md", str(tiny_models.same), "--prompts", str(prompts), "-n", "8", "--repeat", "1",
+                 "--json", str(tmp_path / "pairs.json"))
+    runs = json.loads((tmp_path / "pairs.json").read_text())["results"]["one"]
+    assert set(runs) == {"plain", "plain-aa", "before", "after"} and runs["after"][0]["tokens"] == 8
+    assert "| one |" in out and out.splitlines()[-1].startswith("| median |")
+    sizes = script("scripts/batch_sizes.py", "-m", str(tiny_models.main), "--max", "18", "--context", "8",
+                   "--repeat", "1", "--json", str(tmp_path / "sizes.json"))
+    assert len(json.loads((tmp_path / "sizes.json").read_text())["main_batch_s"]) == 18
+    assert sizes.splitlines()[0].split() == ["batch", "ms", "steps", "per", "token", "padded", "to"]
+
+
+def test_batch_sizes_names_the_cheaper_bigger_batch_each_size_is_padded_to():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from batch_sizes import table
+
+    printed = table([0.04, 0.08, 0.12, 0.11, 0.2]).splitlines()
+    assert printed[3].split() == ["3", "120.0", "3.00", "1.00", "4"] and printed[4].split() == ["4", "110.0", "2.75", "0.69"]

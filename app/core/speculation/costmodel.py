@@ -49,8 +49,8 @@ class CostProfile:
         """The batch a verify batch of ``n`` is padded to: ``n``, or a bigger measured size that costs
         less. llama.cpp's CPU matrix kernels work on tiles of tokens, and a batch just past a tile's end
         pays for its tail rows at a worse rate: on one thread of this project's zen4 CPU a batch of 16
-        cost 7.0 main steps and one of 15 cost 9.5 (32: 12.5 against 14.5 at 31; 64: 21.5 against 24.9
-        at 63). The padding's rows are never read (SpeculativeGeneration._padded). A size never
+        cost 6.9 main steps and one of 15 cost 9.3 (32: 12.3 against 14.0 at 31; 64: 21.2 against 24.3
+        at 63; scripts/data/batch-sizes-zen4-1-thread.json). The padding's rows are never read (SpeculativeGeneration._padded). A size never
         measured is not padded to: its estimate is read off its neighbours. ``most``: the biggest size
         the batch may take (the room left in the context)."""
         top = self.n_max if most is None else min(most, self.n_max)
