@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from app.core.lm import Session
-from app.core.speculation.costmodel import CostProfile
+from app.core.speculation.costmodel import CostModel, CostProfile
 
 CALIBRATION_TEXT = (
     "The quick brown fox jumps over the lazy dog while the programmer writes a function that merges "
@@ -50,16 +50,16 @@ def calibrate(main: Session, draft: Session | None, key: dict, n_max: int, fille
 
 
 CALIBRATED_UP_TO = 17   # every size up to a default chain's batch (16 drafted + 1); beyond, a few
-TILE = 16               # beyond, the multiples of this too: llama.cpp's CPU kernels take them cheapest
 
 
 def calibrated_sizes(n_max: int) -> list[int]:
     """The batch sizes calibrate times: every one up to CALIBRATED_UP_TO, then half of n_max, n_max and
-    the multiples of TILE (a long copy's batches, and the sizes the loop pads a batch to where they
+    the multiples of CostModel.TILE (a long copy's batches, and the sizes the loop pads a batch to where they
     cost less: ``CostProfile.cheapest_batch``; the sizes between are interpolated and learned as copies
     verify them), so that calibrating for 64-token copies does not take four times as long."""
     every = set(range(1, min(n_max, CALIBRATED_UP_TO) + 1))
-    beyond = {n_max // 2 + 1, n_max, *range(TILE, n_max + 1, TILE)} if n_max > CALIBRATED_UP_TO else set()
+    tiles = range(CostModel.TILE, n_max + 1, CostModel.TILE)   # llama.cpp's CPU kernels take these cheapest
+    beyond = {n_max // 2 + 1, n_max, *tiles} if n_max > CALIBRATED_UP_TO else set()
     return sorted(every | beyond)
 
 
