@@ -54,13 +54,14 @@ DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 DRAFTED, ACCEPTED = re.compile(r"n_drafted\s*=\s*(\d+)"), re.compile(r"n_accept\s*=\s*(\d+)")
 
 
-def quickdraft(args, messages: Path, extra: list[str], data_dir: Path) -> dict:
+def quickdraft(args, messages: Path, extra: list[str], data_dir: Path, tree: Path = ROOT) -> dict:
+    """One greedy ``quickdraft generate`` of the version in ``tree`` (the suffix index off): its numbers."""
     cmd = [sys.executable, "-m", "app.cli", "--data-dir", str(data_dir), "generate", "-m", args.main,
            "--messages", str(messages), "-n", str(args.n_predict), "-t", str(args.threads), "--temp", "0",
            "--json", "--suffix-index", "off", *extra]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=1800)
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, timeout=1800)
     if r.returncode != 0:
-        raise SystemExit(f"quickdraft failed: {r.stderr[-2000:]}")
+        raise SystemExit(f"quickdraft failed in {tree}: {r.stderr[-2000:]}")
     s = json.loads(r.stdout)
     # who drafted and what drafting took: a slow run with every drafted token accepted is told apart
     # from the machine's noise by its draft model's time

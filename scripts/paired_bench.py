@@ -16,14 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 from app.cli.bench import load_prompts  # noqa: E402
+from ngram_bench import quickdraft  # noqa: E402
 
 
 def arms(before: str, after: str, draft: str, lookup: bool) -> dict[str, tuple[str, list[str]]]:
@@ -33,19 +35,6 @@ def arms(before: str, after: str, draft: str, lookup: bool) -> dict[str, tuple[s
     if lookup:
         named |= {"before-lookup": (before, ["--drafter", "lookup"]), "after-lookup": (after, ["--drafter", "lookup"])}
     return named
-
-
-def answer(tree: str, main: str, messages: Path, flags: list[str], data_dir: Path, n_predict: int,
-           threads: int) -> dict:
-    cmd = [sys.executable, "-m", "app.cli", "--data-dir", str(data_dir), "generate", "-m", main, "--messages",
-           str(messages), "-n", str(n_predict), "-t", str(threads), "--temp", "0", "--json", "--suffix-index", "off",
-           *flags]
-    run = subprocess.run(cmd, capture_output=True, text=True, cwd=tree)
-    if run.returncode:
-        raise SystemExit(f"quickdraft generate failed in {tree}: {run.stderr[-2000:]}")
-    s = json.loads(run.stdout)
-    return {"tps": s["generation_tps"], "drafted": s["drafted"], "accepted": s["accepted"], "rounds": s["rounds"],
-            "text": s["text"], "tokens": s["generated_tokens"]}
 
 
 def summarize(results: dict) -> dict:
@@ -108,7 +97,7 @@ def main() -> int:
             order = list(named)[rep % len(named):] + list(named)[:rep % len(named)]
             for arm in order:
                 tree, flags = named[arm]
-                run = answer(tree, args.main, file, flags, work / f"data-{arm}", args.n_predict, args.threads)
+                run = quickdraft(args, file, flags, work / f"data-{arm}", Path(tree))
                 results.setdefault(pid, {}).setdefault(arm, []).append(run)
             Path(args.json).write_text(json.dumps({"settings": vars(args), "results": results}, indent=1))
             print(f"repeat {rep + 1}, {pid}: " + ", ".join(f"{a} {results[pid][a][-1]['tps']:.1f}" for a in named),

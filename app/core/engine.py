@@ -321,8 +321,7 @@ class Engine(SlotFiles):
             return FixedPolicy(speculation)
         if speculation.policy is not PolicyName.AUTO:
             return make_policy(speculation, None, self.acceptance)
-        heads = isinstance(chosen, (HeadDrafter, BlockDrafter))   # they read every decoded position's hidden state
-        return make_policy(speculation, self.costs.model(speculation.batch_max), self.acceptance, self.costs.pads(heads))
+        return make_policy(speculation, self.costs.model(speculation.batch_max), self.acceptance, self.costs.pads())
 
     def _drafter(self, kind: DrafterKind) -> Drafter | None:
         """A fresh drafter for one generation; choices with the model fall back to what is loaded (a

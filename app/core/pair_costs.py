@@ -46,12 +46,12 @@ class PairCosts:
                 CostModel(key, n_max, prior_shape=shape)
         return self._costs
 
-    def pads(self, head_drafts: bool) -> bool:
+    def pads(self) -> bool:
         """Whether the loop may pad a verify batch to a cheaper bigger size (``CostProfile.cheapest_batch``):
         a main model of attention layers only (a recurrent state rolls back over a batch's own tokens), on
-        a context of its own (a server's merged batches are sized by its slots together), with no head
-        (MTP, EAGLE-3, DFlash) reading the hidden states of every position it decodes."""
-        return self.main.memory == llama.ATTENTION and self.main.shared is None and not head_drafts
+        a context of its own (a server's merged batches are sized by its slots together), with no decode
+        hook reading the hidden state of every position it decodes (an MTP, EAGLE-3 or DFlash head's)."""
+        return self.main.memory == llama.ATTENTION and self.main.shared is None and not self.main.decode_hooks
 
     def use(self, costs: CostModel) -> None:
         """Answer with ``costs`` from now on (it goes on learning): a measurement can take turns between
@@ -115,18 +115,12 @@ class PairCosts:
         Not on a GPU (each size's first decode there loads its kernels: costmodel.py), nor where the
         loop does not pad or a head reads the main model's every decoded position."""
         keep, size = len(self.main.cached), costs.unmeasured_tile()
-        if size is None or costs.on_gpu or not self.pads(bool(self.main.decode_hooks)) or not keep \
-                or keep + size >= self.main.n_ctx:
+        if size is None or costs.on_gpu or not self.pads() or not keep or keep + size >= self.main.n_ctx:
             return
-        batch = (self.main.cached[-size:] * size)[:size]
         try:
-            started = time.perf_counter()
-            self.main.eval(batch, all_logits=True)
-            costs.observe_main(size, keep, time.perf_counter() - started)
+            costs.observe_main(size, keep, _timed_at_end(self.main, (self.main.cached[-size:] * size)[:size]))
         except DecodeError:
             pass   # a probe only: the size stays unmeasured, and the answer is out
-        finally:
-            self.main.truncate(keep)
 
     def _time_draft_step(self, costs: CostModel, probe: list[int]) -> None:
         """Time one draft-model step at the end of its cache, then put the cache back. Twice: the
@@ -136,13 +130,7 @@ class PairCosts:
             probe = self.draft.cached[-1:]   # a token of the draft's own vocabulary
         if not probe or keep + 1 >= self.draft.n_ctx:
             return
-        times = []
-        for _ in range(2):
-            started = time.perf_counter()
-            self.draft.eval(probe)
-            times.append(time.perf_counter() - started)
-            self.draft.truncate(keep)
-        costs.observe_draft(1, min(times))
+        costs.observe_draft(1, min(_timed_at_end(self.draft, probe) for _ in range(2)))
 
     def _store(self, costs: CostModel) -> None:
         if self.store is None or not costs.rounds_now:
@@ -151,3 +139,15 @@ class PairCosts:
             self.store.save(dataclasses.replace(costs.profile(), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S")))
         except OSError:
             pass  # a profile is only a warm start: the next start learns again
+
+
+def _timed_at_end(session: "llama.LlamaSession", batch: list[int]) -> float:
+    """Seconds to decode ``batch`` (every row's logits, as a verify batch) at the end of ``session``'s
+    cache, which is then put back as it was."""
+    keep = len(session.cached)
+    try:
+        started = time.perf_counter()
+        session.eval(batch, all_logits=True)
+        return time.perf_counter() - started
+    finally:
+        session.truncate(keep)

@@ -58,8 +58,8 @@ class DraftPolicy(Protocol):
         """Verification accepted the first ``accepted`` tokens of ``draft``; drafting took
         ``draft_s`` seconds (None: not measured); ``main_confidence``: the main model's top
         probability for each token it produced this round (when asked for); ``verify_s``: the
-        main model's batch of ``len(draft) + 1`` tokens took that long, decoded after ``context``
-        tokens (None: not measured)."""
+        main model's batch of ``len(draft) + 1`` tokens, padded to ``verify_size``'s answer, took that
+        long, decoded after ``context`` tokens (None: not measured)."""
 
     @property
     def learning(self) -> bool:

@@ -27,28 +27,30 @@ class CostReadings:
         self.head_step_s: float | None = None   # one head token (MTP, EAGLE-3), learned from this answer's rounds
         self.block_s: float | None = None       # one block (DFlash), learned from this answer's rounds
         self.cost_rounds_observed = 0          # rounds whose times the cost model learned from
-        self._read: dict[str, CostProfile] = {}
+        self._read: dict[str, CostProfile] = {}      # by how unmeasured sizes are read: as the loop pays them
+        self._by_size: dict[str, CostProfile] = {}   # and each size decoded as it is
 
     @property
     def learning(self) -> bool:
         return self.learns and self.costs.learning
 
     def _reading(self, unmeasured: str) -> CostProfile:
-        profile = self._read.get(unmeasured)
-        if profile is None:
-            profile = self._read[unmeasured] = self.costs.profile(self.context, unmeasured=unmeasured)
-            if self.pads:
-                self._read["raw " + unmeasured] = profile
-                profile = self._read[unmeasured] = profile.padded()
-        return profile
+        """The estimates as the loop pays them: padded where it pads."""
+        if unmeasured not in self._read:
+            decoded = self._size_by_size(unmeasured)
+            self._read[unmeasured] = decoded.padded() if self.pads else decoded
+        return self._read[unmeasured]
+
+    def _size_by_size(self, unmeasured: str) -> CostProfile:
+        """The cost model's estimate of each batch size decoded as it is."""
+        if unmeasured not in self._by_size:
+            self._by_size[unmeasured] = self.costs.profile(self.context, unmeasured=unmeasured)
+        return self._by_size[unmeasured]
 
     def verify_size(self, n: int, most: int) -> int:
         """The batch a verify batch of ``n`` tokens is decoded as: padded to a cheaper bigger size, at
         most ``most`` (``CostProfile.cheapest_batch``), where the loop pads; else ``n``."""
-        if not self.pads:
-            return n
-        self._reading("estimate")
-        return self._read["raw estimate"].cheapest_batch(n, most)
+        return self._size_by_size("estimate").cheapest_batch(n, most) if self.pads else n
 
     @property
     def profile(self) -> CostProfile:
@@ -88,4 +90,4 @@ class CostReadings:
             previous = draft_s if self.block_s is None else self.block_s
             self.block_s = self.HEAD_STEP_DECAY * previous + (1 - self.HEAD_STEP_DECAY) * draft_s
         self.context = context + batch
-        self._read = {}
+        self._read, self._by_size = {}, {}
