@@ -1,5 +1,6 @@
 """Drafting from the suffix index of past documents (suffix_index.py), and the chain of drafters the
-default is: prompt lookup, else the suffix index, else the draft model."""
+default is: prompt lookup, else the suffix index, else the draft model (the index first where its match is
+the longer)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from app.core.speculation.draft import Draft
 from app.core.speculation.drafters import Drafter, FirstOfDrafter, PromptLookupDrafter
 from app.core.speculation.policy_base import Decision, DraftPolicy
 from app.core.speculation.sampling import Sampler
-from app.core.speculation.suffix_index import SuffixIndex
+from app.core.speculation.suffix_index import DEPTH, SuffixIndex
 
 if TYPE_CHECKING:
     from app.core.speculation.suffix_memory import SuffixMemory
@@ -39,6 +40,7 @@ class SuffixDrafter:
         self.index = index
         self.min_length = min_length   # a shorter match at the context's end drafts nothing
         self.ready = ready             # set once the index holds what its log held (None: it does)
+        self._unasked: tuple[int, int, SuffixMatch, DraftPolicy] | None = None   # see ``sync``
 
     def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
         if self.ready is not None and policy.may_draft(SUFFIX):
@@ -46,21 +48,63 @@ class SuffixDrafter:
 
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
         max_len = min(max_len, policy.draft_length(SUFFIX))
-        out = Draft()
+        out, self._unasked = Draft(), None
         for found in self.index.chain(context, max(0, max_len)):
             if not len(out) and found.length < self.min_length:
                 break
             match = SuffixMatch(found.length, found.count, found.total)
             decision = policy.step(len(out), match, SUFFIX)
             if decision is Decision.STOP:
+                if not len(out):
+                    self._unasked = (len(context), found.token, match, policy)
                 break
             out.add(found.token, None, SUFFIX, match)
             if decision is Decision.LAST:
                 break
         return out
 
+    def match_length(self, context: Sequence[int]) -> int:
+        """The length of the match a draft would start from at the context's end (0: none, or shorter
+        than ``min_length``), read without drafting."""
+        found = self.index.continuation(context[-DEPTH:])
+        return found.length if found is not None and found.length >= self.min_length else 0
+
     def sync(self, context: Sequence[int]) -> None:
-        pass   # the index does not follow the context: only an answer's end feeds it
+        """The index does not follow the context (only an answer's end feeds it), but a continuation the
+        policy declined says whether such a match is right: its token against the token the round produced
+        there, told to the policy (``observe_undrafted``), as lookup's are. A retried answer matches its
+        earlier one at every token, seen once (a prior too low to draft on a CPU): without this the policy
+        never drafts such a match, so never learns that it holds."""
+        if self._unasked is not None and len(context) > self._unasked[0]:
+            at, token, match, policy = self._unasked
+            policy.observe_undrafted(SUFFIX, match, context[at] == token)
+        self._unasked = None
+
+
+class DefaultChain(FirstOfDrafter):
+    """The default's drafters in turn, the first that drafts anything drafting the round: prompt lookup,
+    else the suffix index, else the draft model; but the index before lookup where the index's match is
+    the longer. The longer match of the context's end is the better guess of how it goes on: an answer
+    that writes again what an earlier one wrote (an agent's retried turn, a file given the same edit in
+    a new session) departs from the prompt wherever that answer did, and there lookup's match shrinks to
+    the few tokens since the change while the index's runs on through the earlier answer."""
+
+    def __init__(self, lookup: PromptLookupDrafter, suffix: SuffixDrafter, model: Sequence[Drafter], name: str):
+        super().__init__([lookup, suffix, *model], name)
+        self.lookup, self.suffix, self.model = lookup, suffix, tuple(model)
+
+    def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
+        for drafter in self._in_turn(context):
+            draft = drafter.draft(context, max_len, policy, sampler)
+            if len(draft):
+                return draft
+        return Draft()
+
+    def _in_turn(self, context: Sequence[int]) -> tuple[Drafter, ...]:
+        copied = self.lookup.match_length(context)
+        if copied < DEPTH and self.suffix.match_length(context) > copied:   # the index matches DEPTH at most
+            return (self.suffix, self.lookup, *self.model)
+        return self.drafters
 
 
 def suffix_drafter(kind: DrafterKind, memory: "SuffixMemory | None", model: Sequence[Drafter]) -> Drafter:
@@ -76,7 +120,7 @@ def suffix_drafter(kind: DrafterKind, memory: "SuffixMemory | None", model: Sequ
 
 def default_chain(index: SuffixIndex, model: Sequence[Drafter], name: str,
                   ready: threading.Event | None = None) -> FirstOfDrafter:
-    """Prompt lookup, else the suffix index from a match of DEFAULT_MIN_MATCH tokens or more, else the
-    draft model (``model``: its drafter, or none)."""
+    """Prompt lookup, else the suffix index from a match of DEFAULT_MIN_MATCH tokens or more (before lookup
+    where its match is the longer: ``DefaultChain``), else the draft model (``model``: its drafter, or none)."""
     lookup = PromptLookupDrafter(tells_unasked=not model)   # beside a draft model, lookup learns only its drafts
-    return FirstOfDrafter([lookup, SuffixDrafter(index, DEFAULT_MIN_MATCH, ready), *model], name)
+    return DefaultChain(lookup, SuffixDrafter(index, DEFAULT_MIN_MATCH, ready), model, name)

@@ -10,8 +10,10 @@ import pytest
 
 from app.core.params import SamplingParams, SpeculationParams
 from app.core.speculation import suffix_index
-from app.core.speculation.acceptance import SUFFIX, SuffixMatch
-from app.core.speculation.suffix_drafter import SuffixDrafter
+from app.core.speculation.acceptance import LOOKUP, SUFFIX, SuffixMatch
+from app.core.speculation.policy import AutoPolicy
+from app.core.speculation.policy_base import FixedPolicy
+from app.core.speculation.suffix_drafter import SuffixDrafter, default_chain
 from app.core.speculation.suffix_index import DEPTH, SuffixIndex
 from tests.core.speculation.reference_model import ReferenceModel
 from tests.core.speculation.test_loop import (MAIN, PROMPT, SAMPLING, SMALL, chi2, chi2_critical, exact_distribution,
@@ -113,3 +115,62 @@ def test_the_suffix_indexs_accepted_tokens_have_an_origin_of_their_own():
     events, _, _ = run(SuffixDrafter(SuffixIndex([np.array(PROMPT + answer)])))
     origins = Counter(e.origin for e in events if isinstance(e, TokenPiece) for _ in e.token_ids)
     assert origins[Origin.SUFFIX] == events[-1].accepted > 0 and Origin.DRAFT not in origins
+
+
+def _retried_answer():
+    """A prompt, and an earlier answer to it that the index holds: it copies the prompt's first 14
+    tokens, then departs (30 31 32) and copies on. The answer being written now repeats that answer.
+    The prompt starts with 31 70: lookup has a short match wherever the answer ends at 31."""
+    prompt = [31, 70] + list(range(40, 58))
+    earlier = prompt[:14] + [30, 31, 32] + prompt[14:]
+    return prompt, earlier
+
+
+def test_the_default_drafts_from_the_index_where_its_match_is_longer_than_lookups():
+    """Past the departure lookup matches only "31" (the prompt's, followed by 70), the index matches the
+    earlier answer's 16 tokens and drafts how it went on; without the index first, lookup's shorter match
+    would have drafted the round."""
+    prompt, earlier = _retried_answer()
+    fixed = FixedPolicy(SpeculationParams(policy="fixed", draft_max=4))
+    chain = default_chain(SuffixIndex([np.array(earlier)]), [], "default")
+    chain.prepare(prompt, fixed)
+    context = prompt + earlier[:16]            # ... 30 31
+    assert chain.lookup.match_length(context) == 1 and chain.suffix.match_length(context) == DEPTH
+    draft = chain.draft(context, 4, fixed, None)
+    assert draft.tokens == earlier[16:20] and set(draft.sources) == {SUFFIX}
+    # where lookup's copy of the prompt is as long as the index's match, lookup drafts as before
+    context = prompt + prompt[:14]
+    assert chain.lookup.match_length(context) >= chain.suffix.match_length(context)
+    draft = chain.draft(context, 4, fixed, None)
+    assert draft.tokens == prompt[14:18] and set(draft.sources) == {LOOKUP}
+
+
+def test_a_retried_answer_drafted_by_the_default_chain_is_the_main_models():
+    answer = plain_greedy(MAIN, PROMPT, 40)
+    index = SuffixIndex([np.array(PROMPT + answer)])
+    events, _, _ = run(default_chain(index, [], "default"), spec=SpeculationParams(policy="fixed", draft_max=6))
+    assert list(events[-1].token_ids) == answer
+    assert dict((name, (d, a)) for name, d, a in events[-1].by_drafter)[SUFFIX][1] > 0
+
+
+def test_a_continuation_the_policy_declined_still_teaches_how_often_such_a_match_is_right():
+    """A retried answer matches its earlier one, seen once: a prior the CPU's costs do not draft on. The
+    token the round produced says whether the declined continuation was right, so such a match earns drafts."""
+    from tests.core.speculation.test_policy import AUTO, STEP, profile
+
+    steps = [1, 1.95, 2.7, 3.4, 4.1, 4.6, 5.3, 6.0, 6.82]   # one thread of this project's CPU (batch-sizes JSON)
+    policy = AutoPolicy(AUTO, profile([STEP * s for s in steps]))
+    earlier = list(range(20, 50))
+    drafter = SuffixDrafter(SuffixIndex([np.array(earlier)]), min_length=12)
+    context = [5] + earlier[:16]
+    declined = 0
+    while not drafter.draft(context, 8, policy, sampler=None).tokens and declined < 60:
+        declined += 1
+        drafter.sync(context + [earlier[16]])          # not drafted, but it would have been right
+    assert 1 <= declined < 60                          # the prior declined it; what it saw earned it drafts
+    fresh = AutoPolicy(AUTO, profile([STEP * s for s in steps]))
+    match = SuffixMatch(DEPTH, 1, 1)
+    prior = fresh.acceptance.chance(SUFFIX, 0, match)
+    drafter.draft(context, 8, fresh, sampler=None)
+    drafter.sync(context + [3])                        # a wrong one counts against it
+    assert fresh.acceptance.chance(SUFFIX, 0, match) < prior
