@@ -5,6 +5,7 @@ llama-server with its `ngram-mod` and `ngram-cache` drafters, all on the same re
     taskset -c 0 .venv/bin/python scripts/agent_bench.py -m MAIN.gguf -md DRAFT.gguf -t 1 \\
         [--llama-server PATH --lookup-create PATH] [--modes ...] --json agent.json
     ... --json agent.json --work DIR --resume      # a run cut short, finished later (DIR: printed at start)
+    ... --modes main lookup+model default --before OLD_TREE   # this tree's default beside OLD_TREE's
 
 The workload (`scripts/data/agent_workload.json`) runs in order: the same files rewritten across
 sessions with small changes, tool-call loops over a small repository (`read_file`, `run_tests`, their
@@ -54,6 +55,7 @@ OURS = {   # our modes: serve's flags beyond the shared ones
     "default": ["--draft", "{draft}", "--suffix-index", "on"],
 }
 THEIRS = ("llama-plain", "ngram-mod", "ngram-cache")   # llama-plain: llama-server decoding alone
+BEFORE = "default-before"   # with --before: the default of another version's tree, paired with this one's
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,6 +97,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--modes", nargs="+", default=[*OURS, *THEIRS], choices=[*OURS, *THEIRS])
     p.add_argument("--llama-server", help="llama-server built from the vendored sources (for ngram-mod, ngram-cache)")
     p.add_argument("--lookup-create", help="llama-lookup-create from the same build (for ngram-cache)")
+    p.add_argument("--before", metavar="TREE",
+                   help=f"another version's git tree (a worktree): its default joins the modes as {BEFORE}")
     p.add_argument("--json")
     p.add_argument("--work", help="the servers' data folders (their indexes): a run's own, to --resume it")
     p.add_argument("--resume", action="store_true",
@@ -102,6 +106,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "(a session's end) is finished by the next; llama-server's ngram-mod pool, in memory "
                         "only, starts empty again")
     args = p.parse_args(argv)
+    if args.before and BEFORE not in args.modes:
+        args.modes = [*args.modes, BEFORE]
     if args.resume and not (args.json and args.work):
         p.error("--resume needs the run's --json and its --work")
     if "main" not in args.modes:
@@ -196,8 +202,8 @@ class Servers:
 
     def command(self, mode: str) -> list[str]:
         a, port = self.args, str(self.modes[mode])
-        if mode in OURS:
-            flags = [f.format(draft=a.draft) for f in OURS[mode]]
+        if mode in OURS or mode == BEFORE:
+            flags = [f.format(draft=a.draft) for f in OURS["default" if mode == BEFORE else mode]]
             return [sys.executable, "-m", "app.cli", "--data-dir", str(self.work / mode), "serve", "-m", a.main,
                     "-t", str(a.threads), "-c", str(a.ctx), "-np", "1", "--port", port, *flags]
         spec = [] if mode == "llama-plain" else ["--spec-type", mode]
@@ -207,7 +213,8 @@ class Servers:
 
     def start(self, mode: str) -> None:
         log = open(self.work / f"{mode}.log", "ab")
-        self.processes[mode] = process = subprocess.Popen(self.command(mode), cwd=ROOT, stdout=log, stderr=log)
+        tree = Path(self.args.before) if mode == BEFORE else ROOT   # `-m app.cli` runs the tree's own version
+        self.processes[mode] = process = subprocess.Popen(self.command(mode), cwd=tree, stdout=log, stderr=log)
         wait_healthy(self.url(mode), process)
 
     def start_all(self) -> None:

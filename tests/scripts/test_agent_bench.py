@@ -108,3 +108,24 @@ def test_a_resumed_run_takes_the_answered_requests_as_they_were_and_asks_the_res
     resumed = drive(workload, ask_all, answered=first[:2])
     assert len(asked) == 1 and resumed[:2] == first[:2]
     assert asked[0][2:] == ["answer 2", "two", "answer 4", "three"]   # the conversation went on from the run's answers
+
+
+def test_another_trees_default_runs_from_that_tree_with_the_defaults_flags(tmp_path, monkeypatch):
+    import agent_bench
+
+    args = agent_bench.parse_args(["-m", "main.gguf", "-md", "draft.gguf", "--modes", "main", "default",
+                                   "--before", str(tmp_path)])
+    assert args.modes == ["main", "default", agent_bench.BEFORE]
+    servers = agent_bench.Servers(args, tmp_path / "work")
+    before, ours = servers.command(agent_bench.BEFORE), servers.command("default")
+    assert before[before.index("--port") + 1] != ours[ours.index("--port") + 1]
+    assert before[before.index("--port") + 2:] == ours[ours.index("--port") + 2:] == \
+        ["--draft", "draft.gguf", "--suffix-index", "on"]
+    assert str(tmp_path / "work" / agent_bench.BEFORE) in before   # a data folder (an index) of its own
+    started = []
+    monkeypatch.setattr(agent_bench.subprocess, "Popen", lambda command, cwd, stdout, stderr: started.append(cwd))
+    monkeypatch.setattr(agent_bench, "wait_healthy", lambda url, process: None)
+    (tmp_path / "work").mkdir()
+    servers.start(agent_bench.BEFORE)
+    servers.start("default")
+    assert started == [tmp_path, agent_bench.ROOT]
