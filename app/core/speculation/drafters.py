@@ -215,15 +215,19 @@ class PromptLookupDrafter:
             seen += len(run)
         return self._rewritten(context, max_len, out)
 
-    def match_length(self, context: Sequence[int]) -> int:
-        """The length of the match a draft would copy from at the context's end (0: none), read without
-        drafting: the longest n-gram's run (``_longest_run``), or the rewritten prompt's match where longer."""
+    def peek(self, context: Sequence[int]) -> tuple[int, int | None]:
+        """(length, token): the match a draft would copy from at the context's end and the first token it
+        would copy, read without drafting ((0, None): none). The longest n-gram's run (``_longest_run``),
+        or the rewritten prompt's match where longer."""
         self._update_index(context)
         self._rewrites.follow(context)
         n, end = self._longest_match(context, len(context))
         if n:
-            n, _ = self._longest_run(n, end, len(context))
-        return max(n, self._rewrites.copy(context, 0)[0])
+            n, end = self._longest_run(n, end, len(context))
+        rewritten, copy = self._rewrites.copy(context, 1)
+        if rewritten > n:
+            return rewritten, copy[0] if copy else None
+        return n, self._indexed[end] if n else None
 
     def _rewritten(self, context: Sequence[int], max_len: int,
                    out: list[tuple[int, LookupMatch]]) -> list[tuple[int, LookupMatch]]:

@@ -135,14 +135,28 @@ def test_the_default_drafts_from_the_index_where_its_match_is_longer_than_lookup
     chain = default_chain(SuffixIndex([np.array(earlier)]), [], "default")
     chain.prepare(prompt, fixed)
     context = prompt + earlier[:16]            # ... 30 31
-    assert chain.lookup.match_length(context) == 1 and chain.suffix.match_length(context) == DEPTH
+    assert chain.lookup.peek(context) == (1, 70) and chain.suffix.peek(context) == (DEPTH, 32)
     draft = chain.draft(context, 4, fixed, None)
     assert draft.tokens == earlier[16:20] and set(draft.sources) == {SUFFIX}
     # where lookup's copy of the prompt is as long as the index's match, lookup drafts as before
     context = prompt + prompt[:14]
-    assert chain.lookup.match_length(context) >= chain.suffix.match_length(context)
+    assert chain.lookup.peek(context)[0] >= chain.suffix.peek(context)[0]
     draft = chain.draft(context, 4, fixed, None)
     assert draft.tokens == prompt[14:18] and set(draft.sources) == {LOOKUP}
+
+
+def test_where_the_index_and_lookup_would_draft_the_same_token_lookup_drafts():
+    """A conversation's history is in the index too: where its longer match goes on as lookup's copy
+    does, lookup drafts, on the acceptance it learned over every copy."""
+    prompt, _ = _retried_answer()
+    written = list(range(60, 70)) + [60] + prompt[:5]       # 11 tokens of its own, then it copies the prompt
+    fixed = FixedPolicy(SpeculationParams(policy="fixed", draft_max=4))
+    chain = default_chain(SuffixIndex([np.array(written + prompt[5:10])]), [], "default")
+    chain.prepare(prompt, fixed)
+    context = prompt + written
+    assert chain.lookup.peek(context) == (5, prompt[5]) and chain.suffix.peek(context) == (DEPTH, prompt[5])
+    draft = chain.draft(context, 4, fixed, None)
+    assert draft.tokens == prompt[5:9] and set(draft.sources) == {LOOKUP}
 
 
 def test_a_retried_answer_drafted_by_the_default_chain_is_the_main_models():
