@@ -272,7 +272,15 @@ def answer_of(body: dict) -> dict:
     t = body["timings"]
     kept = {k: message[k] for k in ("role", "content", "tool_calls") if message.get(k) is not None}
     return dict(message=kept, tps=t["predicted_per_second"], tokens=t["predicted_n"], drafted=t.get("draft_n", 0),
-                accepted=t.get("draft_n_accepted", 0), rounds=t.get("drafting_rounds"))
+                accepted=t.get("draft_n_accepted", 0), rounds=t.get("drafting_rounds"), by_drafter=by_drafter(t))
+
+
+def by_drafter(timings: dict) -> dict:
+    """Each drafter's {drafted, accepted}, from our servers' ``draft_n_<drafter>`` timings (llama-server's
+    have none: {})."""
+    names = [k[len("draft_n_"):] for k in timings if k.startswith("draft_n_") and not k.startswith("draft_n_accepted")]
+    return {name: dict(drafted=timings[f"draft_n_{name}"], accepted=timings.get(f"draft_n_accepted_{name}", 0))
+            for name in names}
 
 
 # --- the table -------------------------------------------------------------------------------------

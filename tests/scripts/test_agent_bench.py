@@ -129,3 +129,16 @@ def test_another_trees_default_runs_from_that_tree_with_the_defaults_flags(tmp_p
     servers.start(agent_bench.BEFORE)
     servers.start("default")
     assert started == [tmp_path, agent_bench.ROOT]
+
+
+def test_each_drafters_counts_are_kept_from_our_servers_timings():
+    from agent_bench import answer_of
+
+    body = {"choices": [{"message": {"role": "assistant", "content": "x"}}],
+            "timings": {"predicted_per_second": 20.0, "predicted_n": 9, "draft_n": 7, "draft_n_accepted": 5,
+                        "drafting_rounds": 2, "draft_n_lookup": 4, "draft_n_accepted_lookup": 4,
+                        "draft_n_suffix": 3, "draft_n_accepted_suffix": 1}}
+    assert answer_of(body)["by_drafter"] == {"lookup": {"drafted": 4, "accepted": 4},
+                                             "suffix": {"drafted": 3, "accepted": 1}}
+    body["timings"] = {"predicted_per_second": 20.0, "predicted_n": 9}   # llama-server's
+    assert answer_of(body)["by_drafter"] == {}
