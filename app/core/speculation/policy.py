@@ -338,8 +338,8 @@ class AutoPolicy:
         self._verified = self.readings.verify_size(n, most)
         return self._verified
 
-    def observe_undrafted(self, source: str, score: Score, right: bool) -> None:
-        self.acceptance.update(source, 0, score, right)
+    def observe_undrafted(self, source: str, score: Score, right: bool, n: int = 0) -> None:
+        self.acceptance.update(source, n, score, right)
 
     def observe(self, draft: "Draft", accepted: int, draft_s: float | None = None,
                 main_confidence: Sequence[float] = (), verify_s: float | None = None,

@@ -49,8 +49,9 @@ class DraftPolicy(Protocol):
     def wants_main_confidence(self) -> bool:
         """Whether ``observe`` should be given the main model's confidence in each new token."""
 
-    def observe_undrafted(self, source: str, score: Score, right: bool) -> None:
-        """A copier's proposal with ``score`` was not drafted; its first token was ``right`` or not."""
+    def observe_undrafted(self, source: str, score: Score, right: bool, n: int = 0) -> None:
+        """A copier's proposal with ``score`` was not drafted: the token after the ``n`` it drafted (all
+        of them accepted) was ``right`` or not."""
 
     def observe(self, draft: "Draft", accepted: int, draft_s: float | None = None,
                 main_confidence: Sequence[float] = (), verify_s: float | None = None,
@@ -101,7 +102,7 @@ class FixedPolicy:
     def wants_main_confidence(self) -> bool:
         return False
 
-    def observe_undrafted(self, source: str, score: Score, right: bool) -> None:
+    def observe_undrafted(self, source: str, score: Score, right: bool, n: int = 0) -> None:
         pass   # it drafts whatever the acceptance
 
     def observe(self, draft: "Draft", accepted: int, draft_s: float | None = None,

@@ -40,7 +40,9 @@ class SuffixDrafter:
         self.index = index
         self.min_length = min_length   # a shorter match at the context's end drafts nothing
         self.ready = ready             # set once the index holds what its log held (None: it does)
-        self._unasked: tuple[int, int, SuffixMatch, DraftPolicy] | None = None   # see ``sync``
+        # the continuation past this round's draft: (where the draft starts, the draft, the token, its
+        # match, the policy), told to the policy at ``sync``
+        self._unasked: tuple[int, list[int], int, SuffixMatch, DraftPolicy] | None = None
 
     def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
         if self.ready is not None and policy.may_draft(SUFFIX):
@@ -49,17 +51,21 @@ class SuffixDrafter:
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
         max_len = min(max_len, policy.draft_length(SUFFIX))
         out, self._unasked = Draft(), None
-        for found in self.index.chain(context, max(0, max_len)):
+        chain = self.index.chain(context, max(0, max_len) + 1)   # one past the longest draft: told at ``sync``
+        for found in chain:
             if not len(out) and found.length < self.min_length:
                 break
             match = SuffixMatch(found.length, found.count, found.total)
-            decision = policy.step(len(out), match, SUFFIX)
+            decision = Decision.STOP if len(out) == max_len else policy.step(len(out), match, SUFFIX)
             if decision is Decision.STOP:
-                if not len(out):
-                    self._unasked = (len(context), found.token, match, policy)
+                self._unasked = (len(context), list(out.tokens), found.token, match, policy)
                 break
             out.add(found.token, None, SUFFIX, match)
             if decision is Decision.LAST:
+                after = next(chain, None)
+                if after is not None:
+                    self._unasked = (len(context), list(out.tokens), after.token,
+                                     SuffixMatch(after.length, after.count, after.total), policy)
                 break
         return out
 
@@ -70,32 +76,43 @@ class SuffixDrafter:
         return (found.length, found.token) if found is not None and found.length >= self.min_length else (0, None)
 
     def sync(self, context: Sequence[int]) -> None:
-        """The index does not follow the context (only an answer's end feeds it), but a continuation the
-        policy declined says whether such a match is right: its token against the token the round produced
-        there, told to the policy (``observe_undrafted``), as lookup's are. A retried answer matches its
-        earlier one at every token, seen once (a prior too low to draft on a CPU): without this the policy
-        never drafts such a match, so never learns that it holds."""
-        if self._unasked is not None and len(context) > self._unasked[0]:
-            at, token, match, policy = self._unasked
-            policy.observe_undrafted(SUFFIX, match, context[at] == token)
+        """The index does not follow the context (only an answer's end feeds it), but the continuation past
+        the round's draft says whether such a match is right: where every drafted token was accepted, its
+        token against the token the round produced there, told to the policy (``observe_undrafted``) as
+        the next token of such a draft, as lookup's declined proposals are. A retried answer matches its
+        earlier one at every token, seen once (a prior too low to draft long on a CPU): without this the
+        policy never drafts such a match, or drafts it one token a round and never learns that the tokens
+        after the first hold (a replayed agent's retried rewrite: 22 one-token drafts, every one right)."""
+        if self._unasked is not None:
+            start, drafted, token, match, policy = self._unasked
+            at = start + len(drafted)
+            if len(context) > at and list(context[start:at]) == drafted:
+                policy.observe_undrafted(SUFFIX, match, context[at] == token, len(drafted))
         self._unasked = None
 
 
 class DefaultChain(FirstOfDrafter):
     """The default's drafters in turn, the first that drafts anything drafting the round: prompt lookup,
     else the suffix index, else the draft model; but the index before lookup where the two disagree on the
-    next token and the index's match is the longer. The longer match of the context's end is the better
-    guess of how it goes on: an answer that writes again what an earlier one wrote (an agent's retried
-    turn, a file given the same edit in a new session) departs from the prompt wherever that answer did,
-    and there lookup's match shrinks to the few tokens since the change while the index's runs on through
-    the earlier answer. Where they agree lookup drafts, on its own acceptance, learned over every copy:
-    a conversation's history is in the index too, and asked first wherever its match was a token longer,
-    the index took lookup's copies of it and drafted them shorter (an agent workload's rewrite turns
-    drafted half as many tokens)."""
+    next token and either the index's match is the longer or the index was right where they last
+    disagreed in this answer.
+
+    The longer match of the context's end is the better guess of how it goes on: an answer that writes
+    again what an earlier one wrote (an agent's retried turn, a file given the same edit in a new session)
+    departs from the prompt wherever that answer did, and there lookup's match shrinks to the few tokens
+    since the change while the index's runs on through the earlier answer. Within a passage both copy,
+    lookup's run is measured on past the index's 16 tokens, so length cannot tell them apart there: which
+    one this answer follows is read off their disputes instead (a retried answer's first changed line
+    shows it follows the index). Where they agree lookup drafts, on its own acceptance, learned over every
+    copy: a conversation's history is in the index too, and asked first wherever its match was a token
+    longer, the index took lookup's copies of it and drafted them shorter (an agent workload's rewrite
+    turns drafted half as many tokens)."""
 
     def __init__(self, lookup: PromptLookupDrafter, suffix: SuffixDrafter, model: Sequence[Drafter], name: str):
         super().__init__([lookup, suffix, *model], name)
         self.lookup, self.suffix, self.model = lookup, suffix, tuple(model)
+        self.index_was_right = False                        # where they last disagreed, settled
+        self._dispute: tuple[int, int, int] | None = None   # (at, lookup's token, the index's): this round's
 
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
         for drafter in self._in_turn(context):
@@ -106,12 +123,19 @@ class DefaultChain(FirstOfDrafter):
 
     def _in_turn(self, context: Sequence[int]) -> tuple[Drafter, ...]:
         copied, copy = self.lookup.peek(context)
-        if copied >= DEPTH:   # the index matches DEPTH tokens at most
-            return self.drafters
         found, token = self.suffix.peek(context)
-        if found > copied and token != copy:
+        self._dispute = (len(context), copy, token) if copy is not None and token is not None and token != copy else None
+        if self._dispute is not None and (found > copied or self.index_was_right):
             return (self.suffix, self.lookup, *self.model)
         return self.drafters
+
+    def sync(self, context: Sequence[int]) -> None:
+        if self._dispute is not None and len(context) > self._dispute[0]:
+            at, copy, token = self._dispute
+            if context[at] in (copy, token):   # neither: the answer went a third way, and settles nothing
+                self.index_was_right = context[at] == token
+        self._dispute = None
+        super().sync(context)
 
 
 def suffix_drafter(kind: DrafterKind, memory: "SuffixMemory | None", model: Sequence[Drafter]) -> Drafter:

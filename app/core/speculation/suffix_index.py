@@ -112,12 +112,12 @@ class Segment:
         return lo
 
     def followers(self, lo: int, hi: int) -> np.ndarray:
-        """The tokens at the positions ``order[lo:hi]``: every continuation of a match, or an even
-        spread of COUNT_AT_MOST of them."""
+        """The positions ``order[lo:hi]``, where every continuation of a match stands (``text`` at them),
+        or an even spread of COUNT_AT_MOST of them."""
         positions = self.order[lo:hi]
         if len(positions) > COUNT_AT_MOST:
             positions = positions[np.linspace(0, len(positions) - 1, COUNT_AT_MOST).astype(np.int64)]
-        return self.text[positions]
+        return positions
 
 
 def _left_context_order(text: np.ndarray) -> np.ndarray:
@@ -212,17 +212,25 @@ class SuffixIndex:
 
     def continuation(self, query: Sequence[int]) -> Continuation | None:
         """The most frequent token after the longest match of ``query``'s end over every segment (ties:
-        the lowest id); None when its last token never occurs."""
+        the one that followed it last); None when its last token never occurs. Of a tie the latest is
+        taken because a document holds its prompt before its answer: where an answer changed a line of
+        the file it was given, the line's start is followed once by the old text and once by the new,
+        and an answer written again (an agent's retried turn) writes the new one."""
         segments = self._segments   # one snapshot: another thread may swap them
-        found = [(segment, *segment.longest(query)) for segment in segments]
-        length = max((k for _, k, _, _ in found), default=0)
+        found = [(i, segment, *segment.longest(query)) for i, segment in enumerate(segments)]
+        length = max((k for _, _, k, _, _ in found), default=0)
         if length == 0:
             return None
-        followers = np.concatenate([segment.followers(lo, hi) for segment, k, lo, hi in found if k == length])
+        where = [(i, segment, segment.followers(lo, hi)) for i, segment, k, lo, hi in found if k == length]
+        followers = np.concatenate([segment.text[positions] for _, segment, positions in where])
         if len(followers) == 1:
             return Continuation(int(followers[0]), length, 1, 1)
-        tokens, counts = np.unique(followers, return_counts=True)
-        best = int(np.argmax(counts))
+        # how recent each follower is: later segments hold later documents, and within one, later positions
+        recency = np.concatenate([positions.astype(np.int64) + (i << 40) for i, _, positions in where])
+        tokens, inverse, counts = np.unique(followers, return_inverse=True, return_counts=True)
+        latest = np.full(len(tokens), -1, dtype=np.int64)
+        np.maximum.at(latest, inverse, recency)
+        best = int(np.argmax(np.where(counts == counts.max(), latest, -1)))
         return Continuation(int(tokens[best]), length, int(counts[best]), int(counts.sum()))
 
     def chain(self, context: Sequence[int], max_len: int) -> Iterator[Continuation]:

@@ -22,17 +22,18 @@ from tests.core.speculation.test_loop import (MAIN, PROMPT, SAMPLING, SMALL, chi
 
 def brute_force(docs, query):
     """(token, length, count, total) of the most frequent continuation of the longest match, by counting
-    every occurrence in every document (ties: the lowest token)."""
+    every occurrence in every document (ties: the token that followed last, documents in the order added)."""
     for k in range(min(DEPTH, len(query)), 0, -1):
-        gram, found = list(query[-k:]), Counter()
-        for doc in docs:
+        gram, found, last = list(query[-k:]), Counter(), {}
+        for d, doc in enumerate(docs):
             doc = list(doc)
             for end in range(k, len(doc)):
                 if doc[end - k:end] == gram:
                     found[doc[end]] += 1
+                    last[doc[end]] = (d, end)
         if found:
             top = max(found.values())
-            return min(t for t in found if found[t] == top), k, top, sum(found.values())
+            return max((t for t in found if found[t] == top), key=last.__getitem__), k, top, sum(found.values())
     return None
 
 
@@ -62,11 +63,13 @@ def test_a_match_never_crosses_a_documents_start():
 def test_a_chain_drafts_on_from_what_it_drafted_and_stops_where_nothing_followed():
     index = SuffixIndex([np.array([7, 1, 2, 3, 4, 5]), np.array([7, 1, 2, 9])])
     chain = list(index.chain([0, 7, 1], 10))
-    # after "7 1" came 2 twice; after "7 1 2" 3 once and 9 once: the lower id, 3, then the copy runs on
-    assert [c.token for c in chain] == [2, 3, 4, 5]
+    # after "7 1" came 2 twice; after "7 1 2" 3 once and 9 once: the later, 9, where the document ends
+    assert [c.token for c in chain] == [2, 9]
     assert (chain[0].count, chain[0].total, chain[0].length) == (2, 2, 2)
     assert (chain[1].count, chain[1].total) == (1, 2)
-    assert list(index.chain([0, 7, 1], 2)) == chain[:2]
+    assert list(index.chain([0, 7, 1], 1)) == chain[:1]
+    index.add(np.array([7, 1, 2, 3, 4]))   # now 3 twice: the more frequent, and the copy runs on
+    assert [c.token for c in index.chain([0, 7, 1], 10)] == [2, 3, 4, 5]
 
 
 def test_an_empty_index_finds_nothing():
@@ -145,6 +148,34 @@ def test_the_default_drafts_from_the_index_where_its_match_is_longer_than_lookup
     assert draft.tokens == prompt[14:18] and set(draft.sources) == {LOOKUP}
 
 
+def test_where_both_copy_a_passage_the_index_goes_first_once_it_was_right_where_they_disagreed():
+    """A retried answer copies the prompt's passages as the earlier answer did, and changes them where it
+    did. Within a passage lookup's run is the longer, so where the first change comes lookup drafts the
+    prompt's token; the index's token is the one written, and from then on the index drafts where the two
+    disagree. In the index a document holds the prompt before its answer: a tie goes to the answer's."""
+    text = list(range(100, 150))                                        # a file of 50 tokens
+    prompt = [5, *text, 7, 8]
+    earlier = [*text[:20], 30, *text[21:45], 31, *text[46:]]           # two tokens changed
+    fixed = FixedPolicy(SpeculationParams(policy="fixed", draft_max=4))
+
+    def chain():
+        c = default_chain(SuffixIndex([np.array(prompt + earlier)]), [], "default")
+        c.prepare(prompt, fixed)
+        return c
+
+    first, second = prompt + earlier[:20], prompt + earlier[:45]
+    retried = chain()
+    assert retried.lookup.peek(first) == (20, text[20]) and retried.suffix.peek(first) == (DEPTH, 30)
+    assert retried.draft(first, 4, fixed, None).sources[0] == LOOKUP   # lookup's run is the longer
+    retried.sync(first + [30])                                          # the index was right
+    assert retried.draft(second, 4, fixed, None).tokens == earlier[45:49]
+    fresh = chain()
+    assert fresh.draft(second, 4, fixed, None).sources[0] == LOOKUP
+    fresh.draft(first, 4, fixed, None)
+    fresh.sync(first + [text[20]])                                      # lookup was right: it stays first
+    assert fresh.draft(second, 4, fixed, None).sources[0] == LOOKUP
+
+
 def test_where_the_index_and_lookup_would_draft_the_same_token_lookup_drafts():
     """A conversation's history is in the index too: where its longer match goes on as lookup's copy
     does, lookup drafts, on the acceptance it learned over every copy."""
@@ -188,3 +219,30 @@ def test_a_continuation_the_policy_declined_still_teaches_how_often_such_a_match
     drafter.draft(context, 8, fresh, sampler=None)
     drafter.sync(context + [3])                        # a wrong one counts against it
     assert fresh.acceptance.chance(SUFFIX, 0, match) < prior
+
+
+class _Told(FixedPolicy):
+    """Drafts ``draft_max`` tokens, and keeps what it is told of the tokens past them."""
+
+    def __init__(self, draft_max: int):
+        super().__init__(SpeculationParams(policy="fixed", draft_max=draft_max))
+        self.told: list[tuple[int, bool]] = []
+
+    def observe_undrafted(self, source, score, right, n=0):
+        assert source == SUFFIX
+        self.told.append((n, right))
+
+
+def test_the_token_past_an_accepted_draft_is_told_as_the_next_of_such_a_draft():
+    """A draft the policy cut at one token, every time right, would never show that the tokens after the
+    first hold: the token past it is checked against what the round produced, as that draft's second."""
+    earlier = list(range(20, 50))
+    drafter, policy = SuffixDrafter(SuffixIndex([np.array(earlier)]), min_length=12), _Told(1)
+    context = [5] + earlier[:16]
+    assert drafter.draft(context, 8, policy, None).tokens == [earlier[16]]
+    drafter.sync(context + earlier[16:18])            # accepted, then the main model's token: the index's
+    drafter.draft(context, 8, policy, None)
+    drafter.sync(context + [earlier[16], 3])          # accepted, then another token
+    drafter.draft(context, 8, policy, None)
+    drafter.sync(context + [3, 4])                    # rejected: the token past it says nothing
+    assert policy.told == [(1, True), (1, False)]
