@@ -142,3 +142,14 @@ def test_each_drafters_counts_are_kept_from_our_servers_timings():
                                              "suffix": {"drafted": 3, "accepted": 1}}
     body["timings"] = {"predicted_per_second": 20.0, "predicted_n": 9}   # llama-server's
     assert answer_of(body)["by_drafter"] == {}
+
+
+def test_the_short_form_is_the_workloads_first_turns_and_extractions_in_its_order():
+    whole = json.loads(WORKLOAD.read_text())
+    short = json.loads((WORKLOAD.parent / "agent_workload_retries.json").read_text())
+    kept = [s for s in whole["sessions"] if s["part"] != "tools"]
+    assert [s["id"] for s in short["sessions"]] == [s["id"] for s in kept]
+    for mine, theirs in zip(short["sessions"], kept):
+        assert mine == (dict(theirs, turns=theirs["turns"][:1]) if theirs["part"] == "rewrite" else theirs)
+    assert {k: v for k, v in short.items() if k not in ("sessions", "about")} == \
+        {k: v for k, v in whole.items() if k not in ("sessions", "about")}
