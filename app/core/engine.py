@@ -326,8 +326,8 @@ class Engine(SlotFiles):
     def _drafter(self, kind: DrafterKind) -> Drafter | None:
         """A fresh drafter for one generation; choices with the model fall back to what is loaded (a
         drafter file is the pair's draft model: it drafts as its kind, MTP or EAGLE-3). With a suffix
-        index the default asks it after prompt lookup (before it where it matches longer and disagrees:
-        suffix_drafter.DefaultChain), before the draft model."""
+        index the default asks it after prompt lookup (before it where they disagree and it has the better
+        claim: suffix_drafter.DefaultChain), before the draft model."""
         default = kind is DrafterKind.LOOKUP_MODEL and self.suffix is not None
         kind = kind.for_pair(self.draft is not None, self._drafter_file_kind)
         if kind is DrafterKind.SUFFIX or (default and kind in (DrafterKind.LOOKUP, DrafterKind.LOOKUP_MODEL)):

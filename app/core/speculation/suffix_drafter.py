@@ -1,6 +1,6 @@
 """Drafting from the suffix index of past documents (suffix_index.py), and the chain of drafters the
-default is: prompt lookup, else the suffix index, else the draft model (the index first where its match is
-the longer)."""
+default is: prompt lookup, else the suffix index, else the draft model (the index before lookup where the
+two disagree and the index has the better claim: ``DefaultChain``)."""
 
 from __future__ import annotations
 
@@ -124,8 +124,9 @@ class DefaultChain(FirstOfDrafter):
     def _in_turn(self, context: Sequence[int]) -> tuple[Drafter, ...]:
         copied, copy = self.lookup.peek(context)
         found, token = self.suffix.peek(context)
-        self._dispute = (len(context), copy, token) if copy is not None and token is not None and token != copy else None
-        if self._dispute is not None and (found > copied or self.index_was_right):
+        disagree = copy is not None and token is not None and token != copy
+        self._dispute = (len(context), copy, token) if disagree else None
+        if disagree and (found > copied or self.index_was_right):
             return (self.suffix, self.lookup, *self.model)
         return self.drafters
 
@@ -152,6 +153,7 @@ def suffix_drafter(kind: DrafterKind, memory: "SuffixMemory | None", model: Sequ
 def default_chain(index: SuffixIndex, model: Sequence[Drafter], name: str,
                   ready: threading.Event | None = None) -> FirstOfDrafter:
     """Prompt lookup, else the suffix index from a match of DEFAULT_MIN_MATCH tokens or more (before lookup
-    where its match is the longer: ``DefaultChain``), else the draft model (``model``: its drafter, or none)."""
+    where the two disagree and the index has the better claim: ``DefaultChain``), else the draft model
+    (``model``: its drafter, or none)."""
     lookup = PromptLookupDrafter(tells_unasked=not model)   # beside a draft model, lookup learns only its drafts
     return DefaultChain(lookup, SuffixDrafter(index, DEFAULT_MIN_MATCH, ready), model, name)

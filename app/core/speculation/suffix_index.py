@@ -111,7 +111,7 @@ class Segment:
                 hi = middle
         return lo
 
-    def followers(self, lo: int, hi: int) -> np.ndarray:
+    def positions(self, lo: int, hi: int) -> np.ndarray:
         """The positions ``order[lo:hi]``, where every continuation of a match stands (``text`` at them),
         or an even spread of COUNT_AT_MOST of them."""
         positions = self.order[lo:hi]
@@ -221,7 +221,7 @@ class SuffixIndex:
         length = max((k for _, _, k, _, _ in found), default=0)
         if length == 0:
             return None
-        where = [(i, segment, segment.followers(lo, hi)) for i, segment, k, lo, hi in found if k == length]
+        where = [(i, segment, segment.positions(lo, hi)) for i, segment, k, lo, hi in found if k == length]
         followers = np.concatenate([segment.text[positions] for _, segment, positions in where])
         if len(followers) == 1:
             return Continuation(int(followers[0]), length, 1, 1)
