@@ -363,11 +363,15 @@ class FirstOfDrafter:
             drafter.prepare(prompt, policy)
 
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
-        for drafter in self.drafters:
+        for drafter in self._in_turn(context):
             draft = drafter.draft(context, max_len, policy, sampler)
             if len(draft):
                 return draft
         return Draft()
+
+    def _in_turn(self, context: Sequence[int]) -> Sequence[Drafter]:
+        """The order the drafters are asked in this round: as given (a chain may read the context first)."""
+        return self.drafters
 
     def sync(self, context: Sequence[int]) -> None:
         for drafter in self.drafters:

@@ -50,23 +50,17 @@ class SuffixDrafter:
 
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
         max_len = min(max_len, policy.draft_length(SUFFIX))
-        out, self._unasked = Draft(), None
-        chain = self.index.chain(context, max(0, max_len) + 1)   # one past the longest draft: told at ``sync``
-        for found in chain:
+        out, self._unasked, last = Draft(), None, False
+        for found in self.index.chain(context, max(0, max_len) + 1):   # one past the longest draft
             if not len(out) and found.length < self.min_length:
                 break
             match = SuffixMatch(found.length, found.count, found.total)
-            decision = Decision.STOP if len(out) == max_len else policy.step(len(out), match, SUFFIX)
-            if decision is Decision.STOP:
+            decision = Decision.STOP if last or len(out) == max_len else policy.step(len(out), match, SUFFIX)
+            if decision is Decision.STOP:   # this token is the one past the draft: told at ``sync``
                 self._unasked = (len(context), list(out.tokens), found.token, match, policy)
                 break
             out.add(found.token, None, SUFFIX, match)
-            if decision is Decision.LAST:
-                after = next(chain, None)
-                if after is not None:
-                    self._unasked = (len(context), list(out.tokens), after.token,
-                                     SuffixMatch(after.length, after.count, after.total), policy)
-                break
+            last = decision is Decision.LAST
         return out
 
     def peek(self, context: Sequence[int]) -> tuple[int, int | None]:
@@ -110,24 +104,21 @@ class DefaultChain(FirstOfDrafter):
 
     def __init__(self, lookup: PromptLookupDrafter, suffix: SuffixDrafter, model: Sequence[Drafter], name: str):
         super().__init__([lookup, suffix, *model], name)
-        self.lookup, self.suffix, self.model = lookup, suffix, tuple(model)
+        self.lookup, self.suffix = lookup, suffix
         self.index_was_right = False                        # where they last disagreed, settled
         self._dispute: tuple[int, int, int] | None = None   # (at, lookup's token, the index's): this round's
 
-    def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
-        for drafter in self._in_turn(context):
-            draft = drafter.draft(context, max_len, policy, sampler)
-            if len(draft):
-                return draft
-        return Draft()
-
     def _in_turn(self, context: Sequence[int]) -> tuple[Drafter, ...]:
-        copied, copy = self.lookup.peek(context)
+        self._dispute = None
         found, token = self.suffix.peek(context)
-        disagree = copy is not None and token is not None and token != copy
-        self._dispute = (len(context), copy, token) if disagree else None
-        if disagree and (found > copied or self.index_was_right):
-            return (self.suffix, self.lookup, *self.model)
+        if token is None:   # most rounds: the index has no match of DEFAULT_MIN_MATCH, and lookup is not read
+            return self.drafters
+        copied, copy = self.lookup.peek(context)
+        if copy is None or copy == token:
+            return self.drafters
+        self._dispute = (len(context), copy, token)
+        if found > copied or self.index_was_right:
+            return (self.suffix, self.lookup, *self.drafters[2:])
         return self.drafters
 
     def sync(self, context: Sequence[int]) -> None:
