@@ -196,6 +196,7 @@ class Servers:
 
     def __init__(self, args, work: Path):
         self.args, self.work = args, work
+        work.mkdir(parents=True, exist_ok=True)   # --work names a folder that may not exist yet
         self.modes = {mode: 8300 + i for i, mode in enumerate(args.modes)}
         self.processes: dict[str, subprocess.Popen] = {}
         self.turn = 0

@@ -6,7 +6,10 @@ Each ``Segment`` holds documents as one int32 array, each document after a separ
 position ordered by the tokens before it, read backwards (its left context), up to DEPTH tokens: the
 positions whose last k tokens equal the context's last k then form one range, nested in the range for
 k - 1, found by a binary search per k. The longest k with a range is the match; the tokens at the
-range's positions are the continuations, counted. A document never matches across its start: the
+range's positions are the continuations, counted. Once a range is small, its positions' left contexts
+are compared with the query's further back, up to RUN tokens: the match is then the positions that
+agree furthest back (an answer written again agrees with its earlier self from the prompt on, where a
+later version of the same file agrees only since its last change). A document never matches across its start: the
 separator equals no token. The order is built with numpy, by doubling (the ranks of 1, 2, 4, 8 and 16
 tokens of left context, each a sort), so a month of documents loads in seconds and takes 8 bytes a
 token in memory, and no Python object per n-gram exists.
@@ -21,7 +24,10 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-DEPTH = 16           # the longest match looked for, in tokens
+from app.core.params import COPY_MAX
+
+DEPTH = 16           # the longest match the order is sorted by, in tokens
+RUN = COPY_MAX       # how far back a small range's agreement with the query is measured (lookup's run's cap)
 SEP = -1             # before each document: no token equals it, so no match crosses a document's start
 COUNT_AT_MOST = 1024   # a match with more continuations is counted over this many, spread evenly
 GATHER_AT_MOST = 256   # a range this small is narrowed with numpy; a larger one by bisection
@@ -56,41 +62,50 @@ class Segment:
         self.first_tokens = first[starts.astype(np.int64)]
         self.first_starts = np.append(starts, len(first)).astype(np.int64)
 
-    def longest(self, query: Sequence[int]) -> tuple[int, int, int]:
-        """(k, lo, hi): the longest k <= DEPTH for which the last k tokens of ``query`` occur, and the
-        range of ``order`` holding the positions they precede; (0, 0, 0) when the last token never does."""
+    def match(self, query: Sequence[int]) -> tuple[int, np.ndarray]:
+        """(k, positions): the longest k for which the last k tokens of ``query`` occur, and the positions
+        they precede (where the continuations stand: ``text`` at them), or an even spread of COUNT_AT_MOST
+        of them; (0, none) when the last token never does. Up to DEPTH tokens by the order; past it, up
+        to the query's length (at most RUN), where the positions are few (GATHER_AT_MOST): those of them
+        that agree furthest back."""
         if not query or not len(self.order):
-            return 0, 0, 0
+            return 0, self.order[:0]
+        query = query[-RUN:]
         token = np.int32(query[-1])   # an int32 key: a Python int would cast the whole array to int64
         at = int(self.first_tokens.searchsorted(token))
         if at == len(self.first_tokens) or self.first_tokens[at] != token:
-            return 0, 0, 0
+            return 0, self.order[:0]
         lo, hi = int(self.first_starts[at]), int(self.first_starts[at + 1])
-        best, depth = (1, lo, hi), min(DEPTH, len(query))
-        for k in range(2, depth + 1):
-            if hi - lo <= GATHER_AT_MOST:
-                return self._finish(lo, hi, k, query[-depth:])
-            lo, hi = self._narrow(lo, hi, k, int(query[-k]))
-            if lo == hi:
+        k = 1
+        while k < min(DEPTH, len(query)):
+            # narrowed by the next token back (sorted within the range): most ranges end here, cheaply
+            narrow_lo, narrow_hi = self._narrow(lo, hi, k + 1, int(query[-k - 1]))
+            if narrow_lo == narrow_hi:
                 break
-            best = (k, lo, hi)
-        return best
+            k, lo, hi = k + 1, narrow_lo, narrow_hi
+            if hi - lo <= GATHER_AT_MOST:
+                return self._agreeing(self.order[lo:hi], k, query)
+        return k, self._spread(self.order[lo:hi])
 
-    def _finish(self, lo: int, hi: int, k: int, query: Sequence[int]) -> tuple[int, int, int]:
-        """``longest`` from a small range matching k - 1 tokens on, in few steps: narrowed by the k-th
-        token back, then each position's left context against the query's: the longest agreement, and
-        the positions with it (contiguous: the order is lexicographic)."""
-        narrow_lo, narrow_hi = self._narrow(lo, hi, k, int(query[-k]))
-        if narrow_lo == narrow_hi or k == len(query):
-            return (k - 1, lo, hi) if narrow_lo == narrow_hi else (k, narrow_lo, narrow_hi)
+    def _agreeing(self, positions: np.ndarray, k: int, query: Sequence[int]) -> tuple[int, np.ndarray]:
+        """Of ``positions``, whose last k tokens are the query's, those whose left context agrees with the
+        query's furthest back, and how far: each compared token by token past k, up to the query's length."""
+        if k == len(query):
+            return k, positions
         back = np.arange(k + 1, len(query) + 1)
         # [position, k + 1 back, k + 2, ...]; before the text's start reads its first separator: a mismatch
-        rows = self.text[np.maximum(self.order[narrow_lo:narrow_hi, None] - back, 0)]
+        rows = self.text[np.maximum(positions[:, None] - back, 0)]
         differ = rows != np.asarray(query[::-1][k:], dtype=np.int32)
         agree = np.where(differ.any(axis=1), differ.argmax(axis=1), differ.shape[1])
         most = int(agree.max())
-        hits = np.flatnonzero(agree == most)
-        return k + most, narrow_lo + int(hits[0]), narrow_lo + int(hits[-1]) + 1
+        return k + most, positions[agree == most]
+
+    @staticmethod
+    def _spread(positions: np.ndarray) -> np.ndarray:
+        """``positions``, or an even spread of COUNT_AT_MOST of them."""
+        if len(positions) > COUNT_AT_MOST:
+            positions = positions[np.linspace(0, len(positions) - 1, COUNT_AT_MOST).astype(np.int64)]
+        return positions
 
     def _narrow(self, lo: int, hi: int, k: int, token: int) -> tuple[int, int]:
         """The part of ``order[lo:hi]`` (positions sharing k - 1 tokens of left context) whose k-th
@@ -110,14 +125,6 @@ class Segment:
             else:
                 hi = middle
         return lo
-
-    def positions(self, lo: int, hi: int) -> np.ndarray:
-        """The positions ``order[lo:hi]``, where every continuation of a match stands (``text`` at them),
-        or an even spread of COUNT_AT_MOST of them."""
-        positions = self.order[lo:hi]
-        if len(positions) > COUNT_AT_MOST:
-            positions = positions[np.linspace(0, len(positions) - 1, COUNT_AT_MOST).astype(np.int64)]
-        return positions
 
 
 def _left_context_order(text: np.ndarray) -> np.ndarray:
@@ -211,17 +218,21 @@ class SuffixIndex:
         self._segments = tuple(Segment(group) for group in groups)
 
     def continuation(self, query: Sequence[int]) -> Continuation | None:
-        """The most frequent token after the longest match of ``query``'s end over every segment (ties:
-        the one that followed it last); None when its last token never occurs. Of a tie the latest is
+        """The most frequent token after the longest match of ``query``'s end over every segment (past
+        DEPTH tokens, the places that agree with it furthest back, up to RUN; ties: the token that followed
+        it last); None when its last token never occurs. An answer written again (an agent's retried turn,
+        a regenerated reply) agrees with its earlier self back into the prompt, and a later answer that
+        changed the same file again agrees with it only since its last change: the earlier answer is the
+        one drafted, however often the later version was written. Of a tie the latest is
         taken because a document holds its prompt before its answer: where an answer changed a line of
         the file it was given, the line's start is followed once by the old text and once by the new,
         and an answer written again (an agent's retried turn) writes the new one."""
         segments = self._segments   # one snapshot: another thread may swap them
-        found = [(i, segment, *segment.longest(query)) for i, segment in enumerate(segments)]
-        length = max((k for _, _, k, _, _ in found), default=0)
+        found = [(i, segment, *segment.match(query)) for i, segment in enumerate(segments)]
+        length = max((k for _, _, k, _ in found), default=0)
         if length == 0:
             return None
-        where = [(i, segment, segment.positions(lo, hi)) for i, segment, k, lo, hi in found if k == length]
+        where = [(i, segment, positions) for i, segment, k, positions in found if k == length]
         followers = np.concatenate([segment.text[positions] for _, segment, positions in where])
         if len(followers) == 1:
             return Continuation(int(followers[0]), length, 1, 1)
@@ -236,10 +247,10 @@ class SuffixIndex:
     def chain(self, context: Sequence[int], max_len: int) -> Iterator[Continuation]:
         """Up to ``max_len`` continuations, chained, looked up as they are asked for: each with the ones
         before it appended to the context; the chain ends where the context's end occurs nowhere."""
-        query = [int(t) for t in context[-DEPTH:]]
+        query = [int(t) for t in context[-RUN:]]
         for _ in range(max_len):
             found = self.continuation(query)
             if found is None:
                 return
             yield found
-            query = (query + [found.token])[-DEPTH:]
+            query = (query + [found.token])[-RUN:]

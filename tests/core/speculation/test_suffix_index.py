@@ -21,9 +21,10 @@ from tests.core.speculation.test_loop import (MAIN, PROMPT, SAMPLING, SMALL, chi
 
 
 def brute_force(docs, query):
-    """(token, length, count, total) of the most frequent continuation of the longest match, by counting
-    every occurrence in every document (ties: the token that followed last, documents in the order added)."""
-    for k in range(min(DEPTH, len(query)), 0, -1):
+    """(token, length, count, total) of the most frequent continuation of the longest match (at most RUN
+    tokens), by counting every occurrence in every document (ties: the token that followed last, documents
+    in the order added)."""
+    for k in range(min(suffix_index.RUN, len(query)), 0, -1):
         gram, found, last = list(query[-k:]), Counter(), {}
         for d, doc in enumerate(docs):
             doc = list(doc)
@@ -46,8 +47,11 @@ def test_the_longest_matchs_most_frequent_continuation_is_found_in_every_segment
     for doc in docs[25:]:
         index.add(doc)
     assert index.documents == 40 and index.tokens == sum(len(d) for d in docs)
-    for _ in range(1500):
+    for i in range(1500):
         query = [int(t) for t in rng.integers(0, 6, size=int(rng.integers(1, 24)))]  # 5: never in the index
+        if i % 2:   # a document's start and then anything: a match past DEPTH, up to where the document starts
+            doc = docs[int(rng.integers(0, len(docs)))]
+            query = [int(t) for t in doc[:int(rng.integers(1, len(doc) + 1))]] + query[:int(rng.integers(0, 3))]
         found = index.continuation(query)
         expected = brute_force(docs, query)
         assert (found.token, found.length, found.count, found.total) == expected if expected else found is None
@@ -150,12 +154,13 @@ def test_the_default_drafts_from_the_index_where_its_match_is_longer_than_lookup
 
 def test_where_both_copy_a_passage_the_index_goes_first_once_it_was_right_where_they_disagreed():
     """A retried answer copies the prompt's passages as the earlier answer did, and changes them where it
-    did. Within a passage lookup's run is the longer, so where the first change comes lookup drafts the
-    prompt's token; the index's token is the one written, and from then on the index drafts where the two
-    disagree. In the index a document holds the prompt before its answer: a tie goes to the answer's."""
-    text = list(range(100, 150))                                        # a file of 50 tokens
+    did. Deep in a passage both runs reach their cap (RUN, as lookup's), so where the first change comes
+    lookup drafts the prompt's token; the index's token is the one written, and from then on the index
+    drafts where the two disagree. In the index a document holds the prompt before its answer: a tie goes
+    to the answer's."""
+    text = list(range(100, 250))                                        # a file of 150 tokens
     prompt = [5, *text, 7, 8]
-    earlier = [*text[:20], 30, *text[21:45], 31, *text[46:]]           # two tokens changed
+    earlier = [*text[:70], 30, *text[71:140], 31, *text[141:]]         # two tokens changed, 70 apart
     fixed = FixedPolicy(SpeculationParams(policy="fixed", draft_max=4))
 
     def chain():
@@ -163,12 +168,14 @@ def test_where_both_copy_a_passage_the_index_goes_first_once_it_was_right_where_
         c.prepare(prompt, fixed)
         return c
 
-    first, second = prompt + earlier[:20], prompt + earlier[:45]
+    first, second = prompt + earlier[:70], prompt + earlier[:140]
     retried = chain()
-    assert retried.lookup.peek(first) == (20, text[20]) and retried.suffix.peek(first) == (DEPTH, 30)
-    assert retried.draft(first, 4, fixed, None).sources[0] == LOOKUP   # lookup's run is the longer
+    run = suffix_index.RUN
+    assert retried.lookup.peek(first) == (run, text[70]) and retried.suffix.peek(first) == (run, 30)
+    assert retried.draft(first, 4, fixed, None).sources[0] == LOOKUP   # even: lookup goes first
     retried.sync(first + [30])                                          # the index was right
-    assert retried.draft(second, 4, fixed, None).tokens == earlier[45:49]
+    assert retried.lookup.peek(second) == (run, text[140]) and retried.suffix.peek(second) == (run, 31)
+    assert retried.draft(second, 4, fixed, None).tokens == earlier[140:144]
     fresh = chain()
     assert fresh.draft(second, 4, fixed, None).sources[0] == LOOKUP
     fresh.draft(first, 4, fixed, None)
@@ -176,18 +183,45 @@ def test_where_both_copy_a_passage_the_index_goes_first_once_it_was_right_where_
     assert fresh.draft(second, 4, fixed, None).sources[0] == LOOKUP
 
 
-def test_where_the_index_and_lookup_would_draft_the_same_token_lookup_drafts():
-    """A conversation's history is in the index too: where its longer match goes on as lookup's copy
-    does, lookup drafts, on the acceptance it learned over every copy."""
+def test_a_retried_answer_is_drafted_from_its_earlier_self_not_from_later_versions_of_the_file():
+    """The index holds a first answer (the prompt's file with one change) and two later turns' versions of
+    it, each changing a line the first answer kept. A retried first turn agrees with the first answer back
+    into the prompt, and with the later versions only since the first change: at that line the index drafts
+    the first answer's token, where by count (2 to 1) and by recency the later versions' would win."""
+    text = list(range(100, 160))
+    prompt = [5, *text, 7, 8]
+    first = [*text[:20], 30, *text[21:]]
+    second = [*first[:40], 31, *first[41:]]
+    third = [*second[:50], 32, *second[51:]]
+    index = SuffixIndex([np.array(prompt + first), np.array([9, 9, *second]), np.array([9, 10, *third])])
+    assert index.continuation(prompt + first[:20]).token == 30          # all three changed this line
+    found = index.continuation(prompt + first[:40])
+    assert (found.token, found.length, found.count, found.total) == (text[40], suffix_index.RUN, 1, 1)
+    assert index.continuation([9, 9, *second[:50]]).token == text[50]   # the second turn's own, as written
+    assert index.continuation(first[21:40]).token == 31   # no agreement past the query: 2 and 2, the latest
+
+
+def test_where_the_two_would_draft_the_same_token_lookup_drafts_unless_the_index_agrees_further_back():
+    """A conversation's history is in the index too: where the index's match of a passage is no longer than
+    lookup's copy of it in the prompt, lookup drafts, on the acceptance it learned over every copy. Where
+    the index agrees further back (an earlier answer written again), it drafts, though their next token is
+    the same: the earlier answer departs from the prompt again a token later, and lookup's copy would not."""
     prompt, _ = _retried_answer()
-    written = list(range(60, 70)) + [60] + prompt[:5]       # 11 tokens of its own, then it copies the prompt
     fixed = FixedPolicy(SpeculationParams(policy="fixed", draft_max=4))
-    chain = default_chain(SuffixIndex([np.array(written + prompt[5:10])]), [], "default")
-    chain.prepare(prompt, fixed)
-    context = prompt + written
-    assert chain.lookup.peek(context) == (5, prompt[5]) and chain.suffix.peek(context) == (DEPTH, prompt[5])
-    draft = chain.draft(context, 4, fixed, None)
-    assert draft.tokens == prompt[5:9] and set(draft.sources) == {LOOKUP}
+    history = default_chain(SuffixIndex([np.array(prompt)]), [], "default")   # the prompt, fed before
+    history.prepare(prompt, fixed)
+    context = prompt + prompt[:13]
+    assert history.lookup.peek(context) == (13, prompt[13]) and history.suffix.peek(context) == (13, prompt[13])
+    draft = history.draft(context, 4, fixed, None)
+    assert draft.tokens == prompt[13:17] and set(draft.sources) == {LOOKUP}
+
+    earlier = [*prompt[:14], 30, 31, 32, *prompt[14:16], 33, *prompt[16:]]   # departs again after 2 tokens
+    retried = default_chain(SuffixIndex([np.array(prompt + earlier)]), [], "default")
+    retried.prepare(prompt, fixed)
+    context = prompt + earlier[:18]                          # ... 30 31 32, and the prompt's 14th token
+    assert retried.lookup.peek(context) == (1, prompt[15]) and retried.suffix.peek(context)[1] == prompt[15]
+    draft = retried.draft(context, 4, fixed, None)
+    assert draft.tokens == earlier[18:22] and set(draft.sources) == {SUFFIX}
 
 
 def test_a_retried_answer_drafted_by_the_default_chain_is_the_main_models():
