@@ -125,10 +125,29 @@ def test_another_trees_default_runs_from_that_tree_with_the_defaults_flags(tmp_p
     started = []
     monkeypatch.setattr(agent_bench.subprocess, "Popen", lambda command, cwd, stdout, stderr: started.append(cwd))
     monkeypatch.setattr(agent_bench, "wait_healthy", lambda url, process: None)
-    (tmp_path / "work").mkdir()
     servers.start(agent_bench.BEFORE)
     servers.start("default")
     assert started == [tmp_path, agent_bench.ROOT]
+
+
+def test_every_quickdraft_server_starts_from_the_profile_given_and_keeps_what_it_learned(tmp_path, monkeypatch):
+    import agent_bench
+
+    profile = tmp_path / "profile-abc.json"
+    profile.write_text('{"main_batch_s": [0.05]}')
+    args = agent_bench.parse_args(["-m", "main.gguf", "-md", "draft.gguf", "--modes", "main", "lookup+model",
+                                   "default", "--profile", str(profile)])
+    servers = agent_bench.Servers(args, tmp_path / "work")
+    monkeypatch.setattr(agent_bench.subprocess, "Popen", lambda command, cwd, stdout, stderr: None)
+    monkeypatch.setattr(agent_bench, "wait_healthy", lambda url, process: None)
+    learned = tmp_path / "work" / "lookup+model" / "cache" / "profiles" / "profile-abc.json"
+    learned.parent.mkdir(parents=True)
+    learned.write_text('{"main_batch_s": [0.07]}')            # a resumed run's server learned this
+    for mode in args.modes:
+        servers.start(mode)
+    for mode in ("main", "default"):
+        assert (tmp_path / "work" / mode / "cache" / "profiles" / "profile-abc.json").read_text() == profile.read_text()
+    assert learned.read_text() == '{"main_batch_s": [0.07]}'
 
 
 def test_each_drafters_counts_are_kept_from_our_servers_timings():
