@@ -10,7 +10,7 @@ import pytest
 
 from app.core.params import SamplingParams, SpeculationParams
 from app.core.speculation import suffix_index
-from app.core.speculation.acceptance import LOOKUP, SUFFIX, SuffixMatch
+from app.core.speculation.acceptance import LOOKUP, SUFFIX, AcceptanceModel, SuffixMatch
 from app.core.speculation.policy import AutoPolicy
 from app.core.speculation.policy_base import FixedPolicy
 from app.core.speculation.suffix_drafter import SuffixDrafter, default_chain
@@ -201,26 +201,26 @@ def test_a_retried_answer_is_drafted_from_its_earlier_self_not_from_later_versio
     assert index.continuation(first[21:40]).token == 31   # no agreement past the query: 2 and 2, the latest
 
 
-def test_where_the_two_would_draft_the_same_token_lookup_drafts_unless_the_index_agrees_further_back():
-    """A conversation's history is in the index too: where the index's match of a passage is no longer than
-    lookup's copy of it in the prompt, lookup drafts, on the acceptance it learned over every copy. Where
-    the index agrees further back (an earlier answer written again), it drafts, though their next token is
-    the same: the earlier answer departs from the prompt again a token later, and lookup's copy would not."""
+def test_where_the_two_would_draft_the_same_token_lookup_drafts_until_the_answer_follows_the_index():
+    """A conversation's history is in the index too, as generated where the prompt holds it tokenized
+    again: where the two would draft the same token lookup drafts, on the acceptance it learned over every
+    copy, even where the index's match is longer. Once the answer wrote the index's token where they
+    disagreed, the index drafts wherever its match is the longer: the earlier answer departs from the
+    prompt again a few tokens on, and lookup's copy would not."""
     prompt, _ = _retried_answer()
-    fixed = FixedPolicy(SpeculationParams(policy="fixed", draft_max=4))
-    history = default_chain(SuffixIndex([np.array(prompt)]), [], "default")   # the prompt, fed before
-    history.prepare(prompt, fixed)
-    context = prompt + prompt[:13]
-    assert history.lookup.peek(context) == (13, prompt[13]) and history.suffix.peek(context) == (13, prompt[13])
-    draft = history.draft(context, 4, fixed, None)
-    assert draft.tokens == prompt[13:17] and set(draft.sources) == {LOOKUP}
-
     earlier = [*prompt[:14], 30, 31, 32, *prompt[14:16], 33, *prompt[16:]]   # departs again after 2 tokens
-    retried = default_chain(SuffixIndex([np.array(prompt + earlier)]), [], "default")
-    retried.prepare(prompt, fixed)
+    fixed = FixedPolicy(SpeculationParams(policy="fixed", draft_max=4))
+    chain = default_chain(SuffixIndex([np.array(prompt + earlier)]), [], "default")
+    chain.prepare(prompt, fixed)
     context = prompt + earlier[:18]                          # ... 30 31 32, and the prompt's 14th token
-    assert retried.lookup.peek(context) == (1, prompt[15]) and retried.suffix.peek(context)[1] == prompt[15]
-    draft = retried.draft(context, 4, fixed, None)
+    assert chain.lookup.peek(context) == (1, prompt[15]) and chain.suffix.peek(context) == (38, prompt[15])
+    draft = chain.draft(context, 4, fixed, None)
+    assert draft.tokens == prompt[15:19] and set(draft.sources) == {LOOKUP}
+    disputed = prompt + earlier[:14]                         # the prompt's 15th token, or the earlier 30
+    assert chain.lookup.peek(disputed)[1] == prompt[14] and chain.suffix.peek(disputed)[1] == 30
+    chain.draft(disputed, 4, fixed, None)
+    chain.sync(disputed + [30])                              # the answer follows the index
+    draft = chain.draft(context, 4, fixed, None)
     assert draft.tokens == earlier[18:22] and set(draft.sources) == {SUFFIX}
 
 
