@@ -6,7 +6,7 @@ drafts start short and grow as they hold, and where it costs little (a GPU) they
 
 from __future__ import annotations
 
-from app.core.speculation.acceptance import COPIERS, DRAFT_MODELS, LookupMatch, Score, SuffixMatch
+from app.core.speculation.acceptance import COPIERS, DRAFT_MODELS, LookupMatch, Score
 from app.core.speculation.costmodel import CostProfile
 
 
@@ -51,11 +51,9 @@ class AnswerReach:
         geometric mean went 1.2440x -> 1.2509x and the runs under 0.95x of plain from 14 to 11; from 12
         tokens 19 runs fell under, and twice the run put 29 under. An answer drafting from the priors (a
         one-shot ``generate``) meets copy-5's next typo fix at 13 tokens (0.88-0.93x); from 14 tokens
-        copy-1, edit-3 and copy-9 gave back 9-11% (docs/architecture.md, section 4). The suffix index's
-        match is such a run too (``_follows``): an answer written again follows its earlier self, and its
-        drafts, from a match seen once, otherwise grew from 3-6 tokens a round through a whole retry."""
+        copy-1, edit-3 and copy-9 gave back 9-11% (docs/architecture.md, section 4)."""
         reach = _ramp(profile, self.copy_held, self.copy_len, self.COPY_RISK_STEPS, 0.0)
-        if _follows(score) and score.length > self.LONG_RUN:
+        if isinstance(score, LookupMatch) and score.in_prompt and score.length > self.LONG_RUN:
             reach = max(reach, min(self.copy_len, int(self.RUN_REACH * score.length)))
         return reach
 
@@ -71,13 +69,6 @@ class AnswerReach:
         runs under 0.95x went 11 -> 6 and the geometric mean 1.2509x -> 1.2527x; risking 3 steps cost
         the H100 profile's lookup+model 0.5%, 16 changed nothing (docs/architecture.md, section 4)."""
         return max(1, _ramp(profile, self.model_held, self.max_len, self.MODEL_RISK_STEPS, step_s))
-
-
-def _follows(score: Score) -> bool:
-    """Whether a copy's match length is how long the answer has followed a text: lookup's match in the
-    prompt, or the suffix index's (measured on past 16 tokens as lookup's is: an answer written again
-    agrees with its earlier self as long as a copy of the prompt does)."""
-    return isinstance(score, SuffixMatch) or (isinstance(score, LookupMatch) and score.in_prompt)
 
 
 def _ramp(profile: CostProfile, held: int, longest: int, risk_steps: float, step_s: float) -> int:

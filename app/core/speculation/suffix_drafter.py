@@ -28,9 +28,9 @@ DEFAULT_MIN_MATCH = 12
 
 
 class SuffixDrafter:
-    """Drafts what most often followed the context's end in past documents: the longest match over the
-    index (16 tokens, then measured on up to RUN where few places have them: the places that agree
-    furthest back), its most frequent continuation there, then the same with that token appended,
+    """Drafts what most often followed the context's end in past documents: the longest match (up to
+    16 tokens; of the places that have it, those that agree with the context furthest back: suffix_index.py)
+    over the index, its most frequent continuation, then the same with that token appended,
     as long as the policy wants more. Each token is scored by its match (length, how often it followed,
     how often anything did), so the auto policy learns its acceptance by length and frequency. The
     tokens are deterministic proposals (q None, as prompt lookup's): the acceptance rule is unchanged."""
@@ -88,23 +88,20 @@ class SuffixDrafter:
 
 class DefaultChain(FirstOfDrafter):
     """The default's drafters in turn, the first that drafts anything drafting the round: prompt lookup,
-    else the suffix index, else the draft model; but the index before lookup where its match of the
-    context's end is the longer (both measured on past 16 tokens, up to RUN) and either the two disagree
-    on the next token or the index was right where they last disagreed in this answer; and where they
-    disagree and the index was right there, whatever the lengths.
+    else the suffix index, else the draft model; but the index before lookup where the two disagree on the
+    next token and either the index's match is the longer or the index was right where they last
+    disagreed in this answer.
 
-    The longer match is the better guess of how the text goes on: an answer that writes again what an
-    earlier one wrote (an agent's retried turn, a regenerated reply) agrees with that answer back into the
-    prompt, while lookup's copy of the prompt agrees only since the answer last changed it. Once the answer
-    has shown it follows the index (it wrote the index's token where the two disagreed), the index drafts
-    wherever its match is the longer even if the next token is the prompt's too: its draft departs from the
-    prompt again where the earlier answer did, and lookup's would run on through the prompt's old line.
-    Not before: the index holds answers as generated and the prompt holds them tokenized again from their
-    text, so in a conversation's later turns the index's match often outruns lookup's by a few tokens, and
-    asked first there on length alone its drafts took lookup's long copies (an agent workload's rewrites:
-    1.9 accepted tokens a round against 7.9, in a real run). Deep in a passage both copy, both matches
-    reach RUN: which one the answer follows is read off their disputes (a retried answer's first changed
-    line shows it follows the index)."""
+    The longer match of the context's end is the better guess of how it goes on: an answer that writes
+    again what an earlier one wrote (an agent's retried turn, a file given the same edit in a new session)
+    departs from the prompt wherever that answer did, and there lookup's match shrinks to the few tokens
+    since the change while the index's runs on through the earlier answer. Within a passage both copy,
+    lookup's run is measured on past the index's 16 tokens, so length cannot tell them apart there: which
+    one this answer follows is read off their disputes instead (a retried answer's first changed line
+    shows it follows the index). Where they agree lookup drafts, on its own acceptance, learned over every
+    copy: a conversation's history is in the index too, and asked first wherever its match was a token
+    longer, the index took lookup's copies of it and drafted them shorter (an agent workload's rewrite
+    turns drafted half as many tokens)."""
 
     def __init__(self, lookup: PromptLookupDrafter, suffix: SuffixDrafter, model: Sequence[Drafter], name: str):
         super().__init__([lookup, suffix, *model], name)
@@ -118,11 +115,8 @@ class DefaultChain(FirstOfDrafter):
         if token is None:   # most rounds: the index has no match of DEFAULT_MIN_MATCH, and lookup is not read
             return self.drafters
         copied, copy = self.lookup.peek(context)
-        if copy is None:
+        if copy is None or copy == token:
             return self.drafters
-        if copy == token:   # the same next token: lookup, unless this answer has shown it follows the index
-            follows = found > copied and self.index_was_right
-            return (self.suffix, self.lookup, *self.drafters[2:]) if follows else self.drafters
         self._dispute = (len(context), copy, token)
         if found > copied or self.index_was_right:
             return (self.suffix, self.lookup, *self.drafters[2:])

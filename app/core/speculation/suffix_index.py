@@ -39,7 +39,7 @@ class Continuation:
     """The most frequent token after the longest match, with how often it and any token followed."""
 
     token: int
-    length: int   # tokens of the context's end that matched
+    length: int   # tokens of the context's end that matched, up to DEPTH (agreement past it only picks the places)
     count: int    # how often ``token`` followed the match
     total: int    # how often any token did
 
@@ -219,11 +219,12 @@ class SuffixIndex:
 
     def continuation(self, query: Sequence[int]) -> Continuation | None:
         """The most frequent token after the longest match of ``query``'s end over every segment (past
-        DEPTH tokens, the places that agree with it furthest back, up to RUN; ties: the token that followed
-        it last); None when its last token never occurs. An answer written again (an agent's retried turn,
-        a regenerated reply) agrees with its earlier self back into the prompt, and a later answer that
-        changed the same file again agrees with it only since its last change: the earlier answer is the
-        one drafted, however often the later version was written. Of a tie the latest is
+        DEPTH tokens, at the places that agree with it furthest back, up to RUN; the match's length is
+        reported up to DEPTH; ties: the token that followed it last); None when its last token never
+        occurs. An answer written again (an agent's retried turn, a regenerated reply) agrees with its
+        earlier self back into the prompt, and a later answer that changed the same file again agrees
+        with it only since its last change: the earlier answer is the one drafted, however often the
+        later version was written. Of a tie the latest is
         taken because a document holds its prompt before its answer: where an answer changed a line of
         the file it was given, the line's start is followed once by the old text and once by the new,
         and an answer written again (an agent's retried turn) writes the new one."""
@@ -234,6 +235,7 @@ class SuffixIndex:
             return None
         where = [(i, segment, positions) for i, segment, k, positions in found if k == length]
         followers = np.concatenate([segment.text[positions] for _, segment, positions in where])
+        length = min(length, DEPTH)   # as long as the drafter's and the policy's scores have been measured
         if len(followers) == 1:
             return Continuation(int(followers[0]), length, 1, 1)
         # how recent each follower is: later segments hold later documents, and within one, later positions

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from app.core.params import SamplingParams, SpeculationParams
-from app.core.speculation.acceptance import LOOKUP, MODEL, SUFFIX, LookupMatch, SuffixMatch
+from app.core.speculation.acceptance import LOOKUP, MODEL, LookupMatch
 from app.core.speculation.costmodel import CostProfile, ProfileStore
 from app.core.speculation.drafters import Draft, DraftModelDrafter, LookupThenModelDrafter, PromptLookupDrafter
 from app.core.speculation.events import Round
@@ -184,17 +184,6 @@ def test_a_copy_that_has_followed_the_prompt_long_may_go_half_as_far_again():
     assert _copy_steps(policy, LookupMatch(30, in_prompt=False)) == 6     # a phrase the answer said before
 
 
-def test_an_answer_that_has_followed_an_earlier_answer_long_may_go_half_as_far_again():
-    # the suffix index's match is measured on past 16 tokens as lookup's is: an answer written again
-    # agrees with its earlier self as far back as a copy of the prompt does, and reaches as far
-    cpu = profile([STEP * (1 + 0.5 * n) for n in range(65)])
-    policy = AutoPolicy(SpeculationParams(draft_max=16, policy="auto"), cpu)
-    assert policy.answer_reach.copy(cpu, SuffixMatch(12, 1, 1)) == 6
-    assert policy.answer_reach.copy(cpu, SuffixMatch(30, 1, 1)) == 45
-    # drafted: held back by nothing but its acceptance (0.994 learned: 17 tokens pay best on these costs)
-    assert _copy_steps(policy, SuffixMatch(12, 1, 1), SUFFIX) == 6 < _copy_steps(policy, SuffixMatch(30, 1, 1), SUFFIX)
-
-
 def test_a_draft_models_drafts_grow_as_this_answers_hold():
     # a CPU: a verified token costs half a step more and a drafted one 0.3 of a step, so an answer's
     # first model draft risks 8 steps (``AnswerReach.model``) and the next go that far past what held
@@ -210,16 +199,16 @@ def test_a_draft_models_drafts_grow_as_this_answers_hold():
     assert AutoPolicy(SpeculationParams(draft_max=16, policy="auto"), gpu).draft_length(MODEL) == 16
 
 
-def _copy_steps(policy, match=LookupMatch(12, in_prompt=True), source=LOOKUP):
+def _copy_steps(policy, match=LookupMatch(12, in_prompt=True)):
     """How far the policy lets a sure copy go this round (by default a 12-token match in the prompt, not
     yet a long run, always right)."""
     for _ in range(200):
-        policy.acceptance.update(source, 0, match, True)
-        policy.acceptance.update(source, 1, match, True)
-    assert policy.draft_length(source) == policy.copy_len
+        policy.acceptance.update(LOOKUP, 0, match, True)
+        policy.acceptance.update(LOOKUP, 1, match, True)
+    assert policy.draft_length(LOOKUP) == policy.copy_len
     decisions = []
     while not decisions or decisions[-1] is Decision.MORE:
-        decisions.append(policy.step(len(decisions), match, source))
+        decisions.append(policy.step(len(decisions), match, LOOKUP))
     return len(decisions) if decisions[-1] is Decision.LAST else len(decisions) - 1
 
 

@@ -22,8 +22,8 @@ from tests.core.speculation.test_loop import (MAIN, PROMPT, SAMPLING, SMALL, chi
 
 def brute_force(docs, query):
     """(token, length, count, total) of the most frequent continuation of the longest match (at most RUN
-    tokens), by counting every occurrence in every document (ties: the token that followed last, documents
-    in the order added)."""
+    tokens; its length reported up to DEPTH), by counting every occurrence in every document (ties: the
+    token that followed last, documents in the order added)."""
     for k in range(min(suffix_index.RUN, len(query)), 0, -1):
         gram, found, last = list(query[-k:]), Counter(), {}
         for d, doc in enumerate(docs):
@@ -34,7 +34,8 @@ def brute_force(docs, query):
                     last[doc[end]] = (d, end)
         if found:
             top = max(found.values())
-            return max((t for t in found if found[t] == top), key=last.__getitem__), k, top, sum(found.values())
+            token = max((t for t in found if found[t] == top), key=last.__getitem__)
+            return token, min(k, DEPTH), top, sum(found.values())
     return None
 
 
@@ -154,13 +155,12 @@ def test_the_default_drafts_from_the_index_where_its_match_is_longer_than_lookup
 
 def test_where_both_copy_a_passage_the_index_goes_first_once_it_was_right_where_they_disagreed():
     """A retried answer copies the prompt's passages as the earlier answer did, and changes them where it
-    did. Deep in a passage both runs reach their cap (RUN, as lookup's), so where the first change comes
-    lookup drafts the prompt's token; the index's token is the one written, and from then on the index
-    drafts where the two disagree. In the index a document holds the prompt before its answer: a tie goes
-    to the answer's."""
-    text = list(range(100, 250))                                        # a file of 150 tokens
+    did. Within a passage lookup's run is the longer, so where the first change comes lookup drafts the
+    prompt's token; the index's token is the one written, and from then on the index drafts where the two
+    disagree. In the index a document holds the prompt before its answer: a tie goes to the answer's."""
+    text = list(range(100, 150))                                        # a file of 50 tokens
     prompt = [5, *text, 7, 8]
-    earlier = [*text[:70], 30, *text[71:140], 31, *text[141:]]         # two tokens changed, 70 apart
+    earlier = [*text[:20], 30, *text[21:45], 31, *text[46:]]           # two tokens changed
     fixed = FixedPolicy(SpeculationParams(policy="fixed", draft_max=4))
 
     def chain():
@@ -168,14 +168,12 @@ def test_where_both_copy_a_passage_the_index_goes_first_once_it_was_right_where_
         c.prepare(prompt, fixed)
         return c
 
-    first, second = prompt + earlier[:70], prompt + earlier[:140]
+    first, second = prompt + earlier[:20], prompt + earlier[:45]
     retried = chain()
-    run = suffix_index.RUN
-    assert retried.lookup.peek(first) == (run, text[70]) and retried.suffix.peek(first) == (run, 30)
-    assert retried.draft(first, 4, fixed, None).sources[0] == LOOKUP   # even: lookup goes first
+    assert retried.lookup.peek(first) == (20, text[20]) and retried.suffix.peek(first) == (DEPTH, 30)
+    assert retried.draft(first, 4, fixed, None).sources[0] == LOOKUP   # lookup's run is the longer
     retried.sync(first + [30])                                          # the index was right
-    assert retried.lookup.peek(second) == (run, text[140]) and retried.suffix.peek(second) == (run, 31)
-    assert retried.draft(second, 4, fixed, None).tokens == earlier[140:144]
+    assert retried.draft(second, 4, fixed, None).tokens == earlier[45:49]
     fresh = chain()
     assert fresh.draft(second, 4, fixed, None).sources[0] == LOOKUP
     fresh.draft(first, 4, fixed, None)
@@ -196,32 +194,23 @@ def test_a_retried_answer_is_drafted_from_its_earlier_self_not_from_later_versio
     index = SuffixIndex([np.array(prompt + first), np.array([9, 9, *second]), np.array([9, 10, *third])])
     assert index.continuation(prompt + first[:20]).token == 30          # all three changed this line
     found = index.continuation(prompt + first[:40])
-    assert (found.token, found.length, found.count, found.total) == (text[40], suffix_index.RUN, 1, 1)
+    assert (found.token, found.length, found.count, found.total) == (text[40], DEPTH, 1, 1)
     assert index.continuation([9, 9, *second[:50]]).token == text[50]   # the second turn's own, as written
     assert index.continuation(first[21:40]).token == 31   # no agreement past the query: 2 and 2, the latest
 
 
-def test_where_the_two_would_draft_the_same_token_lookup_drafts_until_the_answer_follows_the_index():
-    """A conversation's history is in the index too, as generated where the prompt holds it tokenized
-    again: where the two would draft the same token lookup drafts, on the acceptance it learned over every
-    copy, even where the index's match is longer. Once the answer wrote the index's token where they
-    disagreed, the index drafts wherever its match is the longer: the earlier answer departs from the
-    prompt again a few tokens on, and lookup's copy would not."""
+def test_where_the_index_and_lookup_would_draft_the_same_token_lookup_drafts():
+    """A conversation's history is in the index too: where its longer match goes on as lookup's copy
+    does, lookup drafts, on the acceptance it learned over every copy."""
     prompt, _ = _retried_answer()
-    earlier = [*prompt[:14], 30, 31, 32, *prompt[14:16], 33, *prompt[16:]]   # departs again after 2 tokens
+    written = list(range(60, 70)) + [60] + prompt[:5]       # 11 tokens of its own, then it copies the prompt
     fixed = FixedPolicy(SpeculationParams(policy="fixed", draft_max=4))
-    chain = default_chain(SuffixIndex([np.array(prompt + earlier)]), [], "default")
+    chain = default_chain(SuffixIndex([np.array(written + prompt[5:10])]), [], "default")
     chain.prepare(prompt, fixed)
-    context = prompt + earlier[:18]                          # ... 30 31 32, and the prompt's 14th token
-    assert chain.lookup.peek(context) == (1, prompt[15]) and chain.suffix.peek(context) == (38, prompt[15])
+    context = prompt + written
+    assert chain.lookup.peek(context) == (5, prompt[5]) and chain.suffix.peek(context) == (DEPTH, prompt[5])
     draft = chain.draft(context, 4, fixed, None)
-    assert draft.tokens == prompt[15:19] and set(draft.sources) == {LOOKUP}
-    disputed = prompt + earlier[:14]                         # the prompt's 15th token, or the earlier 30
-    assert chain.lookup.peek(disputed)[1] == prompt[14] and chain.suffix.peek(disputed)[1] == 30
-    chain.draft(disputed, 4, fixed, None)
-    chain.sync(disputed + [30])                              # the answer follows the index
-    draft = chain.draft(context, 4, fixed, None)
-    assert draft.tokens == earlier[18:22] and set(draft.sources) == {SUFFIX}
+    assert draft.tokens == prompt[5:9] and set(draft.sources) == {LOOKUP}
 
 
 def test_a_retried_answer_drafted_by_the_default_chain_is_the_main_models():
