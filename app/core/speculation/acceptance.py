@@ -42,8 +42,7 @@ class LookupMatch:
 @dataclass(frozen=True)
 class SuffixMatch:
     """The score of a suffix-index draft (suffix_index.py): how many tokens of the context's end matched
-    in past documents (up to 64, as lookup's run: past 16 its bucket stays 16), how often the drafted
-    token followed them there and how often any token did."""
+    in past documents, how often the drafted token followed them there and how often any token did."""
 
     length: int
     count: int
