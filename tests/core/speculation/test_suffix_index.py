@@ -10,7 +10,7 @@ import pytest
 
 from app.core.params import SamplingParams, SpeculationParams
 from app.core.speculation import suffix_index
-from app.core.speculation.acceptance import LOOKUP, SUFFIX, AcceptanceModel, SuffixMatch
+from app.core.speculation.acceptance import LOOKUP, SUFFIX, SuffixMatch
 from app.core.speculation.policy import AutoPolicy
 from app.core.speculation.policy_base import FixedPolicy
 from app.core.speculation.suffix_drafter import SuffixDrafter, default_chain
