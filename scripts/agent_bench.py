@@ -207,7 +207,7 @@ class Servers:
 
     def command(self, mode: str) -> list[str]:
         a, port = self.args, str(self.modes[mode])
-        if mode in OURS or mode == BEFORE:
+        if self.ours(mode):
             flags = [f.format(draft=a.draft) for f in OURS["default" if mode == BEFORE else mode]]
             return [sys.executable, "-m", "app.cli", "--data-dir", str(self.work / mode), "serve", "-m", a.main,
                     "-t", str(a.threads), "-c", str(a.ctx), "-np", "1", "--port", port, *flags]
@@ -217,12 +217,17 @@ class Servers:
                 "--host", "127.0.0.1", "--no-webui", "--jinja", *spec]
 
     def start(self, mode: str) -> None:
-        if self.args.profile and (mode in OURS or mode == BEFORE):
+        if self.args.profile and self.ours(mode):
             self.seed_profile(mode)
         log = open(self.work / f"{mode}.log", "ab")
         tree = Path(self.args.before) if mode == BEFORE else ROOT   # `-m app.cli` runs the tree's own version
         self.processes[mode] = process = subprocess.Popen(self.command(mode), cwd=tree, stdout=log, stderr=log)
         wait_healthy(self.url(mode), process)
+
+    @staticmethod
+    def ours(mode: str) -> bool:
+        """Whether ``mode`` is served by `quickdraft serve` (this tree's or --before's), not llama-server."""
+        return mode in OURS or mode == BEFORE
 
     def seed_profile(self, mode: str) -> None:
         """--profile: the stored cost profile this quickdraft server starts from, where its data folder has

@@ -76,8 +76,8 @@ class Segment:
         if at == len(self.first_tokens) or self.first_tokens[at] != token:
             return 0, self.order[:0]
         lo, hi = int(self.first_starts[at]), int(self.first_starts[at + 1])
-        k = 1
-        while k < min(DEPTH, len(query)):
+        k, depth = 1, min(DEPTH, len(query))
+        while k < depth:
             # narrowed by the next token back (sorted within the range): most ranges end here, cheaply
             narrow_lo, narrow_hi = self._narrow(lo, hi, k + 1, int(query[-k - 1]))
             if narrow_lo == narrow_hi:
@@ -218,16 +218,16 @@ class SuffixIndex:
         self._segments = tuple(Segment(group) for group in groups)
 
     def continuation(self, query: Sequence[int]) -> Continuation | None:
-        """The most frequent token after the longest match of ``query``'s end over every segment (past
-        DEPTH tokens, at the places that agree with it furthest back, up to RUN; the match's length is
-        reported up to DEPTH; ties: the token that followed it last); None when its last token never
-        occurs. An answer written again (an agent's retried turn, a regenerated reply) agrees with its
-        earlier self back into the prompt, and a later answer that changed the same file again agrees
-        with it only since its last change: the earlier answer is the one drafted, however often the
-        later version was written. Of a tie the latest is
-        taken because a document holds its prompt before its answer: where an answer changed a line of
-        the file it was given, the line's start is followed once by the old text and once by the new,
-        and an answer written again (an agent's retried turn) writes the new one."""
+        """The most frequent token after the longest match of ``query``'s end over every segment, counted
+        at the places that agree with it furthest back (up to RUN tokens; the match's length is reported up
+        to DEPTH); ties: the token that followed it last. None when its last token never occurs.
+
+        An answer written again (an agent's retried turn, a regenerated reply) agrees with its earlier self
+        back into the prompt, and a later answer that changed the same file again agrees with it only since
+        its last change: the earlier answer is the one drafted, however often the later version was
+        written. Of a tie the latest is taken because a document holds its prompt before its answer: where
+        an answer changed a line of the file it was given, the line's start is followed once by the old
+        text and once by the new, and an answer written again writes the new one."""
         segments = self._segments   # one snapshot: another thread may swap them
         found = [(i, segment, *segment.match(query)) for i, segment in enumerate(segments)]
         length = max((k for _, _, k, _ in found), default=0)
@@ -235,7 +235,7 @@ class SuffixIndex:
             return None
         where = [(i, segment, positions) for i, segment, k, positions in found if k == length]
         followers = np.concatenate([segment.text[positions] for _, segment, positions in where])
-        length = min(length, DEPTH)   # as long as the drafter's and the policy's scores have been measured
+        length = min(length, DEPTH)   # the chain's rules and the acceptance buckets read a match up to DEPTH
         if len(followers) == 1:
             return Continuation(int(followers[0]), length, 1, 1)
         # how recent each follower is: later segments hold later documents, and within one, later positions
