@@ -218,14 +218,14 @@ class PromptLookupDrafter:
     def peek(self, context: Sequence[int]) -> tuple[int, int | None]:
         """(length, token): the match a draft would copy from at the context's end and the first token it
         would copy, read without drafting ((0, None): none). The longest n-gram's run (``_longest_run``),
-        or the rewritten prompt's match where longer."""
+        or the rewritten prompt's match where lookup would draft from it (``_prefers_rewritten``)."""
         self._update_index(context)
         self._rewrites.follow(context)
         n, end = self._longest_match(context, len(context))
         if n:
             n, end = self._longest_run(n, end, len(context))
         rewritten, copy = self._rewrites.copy(context, 1)
-        if rewritten > n:
+        if self._prefers_rewritten(rewritten, n):
             return rewritten, copy[0] if copy else None
         return n, self._indexed[end] if n else None
 
@@ -238,10 +238,15 @@ class PromptLookupDrafter:
         prompt's acceptance, they cut the shared recordings' edit-3 from 1.81x to 0.98x, replayed)."""
         have = out[0][1].length if out else 0
         n, copy = self._rewrites.copy(context, max_len)
-        if n > have or (n == have and n >= self.FOLLOWS):
+        if self._prefers_rewritten(n, have):
             match = LookupMatch(n, in_prompt=True, rewritten=True)
             return [(token, match) for token in copy]
         return out
+
+    def _prefers_rewritten(self, rewritten: int, have: int) -> bool:
+        """Whether lookup copies the rewritten prompt's match of ``rewritten`` tokens rather than the
+        match of ``have`` it found: where longer, or as long and FOLLOWS tokens or more."""
+        return rewritten > have or (rewritten == have and rewritten >= self.FOLLOWS)
 
     def _longest_match(self, query: Sequence[int], seen: int) -> tuple[int, int]:
         """(length, end) of the preferred occurrence of the longest n-gram ending ``query``, whose

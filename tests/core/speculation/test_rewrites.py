@@ -58,3 +58,30 @@ def test_lookup_copies_across_a_rename_from_the_rewritten_prompt():
     assert [t for t, _ in answered(PromptLookupDrafter(), once)[:2]] == [TMP, 131]
     buckets = {AcceptanceModel.bucket(LOOKUP, 0, LookupMatch(16, in_prompt=True, rewritten=r)) for r in (False, True)}
     assert len(buckets) == 2
+
+
+def test_a_rewritten_copy_is_measured_as_far_back_as_the_prompts():
+    """Past a stretch of more than 16 tokens without the renamed token, the prompt's copy agrees with the
+    answer back to the last rename (its run, up to 64) and the rewritten copy back further; measured to
+    16 tokens only, the rewritten copy lost to the prompt's, which breaks at the next `tmp`."""
+    stretch = list(range(300, 330))
+    prompt = [7, 8, 9] + line(0) + line(1) + line(2) + stretch + line(3) + [99]
+    answer = line(0, TOTAL) + line(1, TOTAL) + line(2, TOTAL) + stretch + line(3, TOTAL)[:1]
+    lookup = PromptLookupDrafter()
+    lookup.prepare(prompt, FIXED)
+    for k in range(len(answer)):
+        lookup.propose(prompt + answer[:k], 8)
+    proposed = lookup.propose(prompt + answer, 8)
+    assert proposed[0][0] == TOTAL and proposed[0][1].rewritten
+    assert proposed[0][1].length == len(answer)   # the prompt's copy agrees back to line 2's `tmp`: 36
+    assert lookup.peek(prompt + answer) == (proposed[0][1].length, TOTAL)
+
+
+def test_peek_names_the_token_lookup_drafts_where_both_copies_match_as_long():
+    """The answer re-joins the prompt after text of its own: the prompt's copy and the rewritten one match
+    6 tokens alike; lookup drafts the rewritten copy (`total`), and its peek names that token too."""
+    answer = line(0, TOTAL) + line(1, TOTAL) + line(2, TOTAL) + [999, 998] + line(2)[2:] + line(3)[:1]
+    lookup = PromptLookupDrafter()
+    proposed = answered(lookup, answer)
+    assert proposed[0] == (TOTAL, LookupMatch(6, in_prompt=True, rewritten=True))
+    assert lookup.peek(PROMPT + answer) == (6, TOTAL)
