@@ -51,7 +51,7 @@ class PromptRewrites:
         self._seen: dict[tuple[Tokens, Tokens], int] = {}
         self.substitutions: dict[Tokens, Tokens] = {}
         # the rewritten prompt and its n-grams -> their latest end, made again when a substitution is learned
-        self._rewritten: tuple[list[int], dict[Tokens, int]] | None = None
+        self._rewritten: tuple[list[int], dict[Tokens, int], dict[Tokens, list[int]]] | None = None
 
     def start_following(self, at: int) -> None:
         """The answer's end matches the prompt ending before token ``at``: it copies from there on."""
@@ -105,7 +105,8 @@ class PromptRewrites:
         """(length, continuation) of the longest match of the context's end in the rewritten prompt (its
         latest occurrence), copied up to ``max_len`` tokens; (0, []) with none or before a substitution
         is learned. A match of ``longest`` tokens is measured on as far back as the two agree, up to
-        COPY_MAX, as lookup measures the prompt's own (its run), for lookup compares the two lengths
+        COPY_MAX, at the occurrence agreeing furthest (the latest of equals), as lookup measures the
+        prompt's own (its run, ``PromptLookupDrafter._longest_run``), for lookup compares the two lengths
         (``PromptLookupDrafter._rewritten``). Measured to ``longest`` only, the rewritten copy lost to the
         prompt's wherever the answer had gone more than 16 tokens since its last renamed token, and the
         prompt's copy broke at the next one: in an agent's rename turn (agent-rewrites-traces.json,
@@ -116,16 +117,17 @@ class PromptRewrites:
         0.958, against 0.970 without them (docs/architecture.md, section 4)."""
         if not self.substitutions:
             return 0, []
-        text, index = self._made()
+        text, index, longest = self._made()
         for n in range(min(self.longest, len(context)), 0, -1):
-            end = index.get(tuple(context[len(context) - n:]))
+            gram = tuple(context[len(context) - n:])
+            end = index.get(gram)
             if end is not None:
-                if n == self.longest:
-                    n = _agreeing(text, end, context, n)
+                if n == self.longest:   # of several occurrences, the one agreeing furthest back (the latest of equals)
+                    n, end = max((_agreeing(text, e, context, n), e) for e in longest[gram])
                 return n, text[end:end + max_len]
         return 0, []
 
-    def _made(self) -> tuple[list[int], dict[Tokens, int]]:
+    def _made(self) -> tuple[list[int], dict[Tokens, int], dict[Tokens, list[int]]]:
         if self._rewritten is None:
             olds = sorted(self.substitutions, key=len, reverse=True)
             text, i, prompt = [], 0, self.prompt
@@ -139,5 +141,8 @@ class PromptRewrites:
                     i += len(old)
             index = {tuple(text[end - n:end]): end
                      for end in range(1, len(text)) for n in range(1, min(self.longest, end) + 1)}
-            self._rewritten = text, index
+            longest: dict[Tokens, list[int]] = {}
+            for end in range(self.longest, len(text)):
+                longest.setdefault(tuple(text[end - self.longest:end]), []).append(end)
+            self._rewritten = text, index, longest
         return self._rewritten

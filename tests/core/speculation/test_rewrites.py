@@ -85,3 +85,17 @@ def test_peek_names_the_token_lookup_drafts_where_both_copies_match_as_long():
     proposed = answered(lookup, answer)
     assert proposed[0] == (TOTAL, LookupMatch(6, in_prompt=True, rewritten=True))
     assert lookup.peek(PROMPT + answer) == (6, TOTAL)
+
+
+def test_of_two_occurrences_the_rewritten_copy_takes_the_one_agreeing_furthest():
+    """Two methods that end alike share 16 tokens: the rewritten copy continues the one the answer has
+    been copying (agreeing back through its own start), not the latest, as lookup's own copy does."""
+    shared = list(range(400, 416))
+    first, second = [200, 201, 202], [210, 211, 212]
+    prompt = [7, 8, 9] + line(0) + line(1) + line(2) + first + shared + [250] + second + shared + [260]
+    rewrites = PromptRewrites(prompt)
+    rewrites.start_following(3)
+    answer = line(0, TOTAL) + line(1, TOTAL) + line(2, TOTAL) + first + shared
+    rewrites.follow(prompt + answer)
+    assert rewrites.substitutions == {(TMP,): (TOTAL,)}
+    assert rewrites.copy(prompt + answer, 1) == (len(answer), [250])
