@@ -50,7 +50,8 @@ class PromptRewrites:
         self._left: tuple[int, int] | None = None   # (answer token, prompt cursor) where it departed
         self._seen: dict[tuple[Tokens, Tokens], int] = {}
         self.substitutions: dict[Tokens, Tokens] = {}
-        # the rewritten prompt and its n-grams -> their latest end, made again when a substitution is learned
+        # the rewritten prompt, its n-grams -> their latest end, and its longest n-grams -> every end of
+        # theirs (``copy``), made again when a substitution is learned
         self._rewritten: tuple[list[int], dict[Tokens, int], dict[Tokens, list[int]]] | None = None
 
     def start_following(self, at: int) -> None:
@@ -102,19 +103,15 @@ class PromptRewrites:
         return self._made()[0] if self.substitutions else None
 
     def copy(self, context: Sequence[int], max_len: int) -> tuple[int, list[int]]:
-        """(length, continuation) of the longest match of the context's end in the rewritten prompt (its
-        latest occurrence), copied up to ``max_len`` tokens; (0, []) with none or before a substitution
-        is learned. A match of ``longest`` tokens is measured on as far back as the two agree, up to
-        COPY_MAX, at the occurrence agreeing furthest (the latest of equals), as lookup measures the
-        prompt's own (its run, ``PromptLookupDrafter._longest_run``), for lookup compares the two lengths
-        (``PromptLookupDrafter._rewritten``). Measured to ``longest`` only, the rewritten copy lost to the
-        prompt's wherever the answer had gone more than 16 tokens since its last renamed token, and the
-        prompt's copy broke at the next one: in an agent's rename turn (agent-rewrites-traces.json,
-        rewrite-1-t1, replayed on a one-thread profile calibrated on this project's CPU) 26 tokens
-        drafted, 2 accepted, and 15 drafted, 8 accepted; measured on, the rewritten copies ran 31-62
-        tokens, all accepted, 1.54x -> 1.87x. Those breaks also taught the shared acceptance that the
-        prompt's long copies fail: at the next turn's start each next token of a 16-token copy had
-        0.958, against 0.970 without them (docs/architecture.md, section 4)."""
+        """(length, continuation) of the longest match of the context's end in the rewritten prompt,
+        copied up to ``max_len`` tokens; (0, []) with none or before a substitution is learned. A shorter
+        match copies from its latest occurrence. A match of ``longest`` tokens is measured on as far back
+        as the two agree, up to COPY_MAX, at the occurrence agreeing furthest (the latest of equals), as
+        lookup measures the prompt's own (its run, ``PromptLookupDrafter._longest_run``): lookup compares
+        the two lengths, and measured to ``longest`` only, the rewritten copy lost to the prompt's wherever
+        the answer had gone more than ``longest`` tokens since its last renamed token; the prompt's copy
+        then broke at the next old name, and taught the shared acceptance that long copies of the prompt
+        fail (docs/architecture.md, section 4)."""
         if not self.substitutions:
             return 0, []
         text, index, longest = self._made()
