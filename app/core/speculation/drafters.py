@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 import numpy as np
 
 from app.core.lm import Session, common_prefix_length, prefill
-from app.core.params import COPY_MAX, DrafterKind
+from app.core.params import DrafterKind
 from app.core.speculation.acceptance import DFLASH, LOOKUP, MODEL, LookupMatch
 from app.core.speculation.draft import Draft
 from app.core.speculation.policy_base import Decision, DraftPolicy
-from app.core.speculation.rewrites import PromptRewrites
+from app.core.speculation.rewrites import PromptRewrites, agreeing
 from app.core.speculation.sampling import Sampler
 
 if TYPE_CHECKING:
@@ -278,10 +278,7 @@ class PromptLookupDrafter:
     def _run(self, n: int, end: int, seen: int) -> int:
         """How far back the text before token ``seen`` agrees with the text before ``end``, given that
         their last ``n`` (the longest n-gram looked up) do: counted on token by token up to COPY_MAX."""
-        text = self._indexed
-        while n < COPY_MAX and end - n > 0 and text[end - n - 1] == text[seen - n - 1]:
-            n += 1
-        return n
+        return agreeing(self._indexed, end, self._indexed, seen, n)
 
     def _occurrence(self, query: Sequence[int], n: int) -> int | None:
         """Where the preferred occurrence of the last ``n`` tokens ends: the latest in the prompt,

@@ -14,10 +14,10 @@ from app.core.params import COPY_MAX
 Tokens = tuple[int, ...]
 
 
-def _agreeing(text: Sequence[int], end: int, context: Sequence[int], n: int) -> int:
-    """How far back ``text`` before ``end`` agrees with the context's end, given its last ``n`` do: up to COPY_MAX."""
-    seen = len(context)
-    while n < COPY_MAX and end - n > 0 and n < seen and text[end - n - 1] == context[seen - n - 1]:
+def agreeing(a: Sequence[int], a_end: int, b: Sequence[int], b_end: int, n: int) -> int:
+    """How far back ``a`` before ``a_end`` agrees with ``b`` before ``b_end``, given their last ``n`` do:
+    counted on token by token, up to COPY_MAX (a copy's run: lookup's, and the rewritten prompt's)."""
+    while n < COPY_MAX and a_end - n > 0 and b_end - n > 0 and a[a_end - n - 1] == b[b_end - n - 1]:
         n += 1
     return n
 
@@ -120,7 +120,7 @@ class PromptRewrites:
             end = index.get(gram)
             if end is not None:
                 if n == self.longest:   # of several occurrences, the one agreeing furthest back (the latest of equals)
-                    n, end = max((_agreeing(text, e, context, n), e) for e in longest[gram])
+                    n, end = max((agreeing(text, e, context, len(context), n), e) for e in longest[gram])
                 return n, text[end:end + max_len]
         return 0, []
 
