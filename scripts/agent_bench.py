@@ -103,6 +103,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile", metavar="FILE",
                    help="a stored cost profile (`quickdraft calibrate` saves one under the data folder's "
                         "cache/profiles) that every quickdraft server starts from, instead of learning from cold")
+    p.add_argument("--port", type=int, default=8300,
+                   help="the first server's port, the others' after it (another run at once needs another range)")
     p.add_argument("--json")
     p.add_argument("--work", help="the servers' data folders (their indexes): a run's own, to --resume it")
     p.add_argument("--resume", action="store_true",
@@ -201,7 +203,7 @@ class Servers:
     def __init__(self, args, work: Path):
         self.args, self.work = args, work
         work.mkdir(parents=True, exist_ok=True)   # --work names a folder that may not exist yet
-        self.modes = {mode: 8300 + i for i, mode in enumerate(args.modes)}
+        self.modes = {mode: args.port + i for i, mode in enumerate(args.modes)}
         self.processes: dict[str, subprocess.Popen] = {}
         self.turn = 0
 

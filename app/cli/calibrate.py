@@ -28,6 +28,6 @@ def calibrate(engine, n_max: int) -> int:
 
 
 def _estimated(profile: CostProfile, n: int) -> str:
-    """A size timed slower than its tokens one by one is estimated from its neighbours, not learned
-    (costmodel._over_one_by_one): a burst of load, or a GPU's first launch of that size's kernels."""
-    return "" if profile.measured is None or n in profile.measured else "  (timed slower than one by one: estimated)"
+    """A size timed far slower than its tokens one by one is estimated from its neighbours, not learned
+    (costmodel._one_time_cost): a burst of load, or a GPU's first launch of that size's kernels."""
+    return "" if profile.measured is None or n in profile.measured else "  (timed far slower than one by one: estimated)"

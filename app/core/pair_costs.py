@@ -84,7 +84,7 @@ class PairCosts:
         measured = calibrate(self.main, self.draft, key, n_max, filler, progress=progress, draft_filler=draft_filler)
         self._costs = CostModel.from_profile(measured, n_max)
         # What is stored and shown is what the cost model reads from the measurement, not the raw times:
-        # a size timed slower than its tokens one by one is not learned (costmodel._over_one_by_one), so
+        # a size timed far slower than its tokens one by one is not learned (costmodel._one_time_cost), so
         # the next start reads the same profile as this one whatever the machine's load was
         profile = dataclasses.replace(self._costs.profile(measured.context_position), measured_at=measured.measured_at,
                                       seconds=measured.seconds, notes=measured.notes)

@@ -57,7 +57,7 @@ def test_a_first_auto_answer_learns_the_machine_instead_of_calibrating(tiny_mode
     s = json.loads(first.stdout)
     assert s["cost_rounds_observed"] == s["rounds"] > 0 and isinstance(s["policy_learning"], bool)
     stored = list((tmp_path / "data" / "cache" / "profiles").glob("*.json"))
-    # every round is learned from but one slower than its tokens one by one (a burst of load on a busy test
+    # every round is learned from but one far slower than its tokens one by one (a burst of load on a busy test
     # run), and the batch of 16 timed after the answer (pair_costs.py: its verify batches may be padded to it)
     learned = json.loads(stored[0].read_text())["learned_rounds"]
     assert len(stored) == 1 and 0 < learned <= s["rounds"] + 1

@@ -334,14 +334,14 @@ def test_profile_is_saved_reused_and_invalidated(tmp_path, tiny_models):
 
 
 def test_a_calibrated_size_timed_dear_is_stored_as_the_next_start_reads_it(tmp_path, tiny_models, monkeypatch):
-    # a burst of load during calibrate made a batch of 2 cost more than two steps: the cost model does not
-    # learn such a time, and what calibrate stores and shows is what the next start reads
+    # a burst of load during calibrate made a batch of 2 cost four steps, far more than its tokens one by one:
+    # the cost model does not learn such a time, and what calibrate stores and shows is what the next start reads
     import app.core.pair_costs as pair_costs
     from app.core.engine import Engine
     from app.core.params import ModelParams
 
     def timed(main, draft, key, n_max, filler, **_):
-        return CostProfile(key=key, main_batch_s=[0.010, 0.030, 0.016, 0.018, 0.020], draft_step_s=0.002,
+        return CostProfile(key=key, main_batch_s=[0.010, 0.040, 0.016, 0.018, 0.020], draft_step_s=0.002,
                            context_position=256, measured_at="2026-11-27T00:00:00", seconds=1.0)
 
     monkeypatch.setattr(pair_costs, "calibrate", timed)
