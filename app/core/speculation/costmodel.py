@@ -193,6 +193,7 @@ class CostModel:
     STALE = math.log(1.5)  # a stored profile this far off its first rounds was measured under other load
     STALE_ROUNDS = 3       # the rounds that may find a stored profile stale
     REFERENCE_CONTEXT = 256  # where a learned profile is stored (where calibrate measures)
+    ONE_TIME_FACTOR = 1.5    # a batch this many times dearer than its tokens one by one paid for something else
 
     def __init__(self, key: dict, n_max: int, main_batch_s: Sequence[float] | None = None,
                  context_position: int = 0, context_slope: float | None = None,
@@ -406,26 +407,17 @@ class CostModel:
         self._draft_measured += 1
 
 
-ONE_TIME_FACTOR = 1.5   # a batch this many times dearer than its tokens one by one paid for something else
-
-
 def _one_time_cost(n: int, seconds: float, step: float) -> bool:
-    """Whether a batch of ``n`` took ONE_TIME_FACTOR times longer than its tokens would decoding one by
-    one: the time paid for something else once, a GPU's first launch of the kernels for that batch size
-    (CUDA loads each kernel lazily) or a burst of load. Learned, it made the size look dear for good:
+    """Whether a batch of ``n`` took CostModel.ONE_TIME_FACTOR times longer than its tokens would decoding
+    one by one: the time paid for something else once, a GPU's first launch of the kernels for that batch
+    size (CUDA loads each kernel lazily) or a burst of load. Learned, it made the size look dear for good:
     the policy never verifies a size it finds dear again and probes a bigger one only at a step a token,
     so nothing more was drafted in that run (a first batch of 2 at six steps). Not learned, the size
     stays a probe and is tried again at its steady cost.
 
     The bound is not one by one itself: a verify batch needs every row's logits, and on one thread of
-    this project's CPU the output projection over Qwen's 152,000-token vocabulary makes a batch of 9
-    cost 9.2 steps, 16 11.0 and 17 12.2 (README, "A retry drafted from its earlier self"). Refused over
-    one by one, every such time was dropped and only a batch's fast rounds were learned: the servers'
-    learned profiles read batches of 2-9 at 0.8-1.0 of their tokens one by one, so copies of a few
-    tokens looked cheaper than they are and took rounds of 1-3 tokens that gained nothing; and a stored
-    profile's size learned a little over one by one came back unmeasured at the next start, its batch
-    read as cheap as a smaller one's (sizes 2-4 at one step). Replayed (the four
-    trace sets, seven profiles among them three servers' learned ones, lookup and lookup+model,
-    acceptance learned and fresh: 1,708 runs), the geometric mean went 1.2153x -> 1.2400x and the runs
-    under 0.95x of plain 57 -> 29; the same with 1.25 or 2 (docs/architecture.md, section 4)."""
-    return seconds > ONE_TIME_FACTOR * n * step
+    this project's CPU the output projection over Qwen's vocabulary makes a batch of 9 cost 9.2 steps.
+    Refused over one by one, only a size's fast rounds were learned, so copies of a few tokens looked
+    cheaper than they are, and a stored size learned a little over one by one came back unmeasured at the
+    next start (the measurements and replays: docs/architecture.md, section 4)."""
+    return seconds > CostModel.ONE_TIME_FACTOR * n * step
