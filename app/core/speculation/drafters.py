@@ -167,10 +167,11 @@ class PromptLookupDrafter:
     def __init__(self, ngram_max: int = 16, ngram_min: int = 1, tells_unasked: bool = True):
         self.ngram_max = ngram_max
         self.ngram_min = ngram_min
-        self.tells_unasked = tells_unasked   # False beside a draft model (``_tell_unasked``)
+        self.tells_unasked = tells_unasked   # False beside a draft model that can take the rounds (``_tells``)
         self._indexed: list[int] = []
         self._prompt_length = 0
         self._unasked: tuple[int, int, LookupMatch, DraftPolicy] | None = None   # see ``_tell_unasked``
+        self._next_untried: tuple[int, int, int, LookupMatch, DraftPolicy] | None = None   # ``_tell_next_untried``
         self._rewrites = PromptRewrites([], ngram_max)   # the prompt as the answer rewrites it (``_rewritten``)
         self._new_index()
 
@@ -291,11 +292,12 @@ class PromptLookupDrafter:
         self._prompt_length = len(prompt)
         self._rewrites = PromptRewrites(prompt, self.ngram_max)
         self._indexed = []  # where the prompt ends decides which occurrences are the prompt's
+        self._unasked = self._next_untried = None   # another answer's positions
         self._update_index(prompt)
 
     def draft(self, context: Sequence[int], max_len: int, policy: DraftPolicy, sampler: Sampler) -> Draft:
         allowed = min(max_len, policy.draft_length(LOOKUP))
-        proposal = self.propose(context, max(1, allowed)) if max_len > 0 else []
+        proposal = self.propose(context, max(2, allowed)) if max_len > 0 else []   # 2: ``_tell_next_untried``
         out = Draft()
         for token, match in proposal[:max(0, allowed)]:
             decision = policy.step(len(out), match, LOOKUP)
@@ -305,10 +307,18 @@ class PromptLookupDrafter:
             if decision is Decision.LAST:
                 break
         self._unasked = (len(context), *proposal[0], policy) if proposal and not out else None
+        if len(out) <= 1 and len(proposal) > 1 and self._next_untried is None:
+            self._next_untried = (len(context) + 1, proposal[0][0], *proposal[1], policy)
         return out
 
     def sync(self, context: Sequence[int]) -> None:
         self._tell_unasked(context)   # the index follows the context it is given
+        self._tell_next_untried(context)
+
+    def _tells(self, policy: DraftPolicy) -> bool:
+        """Whether proposals the policy did not verify are told to it: with lookup alone, and beside a
+        draft model that cannot take the rounds lookup leaves (parked, or not paying on this machine)."""
+        return self.tells_unasked or not policy.wants_main_confidence()
 
     def _tell_unasked(self, context: Sequence[int]) -> None:
         """A proposal the policy did not draft still says whether such a match is right: its first
@@ -318,16 +328,33 @@ class PromptLookupDrafter:
         and the policy, which had never seen a 2-token match right, waited for 9 (issue 43's copy-2:
         0.86x replayed, against a bound of 1.21x). Free to make, a proposal is free to check; under
         sampling the token produced equals it with the chance verification would have accepted it.
-        Not told beside a draft model, which takes the rounds lookup leaves: there a kind of match
+        Not told beside a draft model that takes the rounds lookup leaves: there a kind of match
         learned right more often took rounds the model drafted better (replayed on the 2-core profile,
-        the copy prompts' median 1.14x -> 1.09x; copy-5 1.19x -> 0.99x)."""
-        if self._unasked is None or not self.tells_unasked:
-            self._unasked = None
+        the copy prompts' median 1.14x -> 1.09x; copy-5 1.19x -> 0.99x). Told beside one that cannot
+        take them (parked, or not paying on this machine): nobody drafts those rounds (``_tells``)."""
+        if self._unasked is None:
             return
         at, token, match, policy = self._unasked
         self._unasked = None
-        if len(context) > at:
+        if len(context) > at and self._tells(policy):
             policy.observe_undrafted(LOOKUP, match, context[at] == token)
+
+    def _tell_next_untried(self, context: Sequence[int]) -> None:
+        """A copy whose round verified none of its tokens after the first (it drafted one, or none)
+        still says whether such a copy goes on: where the answer took its first token, its second
+        against the token the answer took next, told as a copy's next token once the context has it.
+        The next tokens' acceptance is learned only from drafts of two or more, so where it read low
+        enough that no copy of more than one token paid, it stayed there: a server on this CPU copied a
+        rewrite's run of the prompt one token a round, every one right, for 114 rounds (1.2 accepted a
+        round, where the same code beside it took 10-15), and replayed on such a server's learned costs
+        2 of 12 seeds stopped drafting from their third turn to their ninth (docs/architecture.md,
+        section 4)."""
+        if self._next_untried is None or len(context) <= self._next_untried[0]:
+            return
+        at, first, token, match, policy = self._next_untried
+        self._next_untried = None
+        if self._tells(policy) and context[at - 1] == first:
+            policy.observe_undrafted(LOOKUP, match, context[at] == token, 1)
 
     def _update_index(self, context: Sequence[int]) -> None:
         """Index every n-gram that ends before the last token (the last n-gram is the query). A

@@ -510,3 +510,67 @@ def test_a_draft_models_small_loss_sits_nothing_out_a_steady_one_still_does():
         policy.observe(Draft([1, 2], [None] * 2, [MODEL] * 2, [0.95] * 2), accepted=0, draft_s=2 * 0.24 * STEP,
                        main_confidence=[0.99])
     assert policy.draft_length(MODEL) == 0
+
+
+def _copy_rounds(lookup, policy, prompt, answer, rounds):
+    """Rounds of an answer that copies ``prompt`` from ``answer`` on, every drafted token right: each
+    verifies the draft and takes one more token of the prompt. Returns the drafts' lengths."""
+    lengths = []
+    for _ in range(rounds):
+        draft = lookup.draft(answer, 8, policy, sampler=None)
+        lengths.append(len(draft))
+        policy.observe(draft, len(draft))
+        answer = answer + prompt[len(answer) - len(prompt) - 1:][:len(draft) + 1]
+        lookup.sync(answer)
+    return lengths
+
+
+def test_a_copy_drafted_a_token_a_round_still_learns_whether_its_next_tokens_hold():
+    """Only a draft of two or more verifies a copy's next token, so where the next tokens' acceptance
+    read low enough that only one token paid, it stayed there: a server copied a rewrite's run of the
+    prompt one token a round, every token right, for 114 rounds. The copy's second token, checked
+    against what the answer took next, teaches it as the next token of such a copy."""
+    steps = [1, 1.8, 2.47, 3.12, 3.85, 4.85, 5.34, 7.19, 7.94]   # one thread of a CPU: a token is 0.8 of a step
+    policy = AutoPolicy(AUTO, profile([STEP * s for s in steps]))
+    run = LookupMatch(16, in_prompt=True)
+    for _ in range(8):   # other answers' copies broke after their first token
+        policy.acceptance.update(LOOKUP, 1, run, False)
+    low = policy.acceptance.chance(LOOKUP, 1, run)
+    prompt = list(range(100, 160))
+    lookup = PromptLookupDrafter()
+    lookup.prepare(prompt + [1], policy)
+    lengths = _copy_rounds(lookup, policy, prompt, prompt + [1] + prompt[:20], rounds=6)
+    assert max(lengths) == 1                                  # a token a round: no next token verified
+    assert policy.acceptance.chance(LOOKUP, 1, run) > low     # yet the copy going on was learned
+    other = AutoPolicy(AUTO, profile([STEP * s for s in steps]))
+    for _ in range(8):
+        other.acceptance.update(LOOKUP, 1, run, False)
+    lookup.prepare(prompt + [1], other)
+    answer = prompt + [1] + prompt[:20]
+    draft = lookup.draft(answer, 8, other, sampler=None)
+    assert len(draft) <= 1
+    other.observe(draft, len(draft))
+    departed = answer + [prompt[20], 7]                       # the answer left the copy at its second token
+    for n in range(len(answer) + 1 + len(draft), len(departed) + 1):
+        lookup.sync(departed[:n])
+    assert other.acceptance.chance(LOOKUP, 1, run) < low
+
+
+def test_beside_a_draft_model_that_cannot_pay_lookup_learns_from_what_it_did_not_draft():
+    """Beside a draft model the rounds lookup declines are the model's, so they teach lookup nothing
+    (the test above); where the model cannot pay on this machine nobody takes them, and a kind of
+    match the policy declined would never be learned: replayed on a server's learned costs, 2 of 12
+    seeds of the default stopped drafting from their third turn to their ninth."""
+    steps = [1, 1.8, 2.47, 3.12, 3.85, 4.85, 5.34, 7.19, 7.94]   # one thread of a CPU
+    policy = AutoPolicy(AUTO, profile([STEP * s for s in steps], draft_step=0.9 * STEP))
+    assert not policy.may_draft(MODEL)                       # a draft token costs 0.9 of a step here
+    short = LookupMatch(2, in_prompt=True)
+    before = policy.acceptance.chance(LOOKUP, 0, short)
+    model = DraftModelDrafter(ReferenceSession(ReferenceModel(n_vocab=12, seed=1)))
+    both = LookupThenModelDrafter(PromptLookupDrafter(tells_unasked=False), model)   # as the engine makes it
+    text = [7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8]
+    both.prepare(text, policy)
+    for _ in range(5):
+        assert not both.lookup.draft(text, 8, policy, sampler=None).tokens
+        both.sync(text + [9])
+    assert policy.acceptance.chance(LOOKUP, 0, short) > before
