@@ -25,6 +25,7 @@ def profile(batch_times, draft_step=0.0):
 
 LINEAR = profile([STEP * n for n in range(1, 10)], draft_step=0.5 * STEP)   # a batch costs n steps
 FREE = profile([STEP] * 9, draft_step=0.02 * STEP)                          # a batch costs one step
+ONE_THREAD = [1, 1.8, 2.47, 3.12, 3.85, 4.85, 5.34, 7.19, 7.94]   # batches in steps, one thread of a CPU: a token 0.8 of a step
 
 
 def test_no_drafting_when_verification_costs_as_much_as_sequential_steps():
@@ -431,8 +432,7 @@ def test_a_proposal_lookup_did_not_draft_still_teaches_how_often_such_a_match_is
     """An edit's answer re-joins the prompt after each change with a short match that the policy,
     going by its prior, does not draft; the next token says whether it would have been right, so the
     kind of match earns drafts once it has been (issue 43's copy-2: 0.86x replayed, bound 1.21x)."""
-    steps = [1, 1.8, 2.47, 3.12, 3.85, 4.85, 5.34, 7.19, 7.94]   # one thread of a CPU: a token is 0.8 of a step
-    policy = AutoPolicy(AUTO, profile([STEP * s for s in steps]))
+    policy = AutoPolicy(AUTO, profile([STEP * s for s in ONE_THREAD]))
     short = LookupMatch(2, in_prompt=True)
     lookup = PromptLookupDrafter()
     text = [7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8]          # ends with the 2-token match [7, 8]: copy 9, 1, 2 ...
@@ -442,7 +442,7 @@ def test_a_proposal_lookup_did_not_draft_still_teaches_how_often_such_a_match_is
         declined += 1
         lookup.sync(text + [9])                       # not drafted, but it would have been right
     assert 1 <= declined < 40                         # the prior declined it; what it saw earned it drafts
-    fresh = AutoPolicy(AUTO, profile([STEP * s for s in steps]))
+    fresh = AutoPolicy(AUTO, profile([STEP * s for s in ONE_THREAD]))
     prior = fresh.acceptance.chance(LOOKUP, 0, short)
     lookup.draft(text, 8, fresh, sampler=None)
     lookup.sync(text + [4])                           # a wrong one counts against it
@@ -450,8 +450,7 @@ def test_a_proposal_lookup_did_not_draft_still_teaches_how_often_such_a_match_is
 
 
 def test_the_default_does_not_teach_lookup_from_what_it_left_to_the_draft_model():
-    steps = [1, 1.8, 2.47, 3.12, 3.85, 4.85, 5.34, 7.19, 7.94]   # one thread of a CPU, a cheap draft model
-    policy = AutoPolicy(AUTO, profile([STEP * s for s in steps], draft_step=0.05 * STEP))
+    policy = AutoPolicy(AUTO, profile([STEP * s for s in ONE_THREAD], draft_step=0.05 * STEP))
     assert policy.may_draft(MODEL)
     short = LookupMatch(2, in_prompt=True)
     before = policy.acceptance.chance(LOOKUP, 0, short)
@@ -541,8 +540,7 @@ def test_a_copy_drafted_a_token_a_round_still_learns_whether_its_next_tokens_hol
     read low enough that only one token paid, it stayed there: a server copied a rewrite's run of the
     prompt one token a round, every token right, for 114 rounds. The copy's second token, checked
     against what the answer took next, teaches it as the next token of such a copy."""
-    steps = [1, 1.8, 2.47, 3.12, 3.85, 4.85, 5.34, 7.19, 7.94]   # one thread of a CPU: a token is 0.8 of a step
-    policy = AutoPolicy(AUTO, profile([STEP * s for s in steps]))
+    policy = AutoPolicy(AUTO, profile([STEP * s for s in ONE_THREAD]))
     run = LookupMatch(16, in_prompt=True)
     for _ in range(8):   # other answers' copies broke after their first token
         policy.acceptance.update(LOOKUP, 1, run, False)
@@ -553,7 +551,7 @@ def test_a_copy_drafted_a_token_a_round_still_learns_whether_its_next_tokens_hol
     lengths = _copy_rounds(lookup, policy, prompt, prompt + [1] + prompt[:20], rounds=6)
     assert max(lengths) == 1                                  # a token a round: no next token verified
     assert policy.acceptance.chance(LOOKUP, 1, run) > low     # yet the copy going on was learned
-    other = AutoPolicy(AUTO, profile([STEP * s for s in steps]))
+    other = AutoPolicy(AUTO, profile([STEP * s for s in ONE_THREAD]))
     for _ in range(8):
         other.acceptance.update(LOOKUP, 1, run, False)
     lookup.prepare(prompt + [1], other)
@@ -572,8 +570,7 @@ def test_beside_a_draft_model_that_cannot_pay_lookup_learns_from_what_it_did_not
     (the test above); where the model cannot pay on this machine nobody takes them, and a kind of
     match the policy declined would never be learned: replayed on a server's learned costs, 2 of 12
     seeds of the default stopped drafting from their third turn to their ninth."""
-    steps = [1, 1.8, 2.47, 3.12, 3.85, 4.85, 5.34, 7.19, 7.94]   # one thread of a CPU
-    policy = AutoPolicy(AUTO, profile([STEP * s for s in steps], draft_step=0.9 * STEP))
+    policy = AutoPolicy(AUTO, profile([STEP * s for s in ONE_THREAD], draft_step=0.9 * STEP))
     assert not policy.may_draft(MODEL)                       # a draft token costs 0.9 of a step here
     short = LookupMatch(2, in_prompt=True)
     before = policy.acceptance.chance(LOOKUP, 0, short)
