@@ -448,3 +448,32 @@ def test_batch_sizes_names_the_cheaper_bigger_batch_each_size_is_padded_to():
 
     printed = table([0.04, 0.08, 0.12, 0.11, 0.2]).splitlines()
     assert printed[3].split() == ["3", "120.0", "3.00", "1.00", "4"] and printed[4].split() == ["4", "110.0", "2.75", "0.69"]
+
+
+def test_copy_runs_cuts_an_answer_into_its_prompt_runs_and_prices_fixed_drafts(tmp_path):
+    """copy_runs.py (issue 43): the answer's longest runs in its prompt, left to right, and the tokens a
+    main step fixed drafts from a run's key-th token make; the script prints both tables end to end."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from copy_runs import fixed_drafts, long_runs, prompt_runs, went_on
+
+    from app.core.speculation.costmodel import CostProfile
+
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 40]
+    # 1 2 3 4 5 is the prompt's start, 9 is not in it, 2 3 40 is its end (not 2 3 4: the longer run wins)
+    assert prompt_runs(prompt, [1, 2, 3, 4, 5, 99, 2, 3, 40]) == [(0, 5), (5, 0), (6, 3)]
+    trace = {"prompt": json.dumps(prompt), "tokens": [1, 2, 3, 4, 5, 99, 2, 3, 40, 7]}
+    assert long_runs(trace, 3) == [(2, 7), (0, 1)]   # (went on after the key, left in the answer)
+    # the second ran to the answer's end, the run above did not (the answer's last token is not its)
+    assert went_on([(2, 7), (1, 1), (30, 40)], 16) == 2 and went_on([(0, 1)], 16) == 0
+    linear = CostProfile(key={}, main_batch_s=[0.1 * n for n in range(1, 65)])   # a batch costs its tokens
+    # a run going on 10 tokens, drafted 4 at a time: 4+1, 4+1, then 0 of a draft of 4 right: 11 tokens
+    assert fixed_drafts(10, 50, 4, linear) == (11, pytest.approx(15.0))
+    assert fixed_drafts(10, 6, 48, linear) == (7, pytest.approx(7.0))   # capped at what the answer has left
+    traces = tmp_path / "traces.json"
+    traces.write_text(json.dumps({"traces": [trace]}))
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"key": {}, "main_batch_s": [0.1 * n for n in range(1, 65)]}))
+    out = script("scripts/copy_runs.py", "--traces", str(traces), "--profiles", str(profile), "--key", "3",
+                 "--drafts", "2", "4", "--json", str(tmp_path / "out.json"))
+    assert "| traces | 2 | 0 | 0 |" in out and "| profile.json | 0.80 / 0.57 |" in out
+    assert json.loads((tmp_path / "out.json").read_text())["runs"] == {"traces": [[2, 7], [0, 1]]}
