@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Sequence
 
 import numpy as np
 
 from app.core.lm import Session, common_prefix_length, prefill
 from app.core.params import DrafterKind
-from app.core.speculation.acceptance import DFLASH, LOOKUP, MODEL, LookupMatch
+from app.core.speculation.acceptance import DFLASH, LOOKUP, MODEL, LookupMatch, Score
 from app.core.speculation.draft import Draft
 from app.core.speculation.policy_base import Decision, DraftPolicy
 from app.core.speculation.rewrites import PromptRewrites, agreeing
@@ -31,6 +32,28 @@ class Drafter(Protocol):
 
     def sync(self, context: Sequence[int]) -> None:
         """After verification: forget anything that is not a prefix of ``context``."""
+
+
+@dataclass(frozen=True, slots=True)
+class UntriedToken:
+    """A token a copier proposed that no round verified (lookup's declined proposals and the second token of
+    its one-token copies, the suffix index's token past its draft): free to make, it is free to check once the
+    answer has reached its position ``at`` having taken ``before``, the proposal's tokens ahead of it. Told
+    to the policy (``observe_undrafted``) as token ``len(before)`` of its kind of draft."""
+
+    at: int
+    before: tuple[int, ...]
+    token: int
+    match: Score
+    policy: DraftPolicy
+
+    def reached(self, context: Sequence[int]) -> bool:
+        return len(context) > self.at
+
+    def tell(self, context: Sequence[int], source: str) -> None:
+        """Whether the answer took it, told where the context has reached it along the proposal."""
+        if self.reached(context) and tuple(context[self.at - len(self.before):self.at]) == self.before:
+            self.policy.observe_undrafted(source, self.match, context[self.at] == self.token, len(self.before))
 
 
 class DraftModelDrafter:
@@ -170,8 +193,8 @@ class PromptLookupDrafter:
         self.tells_unasked = tells_unasked   # False beside a draft model that can take the rounds (``_tells``)
         self._indexed: list[int] = []
         self._prompt_length = 0
-        self._unasked: tuple[int, int, LookupMatch, DraftPolicy] | None = None   # see ``_tell_unasked``
-        self._next_untried: tuple[int, int, int, LookupMatch, DraftPolicy] | None = None   # ``_tell_next_untried``
+        self._unasked: UntriedToken | None = None        # see ``_tell_unasked``
+        self._next_untried: UntriedToken | None = None   # see ``_tell_next_untried``
         self._rewrites = PromptRewrites([], ngram_max)   # the prompt as the answer rewrites it (``_rewritten``)
         self._new_index()
 
@@ -306,9 +329,9 @@ class PromptLookupDrafter:
             out.add(token, None, LOOKUP, match)
             if decision is Decision.LAST:
                 break
-        self._unasked = (len(context), *proposal[0], policy) if proposal and not out else None
+        self._unasked = UntriedToken(len(context), (), *proposal[0], policy) if proposal and not out else None
         if len(out) <= 1 and len(proposal) > 1 and self._next_untried is None:
-            self._next_untried = (len(context) + 1, proposal[0][0], *proposal[1], policy)
+            self._next_untried = UntriedToken(len(context) + 1, (proposal[0][0],), *proposal[1], policy)
         return out
 
     def sync(self, context: Sequence[int]) -> None:
@@ -332,12 +355,9 @@ class PromptLookupDrafter:
         learned right more often took rounds the model drafted better (replayed on the 2-core profile,
         the copy prompts' median 1.14x -> 1.09x; copy-5 1.19x -> 0.99x). Told beside one that cannot
         take them (parked, or not paying on this machine): nobody drafts those rounds (``_tells``)."""
-        if self._unasked is None:
-            return
-        at, token, match, policy = self._unasked
-        self._unasked = None
-        if len(context) > at and self._tells(policy):
-            policy.observe_undrafted(LOOKUP, match, context[at] == token)
+        untried, self._unasked = self._unasked, None
+        if untried is not None and self._tells(untried.policy):
+            untried.tell(context, LOOKUP)
 
     def _tell_next_untried(self, context: Sequence[int]) -> None:
         """A copy whose round verified none of its tokens after the first (it drafted one, or none)
@@ -349,12 +369,12 @@ class PromptLookupDrafter:
         round, where the same code beside it took 10-15), and replayed on such a server's learned costs
         2 of 12 seeds stopped drafting from their third turn to their ninth (docs/architecture.md,
         section 4)."""
-        if self._next_untried is None or len(context) <= self._next_untried[0]:
-            return
-        at, first, token, match, policy = self._next_untried
+        untried = self._next_untried
+        if untried is None or not untried.reached(context):
+            return   # a round that drafted nothing took only the first token
         self._next_untried = None
-        if self._tells(policy) and context[at - 1] == first:
-            policy.observe_undrafted(LOOKUP, match, context[at] == token, 1)
+        if self._tells(untried.policy):
+            untried.tell(context, LOOKUP)
 
     def _update_index(self, context: Sequence[int]) -> None:
         """Index every n-gram that ends before the last token (the last n-gram is the query). A

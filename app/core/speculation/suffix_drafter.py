@@ -11,7 +11,7 @@ from app.core.errors import DrafterUnavailableError
 from app.core.params import DrafterKind
 from app.core.speculation.acceptance import SUFFIX, SuffixMatch
 from app.core.speculation.draft import Draft
-from app.core.speculation.drafters import Drafter, FirstOfDrafter, PromptLookupDrafter
+from app.core.speculation.drafters import Drafter, FirstOfDrafter, PromptLookupDrafter, UntriedToken
 from app.core.speculation.policy_base import Decision, DraftPolicy
 from app.core.speculation.sampling import Sampler
 from app.core.speculation.suffix_index import RUN, SuffixIndex
@@ -41,9 +41,7 @@ class SuffixDrafter:
         self.index = index
         self.min_length = min_length   # a shorter match at the context's end drafts nothing
         self.ready = ready             # set once the index holds what its log held (None: it does)
-        # the continuation past this round's draft: (where the draft starts, the draft, the token, its
-        # match, the policy), told to the policy at ``sync``
-        self._unasked: tuple[int, list[int], int, SuffixMatch, DraftPolicy] | None = None
+        self._unasked: UntriedToken | None = None   # the continuation past this round's draft, told at ``sync``
 
     def prepare(self, prompt: Sequence[int], policy: DraftPolicy) -> None:
         if self.ready is not None and policy.may_draft(SUFFIX):
@@ -58,7 +56,7 @@ class SuffixDrafter:
             match = SuffixMatch(found.length, found.count, found.total)
             decision = Decision.STOP if last or len(out) == max_len else policy.step(len(out), match, SUFFIX)
             if decision is Decision.STOP:   # this token is the one past the draft: told at ``sync``
-                self._unasked = (len(context), list(out.tokens), found.token, match, policy)
+                self._unasked = UntriedToken(len(context) + len(out), tuple(out.tokens), found.token, match, policy)
                 break
             out.add(found.token, None, SUFFIX, match)
             last = decision is Decision.LAST
@@ -79,10 +77,7 @@ class SuffixDrafter:
         policy never drafts such a match, or drafts it one token a round and never learns that the tokens
         after the first hold (a replayed agent's retried rewrite: 22 one-token drafts, every one right)."""
         if self._unasked is not None:
-            start, drafted, token, match, policy = self._unasked
-            at = start + len(drafted)
-            if len(context) > at and list(context[start:at]) == drafted:
-                policy.observe_undrafted(SUFFIX, match, context[at] == token, len(drafted))
+            self._unasked.tell(context, SUFFIX)
         self._unasked = None
 
 

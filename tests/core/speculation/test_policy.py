@@ -535,15 +535,21 @@ def _copy_rounds(lookup, policy, prompt, answer, rounds):
     return lengths
 
 
+def _copies_broke_after_their_first_token(run):
+    """A policy on one thread's costs that saw eight copies of ``run``'s kind break after their first token."""
+    policy = AutoPolicy(AUTO, profile([STEP * s for s in ONE_THREAD]))
+    for _ in range(8):
+        policy.acceptance.update(LOOKUP, 1, run, False)
+    return policy
+
+
 def test_a_copy_drafted_a_token_a_round_still_learns_whether_its_next_tokens_hold():
     """Only a draft of two or more verifies a copy's next token, so where the next tokens' acceptance
     read low enough that only one token paid, it stayed there: a server copied a rewrite's run of the
     prompt one token a round, every token right, for 114 rounds. The copy's second token, checked
     against what the answer took next, teaches it as the next token of such a copy."""
-    policy = AutoPolicy(AUTO, profile([STEP * s for s in ONE_THREAD]))
     run = LookupMatch(16, in_prompt=True)
-    for _ in range(8):   # other answers' copies broke after their first token
-        policy.acceptance.update(LOOKUP, 1, run, False)
+    policy = _copies_broke_after_their_first_token(run)
     low = policy.acceptance.chance(LOOKUP, 1, run)
     prompt = list(range(100, 160))
     lookup = PromptLookupDrafter()
@@ -551,9 +557,7 @@ def test_a_copy_drafted_a_token_a_round_still_learns_whether_its_next_tokens_hol
     lengths = _copy_rounds(lookup, policy, prompt, prompt + [1] + prompt[:20], rounds=6)
     assert max(lengths) == 1                                  # a token a round: no next token verified
     assert policy.acceptance.chance(LOOKUP, 1, run) > low     # yet the copy going on was learned
-    other = AutoPolicy(AUTO, profile([STEP * s for s in ONE_THREAD]))
-    for _ in range(8):
-        other.acceptance.update(LOOKUP, 1, run, False)
+    other = _copies_broke_after_their_first_token(run)
     lookup.prepare(prompt + [1], other)
     answer = prompt + [1] + prompt[:20]
     draft = lookup.draft(answer, 8, other, sampler=None)
